@@ -1,0 +1,198 @@
+--- cozygpu.admission — runs the policy bundle over one AdmissionRequest.
+---
+--- Trusted library code, called by the C engine (core/engine.c) with the
+--- `host` table; every policy function runs through host.invoke, which
+--- applies the instruction budget and memory cap and never raises. A policy
+--- that errors, loops or runs out of memory is a refusal naming it (fail
+--- closed, DESIGN.md §9).
+local json = require "cozygpu.json"
+local jsonpatch = require "cozygpu.jsonpatch"
+local policy = require "cozygpu.policy"
+local cluster_view = require "cozygpu.cluster"
+
+local M = {}
+
+--- Loads every policy file listed in host.policy_files, in order. Returns
+--- the bundle {rules = {...}, count = n}. Raises "FILE: message" when a
+--- file fails to load or declares a bad or duplicate rule.
+function M.load(host)
+  local base = host.base
+  base.rule, base.deny, base.warn = policy.rule, policy.deny, policy.warn
+  base.json = require "cozygpu.json"
+  base.gpu = require "cozygpu.gpu"
+  base.patch = require "cozygpu.jsonpatch"
+  local bundle = { host = host, rules = {}, byname = {}, count = 0 }
+  for _, f in ipairs(host.policy_files) do
+    local chunk, err = host.load(f.path)
+    if not chunk then error(err, 0) end
+    local st, result = host.invoke(f.name, chunk)
+    if st ~= "ok" then error(("%s: %s"):format(f.path, result), 0) end
+    local list = result
+    if type(result) == "table" and result.__rule then list = { result } end
+    if type(list) ~= "table" or #list == 0 then
+      error(("%s: a policy file must return a rule or a list of rules (got %s)"):format(f.path, type(result)), 0)
+    end
+    for i, r in ipairs(list) do
+      if type(r) ~= "table" or not r.__rule then
+        error(("%s: item %d is not a rule (declare it with rule \"name\" {...})"):format(f.path, i), 0)
+      end
+      if bundle.byname[r.name] then
+        error(("%s: rule %q is already declared in %s"):format(f.path, r.name, bundle.byname[r.name].file), 0)
+      end
+      r.file = f.path
+      bundle.byname[r.name] = r
+      bundle.rules[#bundle.rules + 1] = r
+    end
+  end
+  bundle.count = #bundle.rules
+  M.set_cluster(bundle, {}, {})
+  return bundle
+end
+
+--- Replaces the cluster view of the bundle (objects: array of Kubernetes
+--- objects; settings: config.h shape).
+function M.set_cluster(bundle, objects, settings)
+  bundle.cluster = cluster_view.new(objects, settings)
+end
+
+local function one_of(want, have)
+  if want == nil then return true end
+  if type(want) == "string" then return want == have end
+  for _, w in ipairs(want) do if w == have then return true end end
+  return false
+end
+
+-- returns true/false, or nil and a failure {kind, message}
+local function matches(host, r, req, cluster)
+  local m = r.match
+  if m == nil then return true end
+  if type(m) == "function" then
+    local st, a = host.invoke(r.name, m, req, cluster)
+    if st ~= "ok" then return nil, { kind = st, message = a } end
+    return a and true or false
+  end
+  local kind = req.kind or {}
+  return one_of(m.kind, kind.kind) and one_of(m.group, kind.group) and one_of(m.operations, req.operation)
+end
+
+local function is_verdict(v)
+  return type(v) == "table" and (v.verdict == "deny" or v.verdict == "warn")
+end
+
+local function describe(st, message)
+  if st == "error" then return "failed: " .. tostring(message) end
+  return tostring(message)
+end
+
+--- Answers one AdmissionRequest. `request` is the request as a Lua table
+--- (converted from JSON), `phases` = {validate = bool, mutate = bool}.
+--- Returns an AdmissionResponse table; `patch` is the list of operations
+--- (the C side encodes it to base64).
+function M.review(bundle, request, phases)
+  local host, cluster = bundle.host, bundle.cluster
+  local req = host.readonly(request)
+  local denials, warnings, failures = {}, {}, {}
+
+  local function failed(r, kind, message)
+    failures[#failures + 1] = ("policy %q %s"):format(r.name, describe(kind, message))
+  end
+
+  if phases.validate then
+    for _, r in ipairs(bundle.rules) do
+      if r.validate then
+        local yes, f = matches(host, r, req, cluster)
+        if f then failed(r, f.kind, f.message)
+        elseif yes then
+          local st, result = host.invoke(r.name, r.validate, req, cluster)
+          if st ~= "ok" then
+            failed(r, st, result)
+          elseif result ~= nil then
+            local list = is_verdict(result) and { result } or result
+            if type(list) ~= "table" then
+              failed(r, "error", ("validate returned a %s; expected nil, a verdict or a list of verdicts"):format(type(result)))
+            else
+              for _, v in ipairs(list) do
+                if not is_verdict(v) then
+                  failed(r, "error", "validate returned something that is not a verdict (use deny() or warn())")
+                elseif v.verdict == "deny" then
+                  denials[#denials + 1] = { rule = r.name, message = v.message, field = v.field, code = v.code }
+                else
+                  warnings[#warnings + 1] = v.message
+                end
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+
+  local ops = json.array()
+  if phases.mutate and #denials == 0 and #failures == 0 and request.object ~= nil then
+    local current = json.copy(request.object)
+    for _, r in ipairs(bundle.rules) do
+      if r.mutate and #failures == 0 then
+        local view = {}
+        for k, v in pairs(request) do view[k] = v end
+        view.object = current
+        local rview = host.readonly(view)
+        local yes, f = matches(host, r, rview, cluster)
+        if f then failed(r, f.kind, f.message)
+        elseif yes then
+          local st, result = host.invoke(r.name, r.mutate, rview, cluster)
+          if st ~= "ok" then
+            failed(r, st, result)
+          elseif result ~= nil then
+            if type(result) ~= "table" then
+              failed(r, "error", ("mutate returned a %s; expected nil or a JSONPatch"):format(type(result)))
+            else
+              local list = json.copy(result)
+              local after, err = jsonpatch.apply(current, list)
+              if not after then
+                failed(r, "error", "its patch does not apply: " .. err)
+              else
+                current = after
+                for _, op in ipairs(list) do ops[#ops + 1] = op end
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+
+  local response = { uid = request.uid, allowed = true }
+  if #failures > 0 then
+    -- fail closed: a broken policy refuses, naming itself
+    response.allowed = false
+    response.status = { code = 500, reason = "InternalError", message = table.concat(failures, "; ") }
+  elseif #denials > 0 then
+    local parts = {}
+    for i, d in ipairs(denials) do
+      parts[i] = d.field and ("%s: %s"):format(d.field, d.message) or d.message
+    end
+    local code = denials[1].code
+    response.allowed = false
+    response.status = {
+      code = code, reason = policy.REASONS[code] or "Forbidden",
+      message = table.concat(parts, "; "),
+      details = { causes = json.array() },
+    }
+    for _, d in ipairs(denials) do
+      local cause = { message = ("%s (%s)"):format(d.message, d.rule), reason = "FieldValueInvalid" }
+      if d.field then cause.field = d.field end
+      table.insert(response.status.details.causes, cause)
+    end
+  end
+  if #warnings > 0 then response.warnings = json.array(warnings) end
+  if response.allowed and #ops > 0 then response.patch = ops end
+  return response
+end
+
+--- Applies a JSONPatch to a document (for `cozygpu policy test`).
+--- Returns the patched document, or nil and a message.
+function M.apply_patch(doc, ops)
+  return jsonpatch.apply(doc, ops)
+end
+
+return M

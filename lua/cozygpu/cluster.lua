@@ -1,0 +1,87 @@
+--- cozygpu.cluster — the read-only view of cluster state that policies get
+--- as their second argument.
+---
+--- The view is built once per snapshot (or per cache refresh in the
+--- controller) from a list of Kubernetes objects. Every object it returns is
+--- a read-only view (assignment raises). Lookups that find nothing return
+--- nil; lists are never nil.
+local json = require "cozygpu.json"
+local object = require "cozygpu.object"
+
+local M = {}
+
+local function key(ns, name) return (ns or "") .. "/" .. (name or "") end
+
+--- Builds a view.
+--- @param objects table[] Kubernetes objects (GPUClass, Namespace,
+---   ResourceQuota, KubeVirt, Node, GPUClaim, ...; unknown kinds are kept
+---   and reachable through `list(kind)`)
+--- @param settings table settings (config.h shape)
+--- @return table view with the methods below (call with `:`)
+function M.new(objects, settings)
+  local by_kind = {}          -- kind -> array
+  local by_name = {}          -- kind -> "ns/name" -> object
+  local class_by_resource = {} -- resourceName -> array of classes
+  for _, o in ipairs(objects) do
+    local kind = object.get(o, "kind")
+    if type(kind) == "string" then
+      by_kind[kind] = by_kind[kind] or {}
+      table.insert(by_kind[kind], o)
+      by_name[kind] = by_name[kind] or {}
+      by_name[kind][key(object.get(o, "metadata", "namespace"), object.get(o, "metadata", "name"))] = o
+      if kind == "GPUClass" then
+        local rn = object.get(o, "spec", "resourceName")
+        if type(rn) == "string" then
+          class_by_resource[rn] = class_by_resource[rn] or {}
+          table.insert(class_by_resource[rn], o)
+        end
+      end
+    end
+  end
+  local ro = json.readonly
+  local view = {}
+  local empty = ro(json.array())
+
+  --- All objects of `kind` (e.g. "Node"), in snapshot order.
+  function view.list(_, kind) return ro(by_kind[kind] or empty) end
+  --- One object by kind, namespace (nil for cluster-scoped) and name.
+  function view.get(_, kind, ns, name)
+    local t = by_name[kind]
+    return t and ro(t[key(ns, name)]) or nil
+  end
+  --- GPUClass by name.
+  function view.gpuclass(self, name) return self:get("GPUClass", nil, name) end
+  --- Every GPUClass.
+  function view.gpuclasses(self) return self:list("GPUClass") end
+  --- The GPUClasses whose spec.resourceName is `name` (normally at most
+  --- one: DESIGN.md §3, one resource name per offer).
+  function view.classes_for_resource(_, name) return ro(class_by_resource[name] or empty) end
+  --- Namespace by name.
+  function view.namespace(self, name) return self:get("Namespace", nil, name) end
+  --- ResourceQuotas of namespace `ns`.
+  function view.resourcequotas(self, ns)
+    local out = {}
+    for _, q in ipairs(by_kind.ResourceQuota or {}) do
+      if object.get(q, "metadata", "namespace") == ns then out[#out + 1] = q end
+    end
+    return ro(out)
+  end
+  --- The KubeVirt CR (the first one; a cluster has one), or nil.
+  function view.kubevirt(_) return by_kind.KubeVirt and ro(by_kind.KubeVirt[1]) or nil end
+  --- Node by name.
+  function view.node(self, name) return self:get("Node", nil, name) end
+  --- Every Node.
+  function view.nodes(self) return self:list("Node") end
+  --- GPUClaims of namespace `ns`, or of every namespace when ns is nil.
+  function view.gpuclaims(_, ns)
+    local out = {}
+    for _, c in ipairs(by_kind.GPUClaim or {}) do
+      if ns == nil or object.get(c, "metadata", "namespace") == ns then out[#out + 1] = c end
+    end
+    return ro(out)
+  end
+  view.settings = settings
+  return ro(view)
+end
+
+return M

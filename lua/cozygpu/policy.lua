@@ -1,0 +1,86 @@
+--- cozygpu.policy — what a policy file is made of: rules and verdicts.
+--- These are globals in every policy's environment (rule, deny, warn);
+--- docs/policy-api.md describes them for hosters.
+local M = {}
+
+local HOOKS = { validate = true, mutate = true }
+local FIELDS = { match = true, validate = true, mutate = true, description = true }
+local MATCH_FIELDS = { kind = true, group = true, operations = true, ["function"] = true }
+local OPERATIONS = { CREATE = true, UPDATE = true, DELETE = true, CONNECT = true }
+
+local function string_or_list(v)
+  if type(v) == "string" then return true end
+  if type(v) ~= "table" then return false end
+  for _, x in ipairs(v) do if type(x) ~= "string" then return false end end
+  return true
+end
+
+--- Declares a rule: `rule "site/name" { match = ..., validate = fn, mutate = fn }`.
+--- `match` is a table {kind = "Pod" | {...}, group = "kubevirt.io" | {...},
+--- operations = {"CREATE", ...}} (all optional; absent means any) or a
+--- function(req) returning true to run. `validate(req, cluster)` returns
+--- nil (allow), a verdict, or a list of verdicts; `mutate(req, cluster)`
+--- returns nil or a JSONPatch (patch.new() or a list of operations).
+--- Raises on a malformed declaration, naming the rule and the field.
+--- @param name string unique rule name, e.g. "gpu/vmi-entries"
+--- @return fun(spec: table): table
+function M.rule(name)
+  if type(name) ~= "string" or not name:match("^[%w][%w%-%._/]*$") then
+    error("rule: the name must be a string of letters, digits, '-', '.', '_' or '/'", 2)
+  end
+  return function(spec)
+    if type(spec) ~= "table" then error(("rule %q: expected a table"):format(name), 2) end
+    for k in pairs(spec) do
+      if not FIELDS[k] then error(("rule %q: unknown field %q (known: match, validate, mutate, description)"):format(name, tostring(k)), 2) end
+    end
+    local hooks = 0
+    for h in pairs(HOOKS) do
+      if spec[h] ~= nil then
+        if type(spec[h]) ~= "function" then error(("rule %q: %s must be a function"):format(name, h), 2) end
+        hooks = hooks + 1
+      end
+    end
+    if hooks == 0 then error(("rule %q: needs a validate or mutate function"):format(name), 2) end
+    local m = spec.match
+    if m ~= nil and type(m) ~= "function" then
+      if type(m) ~= "table" then error(("rule %q: match must be a table or a function"):format(name), 2) end
+      for k, v in pairs(m) do
+        if not MATCH_FIELDS[k] then error(("rule %q: match: unknown field %q (known: kind, group, operations)"):format(name, tostring(k)), 2) end
+        if not string_or_list(v) then error(("rule %q: match.%s must be a string or a list of strings"):format(name, k), 2) end
+      end
+      for _, op in ipairs(type(m.operations) == "table" and m.operations or { m.operations }) do
+        if not OPERATIONS[op] then error(("rule %q: match.operations: unknown operation %q"):format(name, tostring(op)), 2) end
+      end
+    end
+    return {
+      __rule = true, name = name, match = m, validate = spec.validate, mutate = spec.mutate,
+      description = spec.description,
+    }
+  end
+end
+
+local REASONS = { [400] = "BadRequest", [403] = "Forbidden", [404] = "NotFound", [409] = "Conflict",
+  [422] = "Invalid", [429] = "TooManyRequests", [500] = "InternalError" }
+M.REASONS = REASONS
+
+--- A refusal. `opts.field` is the field path it is about
+--- ("spec.tolerations[2].operator"), `opts.code` the HTTP status code
+--- (403 by default; 422 for an invalid object, as the API server uses).
+--- @param message string
+--- @param opts {field:string?, code:integer?}|nil
+function M.deny(message, opts)
+  if type(message) ~= "string" then error("deny: message must be a string", 2) end
+  opts = opts or {}
+  local code = opts.code or 403
+  if math.type(code) ~= "integer" or code < 400 or code > 599 then error("deny: code must be an HTTP error status", 2) end
+  return { verdict = "deny", message = message, field = opts.field, code = code }
+end
+
+--- An admission warning (allowed, shown to the client: kubectl prints it).
+--- @param message string
+function M.warn(message)
+  if type(message) ~= "string" then error("warn: message must be a string", 2) end
+  return { verdict = "warn", message = message }
+end
+
+return M

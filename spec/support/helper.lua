@@ -1,0 +1,194 @@
+--- Test support shared by every spec: the C core, fixtures, builders and a
+--- runner for the `cozygpu` binary. Preloaded by .busted.
+local core = require "cozygpu.core"
+package.preload["cozygpu.json"] = function() return core.json end
+local json = core.json
+
+local H = {}
+H.core = core
+H.json = json
+H.build = os.getenv("COZYGPU_BUILD") or "build"
+H.bin = H.build .. "/bin/cozygpu"
+H.fixtures = os.getenv("COZYGPU_FIXTURES") or "../shared/fixtures"
+H.asan = os.getenv("COZYGPU_ASAN") == "1"
+
+--- Reads a whole file.
+function H.read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+--- Writes a file, creating nothing else.
+function H.write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+--- A fresh temporary directory (removed at process exit is not promised).
+function H.tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  assert(os.execute("mkdir -p '" .. p .. "'"))
+  return p
+end
+
+local function shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+H.q = shell_quote
+
+--- Runs the cozygpu binary with `args` (a list). Returns stdout, stderr,
+--- exit status. Under ASan, leak checking is on for the child.
+function H.run(args, env)
+  local out, err = os.tmpname(), os.tmpname()
+  local parts = {}
+  for i, a in ipairs(args) do parts[i] = shell_quote(a) end
+  local prefix = H.asan and "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 " or ""
+  local cmd = ("%s%s%s %s >%s 2>%s"):format(env or "", prefix, H.bin, table.concat(parts, " "), out, err)
+  local _, _, code = os.execute(cmd)
+  local o, e = H.read(out), H.read(err)
+  os.remove(out) os.remove(err)
+  return o, e, code
+end
+
+--- Decodes JSON Lines output into a list of values.
+function H.json_lines(text)
+  local out = {}
+  for line in text:gmatch("[^\n]+") do out[#out + 1] = assert(json.decode(line)) end
+  return out
+end
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+--- base64 decoding (for AdmissionResponse.patch).
+function H.unbase64(s)
+  s = s:gsub("[^%w%+/=]", "")
+  return (s:gsub(".", function(x)
+    if x == "=" then return "" end
+    local r, f = "", (B64:find(x, 1, true) - 1)
+    for i = 6, 1, -1 do r = r .. (f % 2 ^ i - f % 2 ^ (i - 1) > 0 and "1" or "0") end
+    return r
+  end):gsub("%d%d%d?%d?%d?%d?%d?%d?", function(x)
+    if #x ~= 8 then return "" end
+    local c = 0
+    for i = 1, 8 do c = c + (x:sub(i, i) == "1" and 2 ^ (8 - i) or 0) end
+    return string.char(c)
+  end))
+end
+
+--- The decoded JSONPatch of a response, or nil.
+function H.patch_of(resp)
+  if not resp.patch then return nil end
+  assert.are.equal("JSONPatch", resp.patchType)
+  return assert(json.decode(H.unbase64(resp.patch)))
+end
+
+--- Objects from manifest files or directories.
+function H.objects(...)
+  local out = {}
+  for _, p in ipairs { ... } do
+    for _, r in ipairs(assert(core.manifests(p))) do out[#out + 1] = r.object end
+  end
+  return out
+end
+
+--- An engine with the default policies and `objects` as the snapshot.
+function H.engine(objects, settings, opts)
+  local e = assert(core.engine(opts or {}))
+  assert(e:set_cluster(json.array(objects or {}), settings and assert(core.config_from(settings)) or nil))
+  return e
+end
+
+-- ---- builders --------------------------------------------------------
+
+--- A GPUClass. spec fields as given.
+function H.class(name, spec)
+  return { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClass", metadata = { name = name }, spec = spec }
+end
+
+--- A Namespace with labels.
+function H.namespace(name, labels)
+  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name, labels = labels or json.object() } }
+end
+
+--- A tenant namespace in Cozystack's tree: `chain` lists the tenant
+--- namespaces from the root down, the last being this one.
+function H.tenant(chain, extra)
+  local labels = {}
+  for _, a in ipairs(chain) do labels["tenant.cozystack.io/" .. a] = "" end
+  for k, v in pairs(extra or {}) do labels[k] = v end
+  return H.namespace(chain[#chain], labels)
+end
+
+--- The KubeVirt CR with permittedHostDevices: pci = {{selector, name}},
+--- mdev = {{selector, name}}.
+function H.kubevirt(pci, mdev)
+  local p, m = json.array(), json.array()
+  for _, d in ipairs(pci or {}) do p[#p + 1] = { pciVendorSelector = d[1], resourceName = d[2], externalResourceProvider = true } end
+  for _, d in ipairs(mdev or {}) do m[#m + 1] = { mdevNameSelector = d[1], resourceName = d[2], externalResourceProvider = true } end
+  return {
+    apiVersion = "kubevirt.io/v1", kind = "KubeVirt", metadata = { name = "kubevirt", namespace = "cozy-kubevirt" },
+    spec = { configuration = { permittedHostDevices = { pciHostDevices = p, mediatedDevices = m } } },
+  }
+end
+
+--- A VMI. o = {namespace, name, labels, gpus = {deviceName...},
+--- hostDevices = {deviceName...}, resources = {name = qty}}.
+function H.vmi(o)
+  o = o or {}
+  local gpus, hds = json.array(), json.array()
+  for i, d in ipairs(o.gpus or {}) do gpus[i] = { name = "gpu" .. i, deviceName = d } end
+  for i, d in ipairs(o.hostDevices or {}) do hds[i] = { name = "hostdev" .. i, deviceName = d } end
+  local devices = { disks = json.array { { name = "root", disk = { bus = "virtio" } } } }
+  if #gpus > 0 then devices.gpus = gpus end
+  if #hds > 0 then devices.hostDevices = hds end
+  local domain = { devices = devices }
+  if o.resources then domain.resources = { limits = o.resources, requests = o.resources } end
+  return {
+    apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+    metadata = { name = o.name or "vm1", namespace = o.namespace or "tenant-a", labels = o.labels },
+    spec = { domain = domain, volumes = json.array { { name = "root", containerDisk = { image = "quay.io/containerdisks/fedora:40" } } } },
+  }
+end
+
+--- An AdmissionRequest for `object` (CREATE unless op given).
+function H.request(object, op, old)
+  local group, version = object.apiVersion:match("^(.-)/(.*)$")
+  if not group then group, version = "", object.apiVersion end
+  return {
+    uid = "0b5c2c3a-1c4b-4b1a-9a52-6d1c0c6f0001",
+    kind = { group = group, version = version, kind = object.kind },
+    resource = { group = group, version = version, resource = object.kind:lower() .. "s" },
+    operation = op or "CREATE",
+    namespace = object.metadata.namespace,
+    name = object.metadata.name,
+    userInfo = { username = "system:serviceaccount:cozy-kubevirt:kubevirt-controller" },
+    object = object,
+    oldObject = old,
+  }
+end
+
+--- A virt-launcher pod for VMI `vmi_name` requesting `resources`
+--- ({name = qty}) in its compute container, with `tolerations`.
+function H.launcher(vmi_name, resources, tolerations, ns)
+  local pod = {
+    apiVersion = "v1", kind = "Pod",
+    metadata = {
+      generateName = "virt-launcher-" .. vmi_name .. "-", namespace = ns or "tenant-a",
+      labels = { ["kubevirt.io"] = "virt-launcher", ["vm.kubevirt.io/name"] = vmi_name },
+      ownerReferences = json.array { {
+        apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = vmi_name,
+        uid = "6e7b3e0c-0000-4000-8000-000000000001", controller = true, blockOwnerDeletion = true,
+      } },
+    },
+    spec = { containers = json.array { {
+      name = "compute", image = "quay.io/kubevirt/virt-launcher:v1.4.0",
+      resources = { limits = resources, requests = resources },
+    } } },
+  }
+  if tolerations then pod.spec.tolerations = json.array(tolerations) end
+  return pod
+end
+
+_G.H = H
+return H
