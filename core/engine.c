@@ -574,7 +574,6 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
     lua_pushinteger(L, (lua_Integer)e->memory_cap);
     lua_setfield(L, -2, "memory_bytes");
     if((rc = call_admission(e, "load", 1, 1, err)) != COZY_OK) {
-        cozy_fail(err, COZY_ERR_POLICY, "%s", err ? err->msg : "");
         engine_close(e);
         return COZY_ERR_POLICY;
     }

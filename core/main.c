@@ -216,7 +216,19 @@ static int cmd_review(int argc, char **argv)
                 else
                     snprintf(where, sizeof where, "%s", path);
                 json_t *out = NULL;
-                if(review_document(e, json_object_get(r, "object"), where, ++seq, &ro, &out, &err) != COZY_OK) {
+                json_t *doc = json_object_get(r, "object");
+                if(review_is_response_only(doc)) {
+                    fprintf(stderr, "cozygpu review: note: %s: an AdmissionReview with a response and no request; nothing to review\n", where);
+                    continue;
+                }
+                ro.notes = json_array();
+                cozy_result rrc = review_document(e, doc, where, ++seq, &ro, &out, &err);
+                size_t ni;
+                json_t *note;
+                json_array_foreach(ro.notes, ni, note) fprintf(stderr, "cozygpu review: note: %s\n", json_string_value(note));
+                json_decref(ro.notes);
+                ro.notes = NULL;
+                if(rrc != COZY_OK) {
                     fprintf(stderr, "cozygpu review: %s\n", err.msg);
                     status = 2;
                     continue;

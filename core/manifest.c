@@ -37,6 +37,75 @@ static cozy_result append_doc(json_t *out, const char *name, size_t index, json_
     return COZY_OK;
 }
 
+/* JSON integers outside int64 (Go's uint64 fields, e.g. in KubeVirt's API
+ * round-trip fixtures) make jansson fail. Kubernetes decodes such a number
+ * into an unstructured object as a float64 (apimachinery's JSON decoding
+ * keeps int64 where it fits), so do the same: returns a copy of the text in
+ * which each such integer token, outside strings, gets a ".0", or NULL when
+ * there is none. Caller frees. */
+static char *widen_big_integers(const char *buf, size_t len, size_t *outlen)
+{
+    char *out = NULL;
+    size_t o = 0, cap = 0;
+    int changed = 0, in_str = 0;
+    for(size_t i = 0; i < len;) {
+        size_t start = i, end = i + 1;
+        int big = 0;
+        if(in_str) {
+            if(buf[i] == '\\' && i + 1 < len)
+                end = i + 2;
+            else if(buf[i] == '"')
+                in_str = 0;
+        } else if(buf[i] == '"') {
+            in_str = 1;
+        } else if(buf[i] == '-' || (buf[i] >= '0' && buf[i] <= '9')) {
+            int integral = 1;
+            end = i + 1;
+            while(end < len && strchr("0123456789.eE+-", buf[end])) {
+                if(strchr(".eE", buf[end]))
+                    integral = 0;
+                end++;
+            }
+            if(integral) {
+                char tmp[64];
+                size_t n = end - start;
+                if(n < sizeof tmp) {
+                    memcpy(tmp, buf + start, n);
+                    tmp[n] = 0;
+                    errno = 0;
+                    (void)strtoll(tmp, NULL, 10);
+                    big = errno == ERANGE;
+                } else
+                    big = 1;
+            }
+        }
+        size_t need = o + (end - start) + 3;
+        if(need > cap) {
+            cap = need * 2 + 64;
+            char *bigger = realloc(out, cap);
+            if(!bigger) {
+                free(out);
+                return NULL;
+            }
+            out = bigger;
+        }
+        memcpy(out + o, buf + start, end - start);
+        o += end - start;
+        if(big) {
+            memcpy(out + o, ".0", 2);
+            o += 2;
+            changed = 1;
+        }
+        i = end;
+    }
+    if(!changed) {
+        free(out);
+        return NULL;
+    }
+    *outlen = o;
+    return out;
+}
+
 cozy_result manifest_load_buffer(const char *buf, size_t len, const char *name, json_t *out, cozy_err *err)
 {
     size_t i = 0;
@@ -46,6 +115,14 @@ cozy_result manifest_load_buffer(const char *buf, size_t len, const char *name, 
     if(i < len && buf[i] == '{') {
         json_error_t jerr;
         json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+        if(!j && strstr(jerr.text, "too big integer")) {
+            size_t wlen = 0;
+            char *wide = widen_big_integers(buf, len, &wlen);
+            if(wide) {
+                j = json_loadb(wide, wlen, JSON_REJECT_DUPLICATES, &jerr);
+                free(wide);
+            }
+        }
         if(!j)
             return cozy_fail(err, COZY_ERR_PARSE, "%s:%d:%d: %s", name, jerr.line, jerr.column, jerr.text);
         docs = json_array();

@@ -90,6 +90,13 @@ static json_t *vmi_from_vm(const json_t *vm)
                      "VirtualMachineInstance", "metadata", meta, "spec", spec ? spec : json_object());
 }
 
+int review_is_response_only(const json_t *doc)
+{
+    const char *kind = json_string_value(json_object_get(doc, "kind"));
+    return kind && strcmp(kind, "AdmissionReview") == 0 && !json_object_get(doc, "request") &&
+           json_is_object(json_object_get(doc, "response"));
+}
+
 cozy_result review_build_request(const json_t *doc, const char *where, unsigned long seq, const review_options *opt,
                                  json_t **request, const char **api_version, int *judged_vmi, cozy_err *err)
 {
@@ -117,25 +124,44 @@ cozy_result review_build_request(const json_t *doc, const char *where, unsigned 
             return cozy_fail(err, COZY_ERR_INPUT, "%s: request.uid is missing or empty (AdmissionReview v1 requires it)",
                              where);
         }
+        /* the API server sends CREATE, UPDATE, DELETE or CONNECT; any other
+         * string matches no rule and is answered as such */
         const char *op = json_string_value(json_object_get(req, "operation"));
-        if(!op || (strcmp(op, "CREATE") && strcmp(op, "UPDATE") && strcmp(op, "DELETE") && strcmp(op, "CONNECT"))) {
+        if(!op || !*op) {
             json_decref(req);
-            return cozy_fail(err, COZY_ERR_INPUT, "%s: request.operation must be CREATE, UPDATE, DELETE or CONNECT",
-                             where);
+            return cozy_fail(err, COZY_ERR_INPUT, "%s: request.operation is missing", where);
         }
         if(!json_is_string(json_object_get(json_object_get(req, "kind"), "kind"))) {
             json_decref(req);
             return cozy_fail(err, COZY_ERR_INPUT, "%s: request.kind.kind is missing", where);
         }
     } else {
-        /* a plain object: wrap it as a CREATE */
+        /* a plain object: wrap it as a CREATE. Manifests copied from docs
+         * sometimes omit apiVersion; for the kinds cozygpu reviews it is
+         * assumed, with a note. */
+        if(kind && !av) {
+            if(strcmp(kind, "VirtualMachineInstance") == 0 || strcmp(kind, "VirtualMachine") == 0)
+                av = "kubevirt.io/v1";
+            else if(strcmp(kind, "Pod") == 0)
+                av = "v1";
+            else if(strcmp(kind, "GPUClass") == 0 || strcmp(kind, "GPUClaim") == 0)
+                av = "cozystack.io/v1alpha1";
+            if(av && opt && opt->notes) {
+                char note[512];
+                snprintf(note, sizeof note, "%s: %s has no apiVersion; assumed %s", where, kind, av);
+                json_array_append_new(opt->notes, json_string(note));
+            }
+        }
         if(!kind || !av)
             return cozy_fail(err, COZY_ERR_INPUT, "%s: not an AdmissionReview and not a Kubernetes object (needs apiVersion and kind)",
                              where);
         json_t *meta = json_object_get(doc, "metadata");
         const char *name = json_string_value(json_object_get(meta, "name"));
-        if(!name && !json_string_value(json_object_get(meta, "generateName")))
-            return cozy_fail(err, COZY_ERR_INPUT, "%s: %s has no metadata.name", where, kind);
+        if(!name && !json_string_value(json_object_get(meta, "generateName")) && opt && opt->notes) {
+            char note[512];
+            snprintf(note, sizeof note, "%s: %s has neither metadata.name nor generateName", where, kind);
+            json_array_append_new(opt->notes, json_string(note));
+        }
         char group[256], version[64], resource[128], uid[64];
         split_api_version(av, group, sizeof group, version, sizeof version);
         resource_of(kind, resource, sizeof resource);
@@ -144,11 +170,14 @@ cozy_result review_build_request(const json_t *doc, const char *where, unsigned 
         if(!ns && !is_cluster_scoped(kind))
             ns = "default";
         json_t *groups = opt && opt->groups ? json_incref((json_t *)opt->groups) : json_pack("[s]", "system:authenticated");
-        req = json_pack("{s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:s, s:{s:s, s:o}, s:O, s:b, s:{s:s, s:s}}",
+        json_t *object = json_deep_copy(doc);
+        if(!json_object_get(object, "apiVersion"))
+            json_object_set_new(object, "apiVersion", json_string(av));
+        req = json_pack("{s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:s, s:{s:s, s:o}, s:o, s:b, s:{s:s, s:s}}",
                         "uid", uid, "kind", "group", group, "version", version, "kind", kind, "resource", "group",
                         group, "version", version, "resource", resource, "operation", "CREATE", "userInfo",
                         "username", opt && opt->username ? opt->username : "kubernetes-admin", "groups",
-                        groups, "object", doc,
+                        groups, "object", object,
                         "dryRun", 0, "options", "apiVersion", "meta.k8s.io/v1", "kind", "CreateOptions");
         if(name)
             json_object_set_new(req, "name", json_string(name));

@@ -21,7 +21,13 @@ typedef struct review_options {
     const char *username;  /* userInfo.username for plain objects */
     const json_t *groups;  /* userInfo.groups (array of strings) or NULL */
     engine_phase phases;   /* which webhooks to run */
+    json_t *notes;         /* if set, an array that receives notes about the
+                              input (e.g. an assumed apiVersion) */
 } review_options;
+
+/* True when `doc` is an AdmissionReview that carries only a response (a
+ * recorded answer): there is nothing to review, and callers skip it. */
+int review_is_response_only(const json_t *doc);
 
 /* Reviews one input document (`doc`, borrowed). `where` names it in
  * messages ("file.yaml, document 2"); `seq` numbers generated uids.
