@@ -79,7 +79,7 @@ end
 --- The decoded JSONPatch of a response, or nil.
 function H.patch_of(resp)
   if not resp.patch then return nil end
-  assert.are.equal("JSONPatch", resp.patchType)
+  if resp.patchType ~= "JSONPatch" then error("patchType is " .. tostring(resp.patchType), 2) end
   return assert(json.decode(H.unbase64(resp.patch)))
 end
 
