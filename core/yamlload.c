@@ -815,14 +815,21 @@ static int resolve(loader *l, rtag t, const char *v, size_t n, const yaml_mark_t
                 return 0;
             }
             if (rc == 2) {
-                /* kubectl: a uint64 or big.Int that json.Marshal writes as
-                   digits and sigs.k8s.io/json reads back as a rounded
-                   float64, or a float64, or a string, depending on the
-                   spelling and the go-yaml fork.  We refuse. */
+                /* beyond int64: kubectl's path (go-yaml v2 uint64 ->
+                   json.Marshal digits -> Kubernetes' JSON decoding) ends
+                   in a float64, the nearest double; do the same, as the
+                   JSON reader does (core/manifest.c). */
+                char *end = NULL;
+                double d = strtod(plain, &end);
                 free(plain);
+                if (end && *end == '\0') {
+                    out->kind = SC_FLOAT;
+                    out->f = d;
+                    *got = T_FLOAT;
+                    return 0;
+                }
                 mark_of(m, &line, &column);
-                fail(l, line, column, "integer %.*s is out of int64 range", SNIPPET_MAX,
-                     v);
+                fail(l, line, column, "integer %.*s is out of range", SNIPPET_MAX, v);
                 return -1;
             }
             if (yaml_style_float(plain, k) && parse_float_text(plain, &out->f) == 0) {
