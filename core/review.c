@@ -193,7 +193,10 @@ cozy_result review_build_request(const json_t *doc, const char *where, unsigned 
        (strcmp(op, "CREATE") == 0 || strcmp(op, "UPDATE") == 0)) {
         json_t *vmi = vmi_from_vm(json_object_get(req, "object"));
         if(vmi) {
-            const char *version = json_string_value(json_object_get(k, "version"));
+            char version_buf[64];
+            const char *v0 = json_string_value(json_object_get(k, "version"));
+            snprintf(version_buf, sizeof version_buf, "%s", v0 ? v0 : "v1");
+            const char *version = version_buf; /* k is replaced below */
             json_object_set_new(req, "kind", json_pack("{s:s, s:s, s:s}", "group", "kubevirt.io", "version",
                                                        version ? version : "v1", "kind", "VirtualMachineInstance"));
             json_object_set_new(req, "resource",

@@ -58,6 +58,7 @@ typedef struct scalar {
     int b;
     long long i;
     double f;
+    int from_uint64; /* SC_FLOAT: go-yaml v2 had a uint64 (kubectl: float64) */
     char *s; /* SC_STR: owned, NUL-terminated, may contain NUL */
     size_t slen;
 } scalar;
@@ -95,24 +96,18 @@ static int set_str(scalar *sc, const char *s, size_t n)
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* Go strconv.ParseInt(s, 0, 64) on text without underscores: sign, then 0x,
-   0o, 0b (either case) or a leading 0 (octal), else decimal.  Returns 0 with
-   *out set, 1 when s is not integer syntax, 2 when it is but does not fit. */
-static int go_parse_int(const char *s, size_t n, long long *out)
+/* Go strconv.ParseUint(s, 0, 64) on text without underscores and sign:
+   0x, 0o, 0b (either case) or a leading 0 (octal), else decimal.  Returns 0
+   with *out set, 1 when s is not integer syntax, 2 when it is but does not
+   fit 64 bits. */
+static int go_parse_uint(const char *s, size_t n, uint64_t *out)
 {
     size_t i = 0;
-    int neg = 0;
     unsigned base = 10;
     uint64_t v = 0;
     int overflow = 0;
 
     if (n == 0)
-        return 1;
-    if (s[0] == '+' || s[0] == '-') {
-        neg = s[0] == '-';
-        i = 1;
-    }
-    if (i == n)
         return 1;
     if (s[i] == '0') {
         char p = (char)(s[i + 1 < n ? i + 1 : i] | 0x20);
@@ -150,6 +145,28 @@ static int go_parse_int(const char *s, size_t n, long long *out)
     }
     if (overflow)
         return 2;
+    *out = v;
+    return 0;
+}
+
+/* Go strconv.ParseInt(s, 0, 64): an optional sign, then go_parse_uint.
+   Returns 0 with *out set, 1 when s is not integer syntax, 2 when it is but
+   does not fit int64. */
+static int go_parse_int(const char *s, size_t n, long long *out)
+{
+    int neg = 0, rc;
+    uint64_t v;
+
+    if (n > 0 && (s[0] == '+' || s[0] == '-')) {
+        neg = s[0] == '-';
+        s++;
+        n--;
+    }
+    if (n > 0 && (s[0] == '+' || s[0] == '-'))
+        return 1;
+    rc = go_parse_uint(s, n, &v);
+    if (rc)
+        return rc;
     if (neg) {
         if (v > (uint64_t)INT64_MAX + 1)
             return 2;
@@ -721,8 +738,7 @@ static const char *rtag_name(rtag t)
 /* go-yaml v2 resolve.go resolve(): the implicit resolution of a plain
    scalar, or the checked resolution of one with an explicit tag t.  Sets
    *out (with *got the tag it resolved to); returns -1 after fail(). */
-static int resolve(loader *l, rtag t, const char *v, size_t n, const yaml_mark_t *m,
-                   scalar *out, rtag *got)
+static int resolve(loader *l, rtag t, const char *v, size_t n, scalar *out, rtag *got)
 {
     static const struct {
         const char *text;
@@ -746,7 +762,6 @@ static int resolve(loader *l, rtag t, const char *v, size_t n, const yaml_mark_t
         {"-.inf", SC_FLOAT, 0, -INFINITY}, {"-.Inf", SC_FLOAT, 0, -INFINITY},
         {"-.INF", SC_FLOAT, 0, -INFINITY},
     };
-    unsigned long line, column;
     char hint = 0;
     size_t i;
 
@@ -815,22 +830,23 @@ static int resolve(loader *l, rtag t, const char *v, size_t n, const yaml_mark_t
                 return 0;
             }
             if (rc == 2) {
-                /* beyond int64: kubectl's path (go-yaml v2 uint64 ->
-                   json.Marshal digits -> Kubernetes' JSON decoding) ends
-                   in a float64, the nearest double; do the same, as the
-                   JSON reader does (core/manifest.c). */
-                char *end = NULL;
-                double d = strtod(plain, &end);
-                free(plain);
-                if (end && *end == '\0') {
+                /* Beyond int64, as kubectl v1.32 reads it.  Unsigned text
+                   that fits 64 bits is a uint64 in go-yaml v2, which
+                   json.Marshal writes as digits and Kubernetes' JSON
+                   decoding reads back as the nearest float64 (core/manifest.c
+                   widens big JSON integers the same way).  Decimal text
+                   beyond that falls to the float rule below, where a leading
+                   0 reads as decimal.  Any other spelling (signed, or hex,
+                   octal, binary beyond 64 bits) stays a string. */
+                uint64_t u;
+                if (go_parse_uint(plain, k, &u) == 0) {
+                    free(plain);
                     out->kind = SC_FLOAT;
-                    out->f = d;
-                    *got = T_FLOAT;
+                    out->f = (double)u;
+                    out->from_uint64 = 1;
+                    *got = T_INT; /* v2's tag is !!int, and !!float refuses it */
                     return 0;
                 }
-                mark_of(m, &line, &column);
-                fail(l, line, column, "integer %.*s is out of range", SNIPPET_MAX, v);
-                return -1;
             }
             if (yaml_style_float(plain, k) && parse_float_text(plain, &out->f) == 0) {
                 free(plain);
@@ -901,11 +917,11 @@ static int resolve_event(loader *l, const yaml_event_t *ev, scalar *out)
         return set_str(out, v, n) ? (fail_oom(l), -1) : 0; /* "!", "!local", other URIs */
     }
 
-    if (resolve(l, t, v, n, &ev->start_mark, out, &got))
+    if (resolve(l, t, v, n, out, &got))
         return -1;
     if (t == T_NONE || t == T_STR || t == got)
         return 0;
-    if (t == T_FLOAT && got == T_INT) {
+    if (t == T_FLOAT && got == T_INT && !out->from_uint64) {
         out->kind = SC_FLOAT;
         out->f = (double)out->i;
         return 0;
@@ -968,7 +984,15 @@ static int scalar_to_key(loader *l, const scalar *sc, const char *text, size_t t
         return -1;
     case SC_BOOL: s = sc->b ? "true" : "false"; break;
     case SC_INT: snprintf(buf, sizeof buf, "%lld", sc->i); break;
-    case SC_FLOAT: format_float_key(sc->f, buf, sizeof buf); break;
+    case SC_FLOAT:
+        if (sc->from_uint64) {
+            mark_of(m, &line, &column);
+            fail(l, line, column, "unsupported map key: `%.*s` is a uint64",
+                 (int)(textlen < SNIPPET_MAX ? textlen : SNIPPET_MAX), text);
+            return -1;
+        }
+        format_float_key(sc->f, buf, sizeof buf);
+        break;
     case SC_STR: break;
     }
     if (sc->kind == SC_STR) {
