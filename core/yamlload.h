@@ -58,9 +58,13 @@ typedef struct yamlload_error {
  *   - tags !!str !!int !!float !!bool !!null !!timestamp !!binary are
  *     honoured as go-yaml v2 does; any other tag on a scalar makes it a
  *     string, and tags on mappings and sequences are ignored;
- *   - an integer is a json integer; a float that Go would print without a
- *     fraction or exponent becomes the json integer of that text when it fits
- *     int64 (1e3 -> 1000, 1.0 -> 1); any other float is a json real;
+ *   - an integer that fits int64 is a json integer; one beyond int64 is the
+ *     nearest json real when go-yaml v2 reads it as a uint64 or a float, as
+ *     kubectl's float64 (18446744073709551615 -> 1.8446744073709552e19), and
+ *     a string otherwise (-0x8000000000000001); a float that Go would print
+ *     without a fraction or exponent becomes the json integer of that text
+ *     when it fits int64 (1e3 -> 1000, 1.0 -> 1); any other float is a json
+ *     real;
  *   - keys that are not strings become strings as sigs.k8s.io/yaml does:
  *     booleans "true"/"false" (so `on:` and `y:` become "true"), integers in
  *     decimal, floats as Go's FormatFloat(f, 'g', -1, 32) (1e7 -> "1e+07");
@@ -76,14 +80,12 @@ typedef struct yamlload_error {
  *     (kubectl: "invalid Yaml document separator: ...");
  *   - a duplicate key in one mapping, after keys are made strings (kubectl
  *     keeps one of them silently; we refuse), naming the key and both lines;
- *   - an integer outside int64 (kubectl turns it into a rounded float64 or a
- *     string depending on its spelling and version; we refuse);
  *   - .inf, -.inf and .nan as values (kubectl fails: JSON cannot carry them);
- *   - a null key, a mapping or sequence used as a key, a tagged scalar that
- *     does not fit its tag, bad !!binary base64, a bad merge value, an
- *     unknown anchor, an anchor that contains itself, excessive aliasing
- *     (go-yaml v2's billion-laughs ratio) and nesting beyond
- *     YAMLLOAD_MAX_DEPTH, each with the line and column of the node;
+ *   - a null key, a uint64 key, a mapping or sequence used as a key, a
+ *     tagged scalar that does not fit its tag, bad !!binary base64, a bad
+ *     merge value, an unknown anchor, an anchor that contains itself,
+ *     excessive aliasing (go-yaml v2's billion-laughs ratio) and nesting
+ *     beyond YAMLLOAD_MAX_DEPTH, each with the line and column of the node;
  *   - out of memory (line 0).
  */
 json_t *yamlload_parse(const char *buf, size_t len, const char *filename, yamlload_error *err);
