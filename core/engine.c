@@ -502,11 +502,9 @@ static cozy_result call_admission(engine *e, const char *fn, int nargs, int nres
     lua_getfield(L, -1, fn);
     lua_remove(L, -2);
     lua_insert(L, -(nargs + 1));
-    lua_pushcfunction(L, message_handler);
-    lua_insert(L, -(nargs + 2));
-    int h = lua_gettop(L) - nargs - 1;
-    int st = lua_pcall(L, nargs, nres, h);
-    lua_remove(L, h);
+    /* no message handler: the library raises messages that already name
+     * the policy file and line */
+    int st = lua_pcall(L, nargs, nres, 0);
     if(st != LUA_OK) {
         cozy_fail(err, COZY_ERR_INTERNAL, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "error");
         lua_pop(L, 1);

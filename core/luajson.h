@@ -25,7 +25,7 @@
 
 /* Maximum nesting depth in either direction; deeper input is refused
  * (protects the C stack from hostile documents and cyclic tables). */
-#define LUAJSON_MAX_DEPTH 256
+#define LUAJSON_MAX_DEPTH 10000 /* the YAML loader's limit, go-yaml's */
 
 /* Pushes the Lua value for `j` (borrowed; not modified). Raises a Lua error
  * (memory) on failure, so call it inside a protected call or accept the

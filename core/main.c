@@ -253,6 +253,10 @@ static int cmd_review(int argc, char **argv)
         json_decref(files);
     }
     engine_close(e);
+    if(fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "cozygpu review: writing the output failed\n");
+        status = 2;
+    }
     if(status == 0 && refused && fail_on_deny)
         status = 1;
 out:

@@ -37,7 +37,7 @@ function M.load(host)
         error(("%s: item %d is not a rule (declare it with rule \"name\" {...})"):format(f.path, i), 0)
       end
       if bundle.byname[r.name] then
-        error(("%s: rule %q is already declared in %s"):format(f.path, r.name, bundle.byname[r.name].file), 0)
+        error(("rule %q is declared twice: in %s and in %s"):format(r.name, bundle.byname[r.name].file, f.path), 0)
       end
       r.file = f.path
       bundle.byname[r.name] = r
