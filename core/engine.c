@@ -22,7 +22,6 @@
 #include <lualib.h>
 
 #include "luajson.h"
-#include "manifest.h"
 
 #ifndef COZYGPU_LIBDIR
 #define COZYGPU_LIBDIR "lua"
