@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -52,6 +53,9 @@ struct engine {
     long long instr_budget;
     long long instr_used;
     int budget_exhausted;
+    int has_deadline;         /* engine_set_deadline was given a time */
+    struct timespec deadline; /* CLOCK_MONOTONIC */
+    int deadline_passed;
     long long memory_cap;
     char *library_dir;
     char *bundle_dir;
@@ -107,16 +111,24 @@ static void count_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     engine *e = engine_of(L);
-    if(!e->budget_exhausted) {
+    if(!e->budget_exhausted && !e->deadline_passed) {
         e->instr_used += ENGINE_HOOK_STEP;
-        if(e->instr_used <= e->instr_budget)
+        if(e->has_deadline) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if(now.tv_sec > e->deadline.tv_sec ||
+               (now.tv_sec == e->deadline.tv_sec && now.tv_nsec >= e->deadline.tv_nsec))
+                e->deadline_passed = 1;
+        }
+        if(e->instr_used <= e->instr_budget && !e->deadline_passed)
             return;
-        e->budget_exhausted = 1;
+        if(!e->deadline_passed)
+            e->budget_exhausted = 1;
         /* from now on raise on every instruction, so a pcall in the policy
          * that catches this error is stopped again at once */
         lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
     }
-    luaL_error(L, "instruction budget exhausted");
+    luaL_error(L, e->deadline_passed ? "review deadline passed" : "instruction budget exhausted");
 }
 
 /* Message handler: makes sure the message names file and line of the
@@ -159,6 +171,7 @@ static int host_invoke(lua_State *L)
     e->in_call = 1;
     e->instr_used = 0;
     e->budget_exhausted = 0;
+    e->deadline_passed = 0;
     e->mem_exhausted = 0;
     e->mem_limit = e->mem_used + (size_t)e->memory_cap;
     lua_sethook(L, count_hook, LUA_MASKCOUNT, ENGINE_HOOK_STEP);
@@ -169,10 +182,12 @@ static int host_invoke(lua_State *L)
     e->fail_after = 0;
     e->fail_sticky = 0;
 
-    int budget = e->budget_exhausted, mem = e->mem_exhausted;
-    if(budget || mem || st != LUA_OK) {
+    int budget = e->budget_exhausted, mem = e->mem_exhausted, late = e->deadline_passed;
+    if(budget || mem || late || st != LUA_OK) {
         const char *detail = st != LUA_OK && lua_type(L, 3) == LUA_TSTRING ? lua_tostring(L, 3) : "";
-        if(budget)
+        if(late)
+            lua_pushliteral(L, "deadline"), lua_pushliteral(L, "did not finish before the review deadline");
+        else if(budget)
             lua_pushliteral(L, "budget"), lua_pushfstring(L, "exceeded its instruction budget of %I instructions",
                                                           (lua_Integer)e->instr_budget);
         else if(mem)
@@ -736,4 +751,13 @@ cozy_result engine_apply_patch(engine *e, const json_t *doc, const json_t *ops, 
         return COZY_ERR_INTERNAL;
     *out = j;
     return COZY_OK;
+}
+
+void engine_set_deadline(engine *e, const struct timespec *deadline)
+{
+    if(deadline) {
+        e->deadline = *deadline;
+        e->has_deadline = 1;
+    } else
+        e->has_deadline = 0;
 }

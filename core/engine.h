@@ -20,6 +20,7 @@
 #include <jansson.h>
 #include <lua.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "result.h"
 
@@ -68,6 +69,16 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
  * library's RFC 6902 implementation. On success *out is the new document
  * (caller owns); on failure COZY_ERR_INPUT with the failing operation. */
 cozy_result engine_apply_patch(engine *e, const json_t *doc, const json_t *ops, json_t **out, cozy_err *err);
+
+/* Sets a wall-clock deadline (CLOCK_MONOTONIC) for the policy calls of the
+ * following reviews; NULL clears it. A policy still running when it passes
+ * is stopped at its next hook check (every 1000 instructions) and the
+ * review answers a refusal naming it ("did not finish before the review
+ * deadline"), as for the instruction budget. Used by the webhook server so
+ * an answer always leaves before the API server's timeoutSeconds. Time
+ * spent inside one C function (e.g. a pathological string.find) is not
+ * interrupted. */
+void engine_set_deadline(engine *e, const struct timespec *deadline);
 
 /* The engine's Lua state, for the Lua module used by specs. Borrowed. */
 lua_State *engine_lua(engine *e);
