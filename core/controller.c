@@ -17,7 +17,7 @@
  */
 #include "controller.h"
 
-#include <dirent.h>
+#include <ftw.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -209,6 +209,13 @@ typedef struct ctl {
 
 static ctl *C; /* the one controller of this process (signal-free access) */
 
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
 static void bundle_unref(bundle *b)
 {
     if(!b)
@@ -218,21 +225,8 @@ static void bundle_unref(bundle *b)
     pthread_mutex_unlock(&C->mu);
     if(!last)
         return;
-    if(b->dir) {
-        DIR *d = opendir(b->dir);
-        if(d) {
-            struct dirent *de;
-            while((de = readdir(d))) {
-                if(de->d_name[0] == '.')
-                    continue;
-                char p[PATH_MAX];
-                snprintf(p, sizeof p, "%s/%s", b->dir, de->d_name);
-                unlink(p);
-            }
-            closedir(d);
-        }
-        rmdir(b->dir);
-    }
+    if(b->dir)
+        nftw(b->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(b->dir);
     free(b->source_rv);
     free(b);
@@ -408,9 +402,9 @@ static void record_event(const json_t *cm, const char *type, const char *reason,
     gmtime_r(&ts.tv_sec, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s", message); /* Events cap messages at 1 KiB */
+    snprintf(msg, sizeof msg, "%.1000s", message); /* keep Event messages near 1 KiB */
     json_t *ev = json_pack(
-        "{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:s, s:s, s:i}",
+        "{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:s, s:s, s:i}",
         "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", C->f.ns, "involvedObject",
         "apiVersion", "v1", "kind", "ConfigMap", "namespace", C->f.ns, "name", name ? name : "",
         "uid", json_string_value(json_object_get(md, "uid")), "resourceVersion",
@@ -485,6 +479,25 @@ static cozy_result self_check(engine *e, cozy_err *err)
     return rc;
 }
 
+/* Rewrites paths inside the bundle directory in `msg` ("/tmp/x/cozygpu-
+ * bundle-ab12/site.lua:3: ..." or Lua's shortened ".../site.lua:3") to the
+ * ConfigMap key ("site.lua:3"), so messages name what the hoster edits. */
+static void key_paths(char *msg, const char *dir)
+{
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    char needle[PATH_MAX];
+    snprintf(needle, sizeof needle, "%s/", base);
+    char *hit;
+    while((hit = strstr(msg, needle)) != NULL) {
+        char *start = hit;
+        while(start > msg && start[-1] != ' ' && start[-1] != '"' && start[-1] != '(')
+            start--;
+        char *end = hit + strlen(needle);
+        memmove(start, end, strlen(end) + 1);
+    }
+}
+
 /* Compiles `cm` (a ConfigMap, or NULL for "no ConfigMap": defaults only)
  * into a new bundle. On success returns it (refs 1); else NULL with err. */
 static bundle *compile_bundle(const json_t *cm, cozy_err *err)
@@ -515,8 +528,31 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
                           "key", k, NULL);
                 continue;
             }
+            /* docs/decisions/0007: key lib.a.b.lua is the module lib/a/b.lua */
             char p[PATH_MAX];
-            snprintf(p, sizeof p, "%s/%s", b->dir, k);
+            if(strncmp(k, "lib.", 4) == 0) {
+                char rel[PATH_MAX];
+                snprintf(rel, sizeof rel, "%s", k + 4);
+                rel[strlen(rel) - 4] = 0; /* drop .lua */
+                if(!*rel) {
+                    cozy_fail(err, COZY_ERR_POLICY, "ConfigMap %s/%s: data[%s]: a module key needs a name", C->f.ns,
+                              cm_name, k);
+                    goto fail;
+                }
+                for(char *q = rel; *q; q++)
+                    if(*q == '.')
+                        *q = '/';
+                snprintf(p, sizeof p, "%s/lib/%s", b->dir, rel);
+                /* create the module's folders */
+                for(char *q = p + strlen(b->dir) + 1; *q; q++)
+                    if(*q == '/') {
+                        *q = 0;
+                        mkdir(p, 0700);
+                        *q = '/';
+                    }
+                snprintf(p + strlen(p), sizeof p - strlen(p), ".lua");
+            } else
+                snprintf(p, sizeof p, "%s/%s", b->dir, k);
             const char *s = json_string_value(v);
             if(!s || write_file(p, s, json_string_length(v)) != 0) {
                 cozy_fail(err, COZY_ERR_IO, "ConfigMap %s/%s: data[%s]: cannot write %s", C->f.ns, cm_name, k, p);
@@ -529,12 +565,20 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
     engine_options eo = C->eo;
     eo.override_dir = b->dir;
     engine *e = NULL;
-    if(engine_open(&e, &eo, err) != COZY_OK)
+    cozy_result rc = engine_open(&e, &eo, err);
+    if(rc == COZY_OK) {
+        rc = self_check(e, err);
+        engine_close(e);
+    }
+    if(rc != COZY_OK) {
+        if(b->dir) {
+            key_paths(err->msg, b->dir);
+            char tmp[sizeof err->msg];
+            snprintf(tmp, sizeof tmp, "%s", err->msg);
+            cozy_fail(err, rc, "ConfigMap %s/%s: %s", C->f.ns, cm_name, tmp);
+        }
         goto fail;
-    cozy_result rc = self_check(e, err);
-    engine_close(e);
-    if(rc != COZY_OK)
-        goto fail;
+    }
     return b;
 fail:
     b->refs = 1;
@@ -610,7 +654,7 @@ static void *reloader_main(void *arg)
                               : "policy bundle failed to load; not ready",
                       "configmap", C->f.policies_configmap, "resourceVersion", rv, "error", err.msg, NULL);
             if(src) {
-                char msg[1024];
+                char msg[1100];
                 snprintf(msg, sizeof msg, "%s%s", serving ? "previous bundle keeps serving: " : "not serving: ",
                          err.msg);
                 record_event(src, "Warning", "PolicyReloadFailed", msg);

@@ -46,7 +46,7 @@ static void micro_time(char *buf, size_t n)
     gmtime_r(&ts.tv_sec, &tm);
     char base[32];
     strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, n, "%s.%06ldZ", base, ts.tv_nsec / 1000);
+    snprintf(buf, n, "%s.%06dZ", base, (int)(ts.tv_nsec / 1000) % 1000000);
 }
 
 static void set_leading(lease_elector *le, int leading)

@@ -1,0 +1,291 @@
+-- `cozygpu controller` end to end: the API server double holds the
+-- examples (loaded with kubectl), controllers serve the webhooks over TLS.
+local P = require "proc"
+local E = require "controller_env"
+local json = H.json
+
+-- Which webhook path answers a request of this kind, per webhook type
+-- (deploy/ webhook configurations; DESIGN.md §4).
+local PATHS = {
+  VirtualMachineInstance = { validating = "/validate/vmi", mutating = "/mutate/vmi" },
+  Pod = { mutating = "/mutate/launcher" },
+  GPUClass = { validating = "/validate/gpuclass" },
+}
+
+local function reviews()
+  local out = {}
+  for _, r in ipairs(assert(H.core.manifests("examples/reviews"))) do
+    out[#out + 1] = { file = r.file, review = r.object }
+  end
+  return out
+end
+
+local function lease(d)
+  local obj = E.get(d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+  return obj and obj.spec or {}
+end
+
+describe("cozygpu controller", function()
+  local dir, d, certs
+  local running = {}
+
+  local function start(o)
+    o.double, o.dir, o.certs = d, dir, o.certs or certs
+    local c = E.start_controller(o)
+    running[#running + 1] = c
+    return c
+  end
+
+  setup(function()
+    dir = H.tmpdir()
+    certs = P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
+    d = E.start_double()
+    E.load_examples(d)
+  end)
+
+  after_each(function()
+    for _, c in ipairs(running) do P.stop(c.pid, 5) end
+    running = {}
+    -- a fresh Lease and no policies ConfigMap for the next case
+    E.send(d, "DELETE", "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller", "")
+    E.send(d, "DELETE", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", "")
+    d:reset_log()
+  end)
+
+  teardown(function()
+    d:stop()
+    P.stop_all()
+  end)
+
+  it("answers the recorded reviews as `cozygpu review` does, over TLS", function()
+    local c = start { identity = "e2e" }
+    assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
+    local compared = 0
+    for _, r in ipairs(reviews()) do
+      local kind = r.review.request.kind.kind
+      -- VirtualMachines are judged as their VMI by `review` only; the
+      -- webhooks are registered for VMIs (the API server never sends a VM).
+      for webhook, path in pairs(PATHS[kind] or {}) do
+        local want_out, _, code = H.run { "review", "--cluster", "examples/classes", "--cluster", "examples/cluster",
+          "--config", "examples/config.yaml", "--webhook", webhook, r.file }
+        assert.equal(0, code)
+        local want = H.json_lines(want_out)[1]
+        local st, got = E.review(c, path, r.review)
+        assert.equal(200, st, r.file .. " " .. path)
+        assert.equal("AdmissionReview", got.kind)
+        assert.equal("admission.k8s.io/v1", got.apiVersion)
+        assert.same(want.response, got.response, r.file .. " " .. path)
+        compared = compared + 1
+      end
+    end
+    -- 01-06 VMIs twice, 07 pod once, 08 class once
+    assert.equal(14, compared)
+    local m = E.metrics(c)
+    local total = 0
+    for k, v in pairs(m) do
+      if k:match("^cozygpu_admission_reviews_total{") then total = total + v end
+    end
+    assert.equal(compared, total)
+  end)
+
+  it("has exactly one leader; when it dies the other leads within the lease duration", function()
+    local a = start { identity = "replica-a" }
+    local b = start { identity = "replica-b" }
+    assert.truthy(E.wait_ready(a)) assert.truthy(E.wait_ready(b))
+    local leader = P.wait_until(function()
+      local h = lease(d).holderIdentity
+      return h ~= nil and h ~= "" and h
+    end, 10)
+    assert.truthy(leader)
+    local function leading(c) return (E.metrics(c) or {}).cozygpu_leader end
+    assert.truthy(P.wait_until(function() return leading(a) and leading(b) and leading(a) + leading(b) == 1 end, 5))
+    local first, second = a, b
+    if leader == "replica-b" then first, second = b, a end
+    assert.equal(1, leading(first))
+    assert.equal(0, leading(second))
+
+    -- the leader writes the classes' Accepted condition; the other never writes
+    assert.truthy(P.wait_until(function()
+      local cls = E.get(d, "/apis/cozystack.io/v1alpha1/gpuclasses/l40s")
+      return cls and cls.status and cls.status.conditions
+    end, 10), "no GPUClass status written")
+    local cls = E.get(d, "/apis/cozystack.io/v1alpha1/gpuclasses/l40s")
+    assert.equal("Accepted", cls.status.conditions[1].type)
+    assert.equal("True", cls.status.conditions[1].status)
+    assert.equal(cls.metadata.generation, cls.status.conditions[1].observedGeneration)
+
+    local killed = os.time()
+    P.kill(first.pid, "KILL")
+    P.wait_exit(first.pid, 5)
+    -- The survivor takes over once the record it last saw is older than
+    -- leaseDuration (3 s) by its own clock: at most lease duration plus two
+    -- retry periods (it may have seen the last renewal up to one retry late
+    -- and checks once per retry) after the kill.
+    local took = P.wait_until(function() return lease(d).holderIdentity == second.identity end, 8, 0.1)
+    assert.truthy(took, "the survivor did not take over")
+    assert.is_true(os.time() - killed <= 3 + 1 + 1)
+    assert.equal(1, leading(second))
+    local sp = lease(d)
+    assert.equal(second.identity, sp.holderIdentity)
+    assert.is_true(sp.leaseTransitions >= 1)
+
+    -- a spec change bumps generation; the new leader records it
+    local _, st = E.send(d, "PATCH", "/apis/cozystack.io/v1alpha1/gpuclasses/l40s",
+      { spec = { displayName = "NVIDIA L40S (renamed)" } }, "application/merge-patch+json")
+    assert.equal(200, st)
+    assert.truthy(P.wait_until(function()
+      local o = E.get(d, "/apis/cozystack.io/v1alpha1/gpuclasses/l40s")
+      return o.status.conditions[1].observedGeneration == o.metadata.generation
+    end, 10))
+
+    -- every status write came from whoever held the Lease at the time
+    local log = d:log()
+    local writes = 0
+    for _, w in ipairs(log) do
+      if w.method ~= "GET" and (w.path or ""):match("/gpuclasses/[^/]+/status$") then
+        writes = writes + 1
+        local who = (w.userAgent or ""):match("%((.-)%)")
+        assert.is_true(who == first.identity or who == second.identity, tostring(w.userAgent))
+        if who == second.identity then assert.is_true(E.epoch(w.time) >= killed - 1) end
+      end
+    end
+    -- the survivor wrote the new generation (the classes' first condition
+    -- may predate this case)
+    assert.is_true(writes >= 1)
+  end)
+
+  it("keeps serving the old bundle when a reload fails, and reports it; a good one is live in seconds", function()
+    local c = start { identity = "reload" }
+    assert.truthy(E.wait_ready(c))
+    local review = reviews()[1].review -- 01: allowed VMI
+    local st, r = E.review(c, "/validate/vmi", review)
+    assert.equal(200, st)
+    assert.is_true(r.response.allowed)
+
+    local cm = {
+      apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
+      data = { ["site-broken.lua"] = "return rule \"site/broken\" {\n  match = { kind = \"VirtualMachineInstance\" ,\n" },
+    }
+    local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
+    assert.equal(201, cst)
+    assert.truthy(P.wait_until(function()
+      return (E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] == 1
+    end, 10), "no failed reload counted")
+    -- the Event on the ConfigMap names the file
+    local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
+    local found
+    for _, ev in ipairs(events.items) do
+      if ev.reason == "PolicyReloadFailed" and ev.involvedObject.name == "cozygpu-policies"
+        and ev.involvedObject.kind == "ConfigMap" and ev.type == "Warning" then found = ev end
+    end
+    assert.truthy(found, "no PolicyReloadFailed event in " .. json.encode(events))
+    assert.equal("string", type(found.message), json.encode(found))
+    assert.truthy(found.message:find("ConfigMap cozy-gpu/cozygpu-policies: site-broken.lua:3:", 1, true), found.message)
+    -- the old bundle still answers, and the replica stays ready
+    st, r = E.review(c, "/validate/vmi", review)
+    assert.equal(200, st)
+    assert.is_true(r.response.allowed)
+    assert.equal(200, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+
+    -- a good bundle with a site rule that refuses this VMI
+    cm.data = { ["site-tier.lua"] = [[
+return rule "site/no-vms-today" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req, cluster)
+    return deny("no GPU VMs today")
+  end,
+}
+]] }
+    local cur = E.get(d, "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies")
+    cm.metadata.resourceVersion = cur.metadata.resourceVersion
+    _, cst = E.send(d, "PUT", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", cm)
+    assert.equal(200, cst)
+    local t0 = os.time()
+    local denied = P.wait_until(function()
+      local s, a = E.review(c, "/validate/vmi", review)
+      return s == 200 and a.response.allowed == false and a.response
+    end, 10, 0.1)
+    assert.truthy(denied, "the new bundle did not go live")
+    assert.is_true(os.time() - t0 <= 5)
+    assert.truthy(denied.status.message:find("no GPU VMs today", 1, true))
+    -- the start-up load and this one
+    assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
+    assert.equal(1, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
+  end)
+
+  it("serves a replaced certificate on the next handshake without a restart", function()
+    local c = start { identity = "certs" }
+    assert.truthy(E.wait_ready(c))
+    local function serial()
+      local out = P.sh(("echo | openssl s_client -connect 127.0.0.1:%d -servername localhost 2>/dev/null | openssl x509 -noout -serial"):format(c.port))
+      return out:match("serial=(%x+)")
+    end
+    local before = serial()
+    assert.truthy(before)
+    local fresh = P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" }, "rotated")
+    -- replace the files in place, as a Secret volume update does
+    assert(os.execute(("cp %s %s.new && cp %s %s.new && mv %s.new %s && mv %s.new %s"):format(
+      P.q(fresh.key), P.q(certs.key), P.q(fresh.cert), P.q(certs.cert), P.q(certs.key), P.q(certs.key),
+      P.q(certs.cert), P.q(certs.cert))))
+    local want = P.sh("openssl x509 -noout -serial -in " .. P.q(fresh.cert)):match("serial=(%x+)")
+    assert.truthy(P.wait_until(function() return serial() == want end, 5, 0.2), "old certificate still served")
+    assert.is_true(P.alive(c.pid))
+    -- and reviews still work with the new CA
+    c.cacert = fresh.ca
+    local st = E.review(c, "/validate/vmi", reviews()[1].review)
+    assert.equal(200, st)
+    -- restore for the other cases
+    P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
+  end)
+
+  it("answers a slow review in flight on SIGTERM, then releases the Lease", function()
+    local cm = {
+      apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
+      data = { ["site-slow.lua"] = [[
+return rule "site/slow" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req, cluster)
+    local t = os.clock() + 1.5
+    while os.clock() < t do end
+  end,
+}
+]] },
+    }
+    local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
+    assert.equal(201, cst)
+    H.write(dir .. "/slow-config.yaml", "policyBudget: {instructions: 100000000000, memoryBytes: 67108864}\n")
+    local c = start { identity = "slow", config = dir .. "/slow-config.yaml" }
+    assert.truthy(E.wait_ready(c))
+    assert.truthy(P.wait_until(function() return lease(d).holderIdentity == "slow" end, 10))
+
+    local body = dir .. "/slow-review.json"
+    H.write(body, json.encode(reviews()[1].review))
+    local out, done = dir .. "/slow-answer.json", dir .. "/slow-done"
+    os.remove(done)
+    os.execute(("(curl -sS --max-time 20 --cacert %s -H 'Content-Type: application/json' --data-binary @%s -o %s -w '%%{http_code}' %s/validate/vmi > %s.code; date +%%s.%%N > %s) &"):format(
+      P.q(c.cacert), P.q(body), P.q(out), c.url, P.q(out), P.q(done)))
+    P.sleep(0.5)
+    P.kill(c.pid, "TERM")
+    assert.truthy(P.wait_exit(c.pid, 15), "controller did not exit")
+    running = {}
+    assert.truthy(P.wait_until(function() return P.read(done) end, 5))
+    assert.equal("200", P.read(out .. ".code"))
+    local answer = json.decode(P.read(out))
+    assert.equal("AdmissionReview", answer.kind)
+    assert.equal(reviews()[1].review.request.uid, answer.response.uid)
+    -- the Lease was released after the answer: empty holder, 1 s duration
+    local sp = lease(d)
+    assert.equal("", sp.holderIdentity or "")
+    assert.equal(1, sp.leaseDurationSeconds)
+    local answered = tonumber(P.read(done))
+    local release
+    for _, w in ipairs(d:log()) do
+      if w.method == "PUT" and w.path:match("/leases/cozygpu%-controller$") then release = w end
+    end
+    assert.truthy(release)
+    assert.is_true(E.epoch(release.time) >= answered - 0.05,
+      ("released at %s, answered at %s"):format(release.time, answered))
+  end)
+end)
