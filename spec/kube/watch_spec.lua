@@ -1,0 +1,133 @@
+--- Informers (core/watch.c) against the API double while a background
+--- process creates, updates and deletes objects and the double cuts every
+--- watch (clean close, abrupt drop, ERROR 410) and compacts its history.
+--- At the end the driver's caches must equal the double's objects, object by
+--- object (same content, same resourceVersion), and no event may have been
+--- applied twice: per object key, ADDED/MODIFIED resourceVersions strictly
+--- increase, ADDED only for an absent key, MODIFIED/DELETED only for a present
+--- one (the driver checks these on every callback and reports violations).
+--- Semantics: client-go tools/cache/reflector.go; the API concepts page
+--- ("Efficient detection of changes", "Watch bookmarks", 410 Gone).
+local P = require "proc"
+local S = dofile("spec/kube/support.lua")
+
+--- Runs the driver's watch in the background until the sentinels appear.
+local function start_watch(d, args)
+  local out, sum, errf = d.dir .. "/cache.jsonl", d.dir .. "/summary.json", d.dir .. "/watch.err"
+  local argv = { S.driver, "watch", "--server", d.url, "--seconds", "120", "--summary", sum }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local q = {}
+  for i, a in ipairs(argv) do q[i] = P.q(a) end
+  local pidf = os.tmpname()
+  os.execute(("(exec %s >%s 2>%s </dev/null & echo $! >%s)"):format(table.concat(q, " "), P.q(out), P.q(errf), P.q(pidf)))
+  local pid = tonumber(P.read(pidf):match("%d+"))
+  os.remove(pidf)
+  return { pid = pid, out = out, sum = sum, err = errf }
+end
+
+--- Waits until the double counts at least n open watches.
+local function wait_watching(d, n)
+  return P.wait_until(function()
+    local _, st = S.call(d, "GET", "/_double/state")
+    return type(st) == "table" and (st.watches or 0) >= n
+  end, 20)
+end
+
+local function finish(w)
+  assert(P.wait_exit(w.pid, 60), "driver did not finish")
+  local sum = H.json.decode(assert(P.read(w.sum), "no summary: " .. (P.read(w.err) or "")))
+  local err = P.read(w.err) or ""
+  assert(not err:find("Sanitizer") and not err:find("runtime error"), err)
+  io.stderr:write(H.json.encode(sum.restarts), " ", H.json.encode(sum.events), "\n")
+  return S.lines(P.read(w.out) or ""), sum
+end
+
+--- Asserts that the driver's cache lines for `resource` equal `items`.
+local function assert_equal_state(lines, resource, items, keep)
+  local got = {}
+  for _, l in ipairs(lines) do if l.resource == resource then got[l.key] = l end end
+  local n = 0
+  for _, obj in ipairs(items) do
+    if not keep or keep(obj) then
+      n = n + 1
+      local md = obj.metadata
+      local key = md.namespace and (md.namespace .. "/" .. md.name) or md.name
+      local l = got[key]
+      assert(l, resource .. " " .. key .. " missing from the driver's cache")
+      assert.are.equal(md.resourceVersion, l.rv, resource .. " " .. key .. " resourceVersion")
+      assert(S.same(obj, l.object), resource .. " " .. key .. " differs from the double's")
+      got[key] = nil
+    end
+  end
+  local extra = next(got)
+  assert.is_nil(extra, "driver caches an object the double does not have: " .. tostring(extra))
+  return n
+end
+
+for _, expired in ipairs { "event", "http" } do
+describe("watch (410 as " .. expired .. ")", function()
+  local d
+  before_each(function()
+    d = S.start { "--history", "150", "--bookmark-interval", "1", "--expired-watch", expired }
+    S.namespace(d, "t1")
+    S.namespace(d, "t2")
+  end)
+  after_each(function() S.stop(d) end)
+
+  it("ends equal to the double across cuts and compactions, each change applied once", function()
+    local w = start_watch(d, { "--resource", "configmaps", "--resource", "gpuclasses",
+      "--until-key", "configmaps:t1/sentinel", "--until-key", "gpuclasses:sentinel" })
+    finally(function() P.stop(w.pid) end)
+    assert(wait_watching(d, 2), "driver never watched: " .. (P.read(w.err) or ""))
+    local loadlog = d.dir .. "/load.log"
+    local lp = P.spawn({ "lua5.4", "spec/kube/load.lua", d.url, "500", "42", "37", "61", loadlog }, d.dir .. "/load.err")
+    finally(function() P.stop(lp) end)
+    assert(P.wait_exit(lp, 180), "load did not finish")
+    assert.matches("done\n$", P.read(loadlog))
+    -- the last writes: once the driver has them, it has everything before
+    S.call(d, "POST", "/api/v1/namespaces/t1/configmaps", '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"sentinel"}}')
+    S.call(d, "POST", "/apis/cozystack.io/v1alpha1/gpuclasses", '{"apiVersion":"cozystack.io/v1alpha1","kind":"GPUClass","metadata":{"name":"sentinel"},"spec":{}}')
+    local lines, sum = finish(w)
+
+    assert.is_true(sum.reached)
+    assert.is_true(sum.synced)
+    assert.are.same({}, sum.violations)
+    local ncm = assert_equal_state(lines, "configmaps", S.state(d, "configmaps").items)
+    local ngc = assert_equal_state(lines, "gpuclasses", S.state(d, "gpuclasses").items)
+    assert(ncm > 1 and ngc > 1, "too few objects survived to compare")
+    -- the run exercised every path: cuts of each kind and expiries
+    local r = sum.restarts
+    local function restarts(res, reason)
+      return r[('cozygpu_watch_restarts_total{resource="%s",reason="%s"}'):format(res, reason)] or 0
+    end
+    for _, res in ipairs { "configmaps", "gpuclasses" } do
+      assert(restarts(res, "closed") >= 1, res .. ": no clean close seen")
+      assert(restarts(res, "cut") >= 1, res .. ": no abrupt cut seen")
+      assert(restarts(res, "expired") >= 1, res .. ": no 410 seen")
+    end
+    assert((sum.events.ADDED or 0) > 0 and (sum.events.MODIFIED or 0) > 0 and (sum.events.DELETED or 0) > 0)
+  end)
+
+  it("label and field selectors: the cache holds exactly the matching objects; periodic resync relists", function()
+    local w = start_watch(d, { "--resource", "configmaps", "--label", "app=x", "--field", "metadata.namespace=t1",
+      "--resync", "2", "--until-key", "configmaps:t1/sentinel" })
+    finally(function() P.stop(w.pid) end)
+    assert(wait_watching(d, 1), "driver never watched: " .. (P.read(w.err) or ""))
+    local loadlog = d.dir .. "/load.log"
+    local lp = P.spawn({ "lua5.4", "spec/kube/load.lua", d.url, "250", "7", "53", "89", loadlog }, d.dir .. "/load.err")
+    finally(function() P.stop(lp) end)
+    assert(P.wait_exit(lp, 120), "load did not finish")
+    -- long enough for at least one resync after the load
+    P.sleep(2.5)
+    S.call(d, "POST", "/api/v1/namespaces/t1/configmaps", '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"sentinel","labels":{"app":"x"}}}')
+    local lines, sum = finish(w)
+    assert.is_true(sum.reached)
+    assert.are.same({}, sum.violations)
+    local n = assert_equal_state(lines, "configmaps", S.state(d, "configmaps").items, function(o)
+      return o.metadata.namespace == "t1" and o.metadata.labels and o.metadata.labels.app == "x"
+    end)
+    assert(n > 1, "too few objects matched")
+    assert((sum.restarts['cozygpu_watch_restarts_total{resource="configmaps",reason="resync"}'] or 0) >= 1, "no resync")
+  end)
+end)
+end
