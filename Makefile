@@ -8,16 +8,22 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# the controller's network side: API client, webhook HTTPS
+NET_PKGS   := libcurl libmicrohttpd gnutls
+NET_CFLAGS := $(shell pkg-config --cflags $(NET_PKGS) 2>/dev/null)
+NET_LIBS   := $(shell pkg-config --libs $(NET_PKGS) 2>/dev/null) -lpthread
 
 # Debian packages the build and the tests need (Debian 12).
 DEB_PACKAGES := gcc make pkg-config lua5.4 liblua5.4-dev lua-busted \
 	libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev \
-	libpci-dev libgnutls28-dev kubectl
+	libpci-dev libgnutls28-dev curl openssl kubectl
 # kubectl is not a Debian package; deps checks for it but does not install it.
 DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))
 
 CORE_SRC := core/luajson.c core/yamlload.c core/manifest.c core/config.c \
 	core/engine.c core/review.c core/policytest.c core/result.c
+CTRL_SRC := core/log.c core/metrics.c core/kube.c core/kubeconfig.c core/watch.c \
+	core/webhook.c core/lease.c core/controller.c
 CORE_HDR := $(wildcard core/*.h)
 
 BUILD      ?= build
@@ -26,18 +32,42 @@ SAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 
 BUSTED := lua5.4 /usr/bin/busted
 
-.PHONY: all deps check-deps test test-asan demo clean policies-configmap
+.DEFAULT_GOAL := all
+.PHONY: all deps check-deps test test-asan demo clean policies-configmap bench cel
 
 BIN := $(BUILD)/bin/cozygpu
+KUBE_CHECK := $(BUILD)/bin/kube_check
+
+# the API server double (spec/support/kube-double) and the bench tools with
+# the webhook test driver (bench/)
+include spec/support/kube-double/double.mk
+include bench/bench.mk
+
+# the policies ConfigMap, generated from policies/ (docs/decisions/0007)
+POLICY_SRC := $(shell find policies -name '*.lua' | sort)
+POLICIES_CM := deploy/21-policies-configmap.yaml
 MOD := $(BUILD)/lua/cozygpu/core.so
 DIRS := -DCOZYGPU_LIBDIR='"$(CURDIR)/lua"' -DCOZYGPU_POLICYDIR='"$(CURDIR)/policies"'
 
-all: check-deps $(BIN) $(MOD)
+all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(POLICIES_CM)
+
+$(POLICIES_CM): deploy/gen-policies-configmap.lua $(POLICY_SRC)
+	lua5.4 deploy/gen-policies-configmap.lua -o $@ policies
+policies-configmap: $(POLICIES_CM)
+
+# test driver for the API client and watches (spec/kube); it counts watch
+# restarts itself, so metrics.c is not linked
+$(KUBE_CHECK): core/tests/kube_check.c core/kube.c core/kubeconfig.c core/watch.c core/log.c core/yamlload.c \
+		core/result.c core/kube.h core/kube_internal.h core/watch.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -o $@ $(filter %.c,$^) \
+		$(shell pkg-config --cflags --libs libcurl jansson yaml-0.1) -lpthread
 
 # the binary: build/bin/cozygpu
-$(BIN): $(CORE_SRC) core/main.c $(CORE_HDR)
+$(BIN): $(CORE_SRC) $(CTRL_SRC) core/main.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(DIRS) -o $@ $(CORE_SRC) core/main.c $(PKG_LIBS) -lm
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(NET_CFLAGS) $(DIRS) -o $@ $(CORE_SRC) $(CTRL_SRC) core/main.c \
+		$(PKG_LIBS) $(NET_LIBS) -lm
 
 # the C core as a Lua module for specs: require "cozygpu.core"
 $(MOD): $(CORE_SRC) core/luamod.c $(CORE_HDR)
@@ -59,15 +89,24 @@ deps:
 	command -v kubectl >/dev/null 2>&1 || echo "deps: note: kubectl is not installed; the CRD checks that use it are skipped"
 
 check-deps:
-	@pkg-config --exists $(PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; exit 1; }
+	@pkg-config --exists $(PKGS) $(NET_PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; exit 1; }
 
-test: deps
+# CEL evaluator for the webhooks' matchConditions specs (npm registry;
+# optional: those specs are pending without node)
+CEL_MODULES := $(CURDIR)/build/cel/node_modules
+cel:
+	@if [ -f $(CEL_MODULES)/@bufbuild/cel/package.json ]; then :; \
+	elif command -v npm >/dev/null 2>&1; then \
+		npm install --prefix build/cel --no-audit --no-fund --silent @bufbuild/cel@0.6.1 || echo "cel: npm install failed; CEL specs will be pending"; \
+	else echo "cel: no npm; the matchConditions evaluation specs will be pending"; fi
+
+test: deps cel
 	@$(MAKE) --no-print-directory all
-	COZYGPU_BUILD=$(BUILD) $(BUSTED) --output=TAP spec
+	COZYGPU_BUILD=$(BUILD) COZYGPU_CEL_MODULES=$(CEL_MODULES) $(BUSTED) --output=TAP spec
 
-test-asan: deps
+test-asan: deps cel
 	@$(MAKE) --no-print-directory all BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(SAN_FLAGS) -O1"
-	COZYGPU_BUILD=$(ASAN_BUILD) COZYGPU_ASAN=1 \
+	COZYGPU_BUILD=$(ASAN_BUILD) COZYGPU_ASAN=1 COZYGPU_CEL_MODULES=$(CEL_MODULES) \
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(BUSTED) --output=TAP spec

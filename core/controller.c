@@ -513,7 +513,10 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
         b->source_rv = strdup(json_string_value(json_object_get(json_object_get(cm, "metadata"), "resourceVersion"))
                                   ?: "");
         char tmpl[PATH_MAX];
-        snprintf(tmpl, sizeof tmpl, "%s/cozygpu-bundle-XXXXXX", C->f.state_dir);
+        if(snprintf(tmpl, sizeof tmpl, "%s/cozygpu-bundle-XXXXXX", C->f.state_dir) >= (int)sizeof tmpl) {
+            cozy_fail(err, COZY_ERR_IO, "--state-dir: path too long");
+            goto fail;
+        }
         if(!mkdtemp(tmpl)) {
             cozy_fail(err, COZY_ERR_IO, "%s: cannot create a bundle directory: %s", C->f.state_dir, strerror(errno));
             goto fail;
@@ -542,7 +545,10 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
                 for(char *q = rel; *q; q++)
                     if(*q == '.')
                         *q = '/';
-                snprintf(p, sizeof p, "%s/lib/%s", b->dir, rel);
+                if(snprintf(p, sizeof p, "%s/lib/%s", b->dir, rel) >= (int)sizeof p - 4) {
+                    cozy_fail(err, COZY_ERR_IO, "ConfigMap %s/%s: data[%s]: path too long", C->f.ns, cm_name, k);
+                    goto fail;
+                }
                 /* create the module's folders */
                 for(char *q = p + strlen(b->dir) + 1; *q; q++)
                     if(*q == '/') {
@@ -551,8 +557,10 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
                         *q = '/';
                     }
                 snprintf(p + strlen(p), sizeof p - strlen(p), ".lua");
-            } else
-                snprintf(p, sizeof p, "%s/%s", b->dir, k);
+            } else if(snprintf(p, sizeof p, "%s/%s", b->dir, k) >= (int)sizeof p) {
+                cozy_fail(err, COZY_ERR_IO, "ConfigMap %s/%s: data[%s]: path too long", C->f.ns, cm_name, k);
+                goto fail;
+            }
             const char *s = json_string_value(v);
             if(!s || write_file(p, s, json_string_length(v)) != 0) {
                 cozy_fail(err, COZY_ERR_IO, "ConfigMap %s/%s: data[%s]: cannot write %s", C->f.ns, cm_name, k, p);
@@ -1012,7 +1020,8 @@ static int parse_flags(int argc, char **argv, flags *f)
 static void write_port_file(const char *path, int port)
 {
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if(snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return;
     FILE *fp = fopen(tmp, "w");
     if(!fp)
         return;

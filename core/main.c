@@ -2,6 +2,7 @@
  *
  *   cozygpu review [options] FILE...     dry-run of the admission webhooks
  *   cozygpu policy test [options] PATH... a hoster's policy test cases
+ *   cozygpu controller [options]         webhooks, watches, leader election (controller.h)
  *   cozygpu version
  *
  * Exit status of review: 0 when every input was processed; 1 with
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "controller.h"
 #include "engine.h"
 #include "manifest.h"
 #include "policytest.h"
@@ -57,6 +59,7 @@ static void usage_main(FILE *f)
           "commands:\n"
           "  review        dry-run of the admission webhooks over recorded reviews\n"
           "  policy test   run policy test cases (YAML) against the policies\n"
+          "  controller    the admission webhooks, watches and leader-only writers\n"
           "  version       print the version\n"
           "\n"
           "Run 'cozygpu COMMAND --help' for the options of a command.\n",
@@ -314,6 +317,8 @@ int main(int argc, char **argv)
         return cmd_review(argc - 1, argv + 1);
     if(strcmp(argv[1], "policy") == 0)
         return cmd_policy(argc - 1, argv + 1);
+    if(strcmp(argv[1], "controller") == 0)
+        return controller_main(argc - 1, argv + 1);
     if(strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         puts("cozygpu " COZYGPU_VERSION);
         return 0;

@@ -12,6 +12,20 @@ H.bin = H.build .. "/bin/cozygpu"
 H.fixtures = os.getenv("COZYGPU_FIXTURES") or "../shared/fixtures"
 H.asan = os.getenv("COZYGPU_ASAN") == "1"
 
+-- Under `make test-asan` this process runs with LD_PRELOAD=libasan (the
+-- sanitized core.so needs the runtime loaded first). Programs the specs
+-- start do not need it, and curl, openssl or node with ASan preloaded can
+-- hang or fail; so every shell command from the specs drops it. Binaries
+-- built with -fsanitize carry their own runtime.
+if os.getenv("LD_PRELOAD") then
+  local execute, popen = os.execute, io.popen
+  os.execute = function(cmd)
+    if cmd == nil then return execute() end
+    return execute("unset LD_PRELOAD; " .. cmd)
+  end
+  io.popen = function(cmd, mode) return popen("unset LD_PRELOAD; " .. cmd, mode) end
+end
+
 --- Reads a whole file.
 function H.read(path)
   local f = assert(io.open(path, "rb"))
