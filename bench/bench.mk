@@ -1,0 +1,55 @@
+# bench/bench.mk — the benchmark tools and the webhook test driver.
+# Included by the top Makefile (which defines CC, WARN, CFLAGS, BUILD,
+# EXTRA_CFLAGS); usable alone too:  make -f bench/bench.mk bench-tools
+#
+#   $(BUILD)/bin/cozygpu-load     HTTPS load generator (libcurl multi)
+#   $(BUILD)/bin/cozygpu-bare     bare libmicrohttpd TLS server, fixed answer
+#   $(BUILD)/tests/webhook_check  core/webhook.c with a toy review callback
+#                                 (specs in spec/webhook/, bench stand-in)
+#   make bench                    bench/bench.sh against the controller
+#                                 (BENCH_TARGET_CMD / BENCH_ARGS to adjust)
+
+CC      ?= gcc
+WARN    ?= -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
+CFLAGS  ?= -O2 -g
+BUILD   ?= build
+
+WEBHOOK_PKGS   := libmicrohttpd gnutls jansson
+WEBHOOK_CFLAGS := $(shell pkg-config --cflags $(WEBHOOK_PKGS) 2>/dev/null)
+WEBHOOK_LIBS   := $(shell pkg-config --libs $(WEBHOOK_PKGS) 2>/dev/null) -lpthread -lm
+# the controller links these with the rest of the core
+WEBHOOK_SRC    := core/webhook.c core/metrics.c
+WEBHOOK_HDR    := core/webhook.h core/metrics.h core/log.h core/result.h
+
+LOAD_PKGS      := libcurl jansson yaml-0.1
+LOAD_CFLAGS    := $(shell pkg-config --cflags $(LOAD_PKGS) 2>/dev/null)
+LOAD_LIBS      := $(shell pkg-config --libs $(LOAD_PKGS) 2>/dev/null) -lm
+
+BENCH_LOAD  := $(BUILD)/bin/cozygpu-load
+BENCH_BARE  := $(BUILD)/bin/cozygpu-bare
+WEBHOOK_CHECK := $(BUILD)/tests/webhook_check
+
+.PHONY: bench bench-tools
+
+bench-tools: $(BENCH_LOAD) $(BENCH_BARE) $(WEBHOOK_CHECK)
+
+$(BENCH_LOAD): bench/load.c core/yamlload.c core/yamlload.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(LOAD_CFLAGS) -o $@ bench/load.c core/yamlload.c $(LOAD_LIBS)
+
+$(BENCH_BARE): bench/bare.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(WEBHOOK_CFLAGS) -o $@ bench/bare.c $(WEBHOOK_LIBS)
+
+$(WEBHOOK_CHECK): core/tests/webhook_check.c $(WEBHOOK_SRC) core/log.c core/result.c $(WEBHOOK_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(WEBHOOK_CFLAGS) -o $@ core/tests/webhook_check.c \
+		$(WEBHOOK_SRC) core/log.c core/result.c $(WEBHOOK_LIBS)
+
+# Until the controller serves webhooks, the target is the test driver.
+# The controller command gets {cert} {key} {port_file} substituted.
+BENCH_TARGET_CMD ?= $(WEBHOOK_CHECK) --cert {cert} --key {key} --port 0 --port-file {port_file} --workers 4 --log-level warn
+BENCH_ARGS ?=
+
+bench: bench-tools
+	BUILD=$(BUILD) bench/bench.sh --target-cmd '$(BENCH_TARGET_CMD)' $(BENCH_ARGS)

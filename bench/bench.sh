@@ -1,0 +1,168 @@
+#!/bin/sh
+# bench/bench.sh — admission webhook benchmark: the target (the controller,
+# or a stand-in) beside a bare libmicrohttpd TLS server with a fixed answer
+# (the transport limit), under the same load from the same client, from one
+# command. Prints medians over --runs repetitions (the machine is shared and
+# noisy: single runs mislead).
+#
+#   bench/bench.sh --target-cmd 'CMD' [options]     start the target ourselves
+#   bench/bench.sh --target-url URL --target-ca F   a target already running
+#
+# CMD is run through sh after substituting {cert} {key} {ca} {port_file}; it
+# must serve HTTPS with that pair and write its port to {port_file} (as the
+# controller's --port 0 --port-file do). The reviews are posted to
+# https://127.0.0.1:PORT{path}.
+#
+# Options:
+#   --path P          webhook path on the target (default /validate)
+#   --route K=P       path per request kind (repeatable; passed to the load tool)
+#   --reviews D       files or directory of recorded reviews (default examples/reviews)
+#   --runs N          repetitions (default 5)
+#   --concurrency C   closed-loop concurrency (default 8)
+#   --rate R          open-loop rate, reviews/s (default 1000; 0 skips it)
+#   --duration S      measured seconds per run (default 5), after 1 s warm-up
+#   --workers N       bare server threads (default 4; give the target the same)
+#
+# Targets (issue 3): p99 under 2 ms at 1,000 reviews/s, and at saturation at
+# least half the transport limit's throughput.
+set -eu
+
+BUILD=${BUILD:-build}
+LOAD=$BUILD/bin/cozygpu-load
+BARE=$BUILD/bin/cozygpu-bare
+target_cmd= target_url= target_ca= path=/validate reviews=examples/reviews
+runs=5 conc=8 rate=1000 duration=5 workers=4 routes=
+while [ $# -gt 0 ]; do
+    case $1 in
+    --target-cmd) target_cmd=$2; shift 2 ;;
+    --target-url) target_url=$2; shift 2 ;;
+    --target-ca) target_ca=$2; shift 2 ;;
+    --path) path=$2; shift 2 ;;
+    --route) routes="$routes --route $2"; shift 2 ;;
+    --reviews) reviews=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --concurrency) conc=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --duration) duration=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ -n "$target_cmd" ] || [ -n "$target_url" ] || { echo "bench.sh: --target-cmd or --target-url is required" >&2; exit 2; }
+for b in "$LOAD" "$BARE"; do
+    [ -x "$b" ] || { echo "bench.sh: $b is missing (make bench-tools)" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d)
+bare_pid= target_pid=
+cleanup() {
+    [ -n "$bare_pid" ] && kill "$bare_pid" 2>/dev/null || true
+    [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+# one CA and a server certificate for 127.0.0.1 (ECDSA P-256, as cert-manager issues by default for webhooks here)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench-ca \
+    -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=bench \
+    -keyout "$tmp/tls.key" -out "$tmp/tls.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$tmp/ext"
+openssl x509 -req -in "$tmp/tls.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" -CAcreateserial -days 1 \
+    -extfile "$tmp/ext" -out "$tmp/tls.crt" 2>/dev/null
+
+wait_port() { # file pid name
+    i=0
+    while [ ! -s "$1" ]; do
+        kill -0 "$2" 2>/dev/null || { echo "bench.sh: $3 exited before listening; its log:" >&2; cat "$tmp/$3.log" >&2; exit 1; }
+        i=$((i + 1)); [ $i -lt 200 ] || { echo "bench.sh: $3 did not start" >&2; exit 1; }
+        sleep 0.05
+    done
+    tr -dc 0-9 <"$1"
+}
+
+"$BARE" --cert "$tmp/tls.crt" --key "$tmp/tls.key" --port 0 --port-file "$tmp/bare.port" --workers "$workers" \
+    >"$tmp/bare.log" 2>&1 &
+bare_pid=$!
+bare_url=https://127.0.0.1:$(wait_port "$tmp/bare.port" "$bare_pid" bare)$path
+
+if [ -n "$target_cmd" ]; then
+    cmd=$(printf '%s' "$target_cmd" | sed -e "s|{cert}|$tmp/tls.crt|g" -e "s|{key}|$tmp/tls.key|g" \
+        -e "s|{ca}|$tmp/ca.crt|g" -e "s|{port_file}|$tmp/target.port|g")
+    sh -c "exec $cmd" >"$tmp/target.log" 2>&1 &
+    target_pid=$!
+    target_url=https://127.0.0.1:$(wait_port "$tmp/target.port" "$target_pid" target)$path
+    target_ca=$tmp/ca.crt
+fi
+[ -n "$target_ca" ] || { echo "bench.sh: --target-ca is required with --target-url" >&2; exit 2; }
+
+echo "bench: $(nproc) CPUs, $runs runs x ${duration}s (+1s warm-up), reviews from $reviews"
+echo "bench: target $target_url${target_cmd:+ ($(printf '%s' "$target_cmd" | cut -c1-80))}"
+echo "bench: bare   $bare_url ($workers workers)"
+
+results=$tmp/results
+: >"$results"
+run_load() { # label url ca mode-args...
+    label=$1 url=$2 ca=$3; shift 3
+    # shellcheck disable=SC2086
+    "$LOAD" --url "$url" --cacert "$ca" --duration "$duration" --warmup 1 --label "$label" $routes "$@" "$reviews" \
+        2>>"$tmp/load.log" | grep '^RESULT' >>"$results" || true
+}
+r=1
+while [ "$r" -le "$runs" ]; do
+    # alternate the order so drift on the machine hits both sides alike
+    if [ $((r % 2)) -eq 1 ]; then
+        run_load target-sat "$target_url" "$target_ca" --concurrency "$conc"
+        run_load bare-sat "$bare_url" "$tmp/ca.crt" --concurrency "$conc"
+    else
+        run_load bare-sat "$bare_url" "$tmp/ca.crt" --concurrency "$conc"
+        run_load target-sat "$target_url" "$target_ca" --concurrency "$conc"
+    fi
+    if [ "$rate" != 0 ]; then
+        run_load target-rate "$target_url" "$target_ca" --rate "$rate"
+        run_load bare-rate "$bare_url" "$tmp/ca.crt" --rate "$rate"
+    fi
+    printf 'bench: run %s/%s done\n' "$r" "$runs" >&2
+    r=$((r + 1))
+done
+
+if grep -q 'errors=[1-9]' "$results"; then
+    echo "bench: some requests failed (non-200 or transport errors):"
+    grep 'errors=[1-9]' "$results"
+    head -5 "$tmp/load.log"
+fi
+
+# medians per label and field
+median() { # label field
+    grep "label=$1 " "$results" | sed -n "s/.* $2=\([0-9.naif-]*\).*/\1/p" | sort -g |
+        awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'
+}
+ts_rps=$(median target-sat rps) ts_p50=$(median target-sat p50_ms) ts_p99=$(median target-sat p99_ms)
+bs_rps=$(median bare-sat rps) bs_p50=$(median bare-sat p50_ms) bs_p99=$(median bare-sat p99_ms)
+echo
+printf 'saturation, %s concurrent keep-alive connections (medians of %s runs)\n' "$conc" "$runs"
+printf '  %-28s %10s %10s %12s\n' "" "p50 ms" "p99 ms" "reviews/s"
+printf '  %-28s %10s %10s %12s\n' "target" "$ts_p50" "$ts_p99" "$ts_rps"
+printf '  %-28s %10s %10s %12s\n' "bare MHD TLS (transport)" "$bs_p50" "$bs_p99" "$bs_rps"
+ratio=$(awk -v a="$ts_rps" -v b="$bs_rps" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
+printf '  %-28s %10s %10s %12s\n' "target / bare" \
+    "$(awk -v a="$ts_p50" -v b="$bs_p50" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')" \
+    "$(awk -v a="$ts_p99" -v b="$bs_p99" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')" "$ratio"
+verdict_sat=$(awk -v r="$ratio" 'BEGIN { print (r + 0 >= 0.5) ? "PASS" : "FAIL" }')
+if [ "$rate" != 0 ]; then
+    tr_p50=$(median target-rate p50_ms) tr_p99=$(median target-rate p99_ms) tr_rps=$(median target-rate rps)
+    br_p50=$(median bare-rate p50_ms) br_p99=$(median bare-rate p99_ms) br_rps=$(median bare-rate rps)
+    echo
+    printf 'fixed rate %s reviews/s, open loop, latency from the scheduled send (medians of %s runs)\n' "$rate" "$runs"
+    printf '  %-28s %10s %10s %12s\n' "" "p50 ms" "p99 ms" "reviews/s"
+    printf '  %-28s %10s %10s %12s\n' "target" "$tr_p50" "$tr_p99" "$tr_rps"
+    printf '  %-28s %10s %10s %12s\n' "bare MHD TLS (transport)" "$br_p50" "$br_p99" "$br_rps"
+    verdict_rate=$(awk -v p="$tr_p99" 'BEGIN { print (p + 0 > 0 && p + 0 < 2) ? "PASS" : "FAIL" }')
+    echo
+    printf 'target p99 < 2 ms at %s reviews/s: %s (%s ms)\n' "$rate" "$verdict_rate" "$tr_p99"
+fi
+printf 'target throughput >= 0.5 x transport limit: %s (%s)\n' "$verdict_sat" "$ratio"
+echo "per-run figures:"
+sed 's/^RESULT /  /' "$results"
