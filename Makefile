@@ -41,6 +41,12 @@ KUBE_CHECK := $(BUILD)/bin/kube_check
 # the API server double (spec/support/kube-double) and the bench tools with
 # the webhook test driver (bench/)
 include spec/support/kube-double/double.mk
+# `make bench`: the controller (with the double holding the examples) beside
+# the bare TLS server; VMI reviews go to /validate/vmi, pods and classes to
+# their own webhooks (the VM review, which no webhook receives, to the VMI
+# path, where no rule matches it)
+BENCH_TARGET_CMD := bench/controller-target.sh {cert} {key} {port_file} --workers 4
+BENCH_ARGS ?= --path /validate/vmi --route Pod=/mutate/launcher --route GPUClass=/validate/gpuclass
 include bench/bench.mk
 
 # the policies ConfigMap, generated from policies/ (docs/decisions/0007)

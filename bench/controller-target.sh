@@ -1,0 +1,37 @@
+#!/bin/sh
+# bench/controller-target.sh — the bench target: the API server double with
+# the examples loaded (kubectl), and `cozygpu controller` against it.
+#   bench/controller-target.sh CERT KEY PORT_FILE [controller flags...]
+# bench.sh starts it as --target-cmd and stops it with SIGTERM; the double
+# goes with it. Runs from the repository root; BUILD picks the build dir.
+set -eu
+BUILD=${BUILD:-build}
+cert=$1 key=$2 port_file=$3
+shift 3
+tmp=$(mktemp -d)
+dpid= cpid=
+cleanup() {
+    [ -n "$cpid" ] && kill "$cpid" 2>/dev/null && wait "$cpid" 2>/dev/null
+    [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 0' TERM INT
+
+"$BUILD/bin/kube-double" --port 0 --port-file "$tmp/double.port" >"$tmp/double.log" 2>&1 &
+dpid=$!
+i=0
+while [ ! -s "$tmp/double.port" ]; do
+    i=$((i + 1)); [ $i -le 200 ] || { echo "controller-target: the double did not start" >&2; exit 1; }
+    sleep 0.05
+done
+url=http://127.0.0.1:$(cat "$tmp/double.port")
+k() { kubectl --server "$url" --request-timeout=10s "$@" >/dev/null; }
+k apply -f deploy/crds -f examples/cluster/namespaces.yaml -f deploy/00-namespace.yaml
+k apply -f examples/classes -f examples/cluster/kubevirt.yaml
+
+"$BUILD/bin/cozygpu" controller --server "$url" --namespace cozy-gpu --identity bench \
+    --tls-cert-file "$cert" --tls-key-file "$key" --address 127.0.0.1 --port 0 --port-file "$port_file" \
+    --config examples/config.yaml --state-dir "$tmp" --log-level warn "$@" &
+cpid=$!
+wait "$cpid"
