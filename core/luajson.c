@@ -515,9 +515,137 @@ static int l_readonly(lua_State *L)
 }
 
 /* json.copy(v) -> a deep, writable copy of v (proxies unwrapped, markers kept) */
+/* UTF-8 as RFC 3629 defines it (no overlong forms, no surrogates, nothing
+ * above U+10FFFF): what jansson accepts in strings and keys. */
+static int utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while(i < n) {
+        unsigned c = s[i];
+        if(c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned cp;
+        if(c >= 0xC2 && c <= 0xDF)
+            len = 2, cp = c & 0x1F;
+        else if(c >= 0xE0 && c <= 0xEF)
+            len = 3, cp = c & 0x0F;
+        else if(c >= 0xF0 && c <= 0xF4)
+            len = 4, cp = c & 0x07;
+        else
+            return 0;
+        if(i + len > n)
+            return 0;
+        for(size_t k = 1; k < len; k++) {
+            if((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+           (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* json.copy without the jansson round trip, for values that the round trip
+ * would reproduce exactly: pushes the copy and returns 1, or pushes nothing
+ * and returns 0 when anything could make luajson_to_json refuse or decide
+ * differently (then the caller takes the round trip, which reports it).
+ * Same decisions as table_to_json: a marked table keeps its kind, an
+ * unmarked one is an array iff its keys are exactly 1..n with n > 0. */
+static int fast_copy(lua_State *L, int idx, int depth)
+{
+    idx = lua_absindex(L, idx);
+    if(depth > LUAJSON_MAX_DEPTH || !lua_checkstack(L, 6))
+        return 0;
+    switch(lua_type(L, idx)) {
+    case LUA_TBOOLEAN:
+        lua_pushvalue(L, idx);
+        return 1;
+    case LUA_TNUMBER:
+        if(!lua_isinteger(L, idx) && !isfinite(lua_tonumber(L, idx)))
+            return 0;
+        lua_pushvalue(L, idx);
+        return 1;
+    case LUA_TSTRING: {
+        size_t len;
+        const char *str = lua_tolstring(L, idx, &len);
+        if(!utf8_valid((const unsigned char *)str, len))
+            return 0;
+        lua_pushvalue(L, idx); /* strings are immutable */
+        return 1;
+    }
+    case LUA_TLIGHTUSERDATA:
+        if(lua_touserdata(L, idx) != NULL)
+            return 0;
+        lua_pushvalue(L, idx);
+        return 1;
+    case LUA_TTABLE: break;
+    default: return 0;
+    }
+    lua_pushvalue(L, idx);
+    unwrap_proxy(L);
+    int t = lua_gettop(L);
+    int marker = table_marker(L, t);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, t);
+    lua_Integer count = 0;
+    int only_seq = 1, string_keys = 1;
+    lua_pushnil(L);
+    while(lua_next(L, t)) {
+        count++;
+        if(!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
+            only_seq = 0;
+        if(lua_type(L, -2) != LUA_TSTRING)
+            string_keys = 0;
+        lua_pop(L, 1);
+    }
+    int as_array = marker == 2 || (marker == 0 && count > 0 && only_seq && count == n);
+    if(as_array ? !(only_seq && count == n) : !string_keys) {
+        lua_settop(L, t - 1);
+        return 0;
+    }
+    if(as_array) {
+        lua_createtable(L, (int)n, 0);
+        for(lua_Integer i = 1; i <= n; i++) {
+            lua_rawgeti(L, t, i);
+            if(!fast_copy(L, -1, depth + 1)) {
+                lua_settop(L, t - 1);
+                return 0;
+            }
+            lua_remove(L, -2);
+            lua_rawseti(L, -2, i);
+        }
+        luaL_setmetatable(L, LUAJSON_ARRAY_MT);
+    } else {
+        lua_createtable(L, 0, (int)count);
+        lua_pushnil(L);
+        while(lua_next(L, t)) {
+            size_t klen;
+            const char *key = lua_tolstring(L, -2, &klen);
+            if(!utf8_valid((const unsigned char *)key, klen) || !fast_copy(L, -1, depth + 1)) {
+                lua_settop(L, t - 1);
+                return 0;
+            }
+            lua_remove(L, -2);     /* the original value */
+            lua_pushvalue(L, -2);  /* key */
+            lua_insert(L, -2);     /* ..., copy, key, key, vcopy */
+            lua_rawset(L, -4);
+        }
+        luaL_setmetatable(L, LUAJSON_OBJECT_MT);
+    }
+    lua_remove(L, t); /* the unwrapped source */
+    return 1;
+}
+
 static int l_copy(lua_State *L)
 {
     luaL_checkany(L, 1);
+    if(fast_copy(L, 1, 0))
+        return 1;
     cozy_err err = {{0}};
     json_t *j = luajson_to_json(L, 1, &err);
     if(!j)

@@ -129,7 +129,8 @@ function M.review(bundle, request, phases)
 
   local ops = json.array()
   if phases.mutate and #denials == 0 and #failures == 0 and request.object ~= nil then
-    local current = json.copy(request.object)
+    -- no copy: rules see it read-only, and jsonpatch.apply returns a new document
+    local current = request.object
     for _, r in ipairs(bundle.rules) do
       if r.mutate and #failures == 0 then
         local view = {}
@@ -147,7 +148,7 @@ function M.review(bundle, request, phases)
               failed(r, "error", ("mutate returned a %s; expected nil or a JSONPatch"):format(type(result)))
             else
               local list = json.copy(result)
-              local after, err = jsonpatch.apply(current, list)
+              local after, err = jsonpatch.apply_shared(current, list)
               if not after then
                 failed(r, "error", "its patch does not apply: " .. err)
               else

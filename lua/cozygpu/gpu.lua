@@ -18,6 +18,12 @@ local quantity = require "cozygpu.quantity"
 
 local M = {}
 
+-- Sets derived from a cluster view, computed once per view: the view is
+-- immutable and lives as long as its snapshot (weak keys let it go).
+local memo_permitted = setmetatable({}, { __mode = "k" })
+local memo_names = setmetatable({}, { __mode = "k" })
+local NONE = {}
+
 local function permitted_host_devices(cluster)
   local kv = cluster:kubevirt()
   if not kv then return nil end
@@ -29,9 +35,17 @@ end
 --- when the snapshot has no KubeVirt CR (nothing can be checked). A CR
 --- without `permittedHostDevices` permits no host device.
 --- @return table<string,string>|nil
-function M.permitted(cluster)
+local function permitted_set(cluster)
+  local m = memo_permitted[cluster]
+  if m ~= nil then
+    if m == NONE then return nil end
+    return m
+  end
   local phd = permitted_host_devices(cluster)
-  if phd == nil then return nil end
+  if phd == nil then
+    memo_permitted[cluster] = NONE
+    return nil
+  end
   local set = {}
   for _, d in ipairs(object.list(phd, "pciHostDevices")) do
     local rn = object.get(d, "resourceName")
@@ -41,14 +55,25 @@ function M.permitted(cluster)
     local rn = object.get(d, "resourceName")
     if type(rn) == "string" then set[rn] = "mdev" end
   end
+  memo_permitted[cluster] = set
   return set
+end
+
+function M.permitted(cluster)
+  local set = permitted_set(cluster)
+  if set == nil then return nil end
+  local copy = {}
+  for k, v in pairs(set) do copy[k] = v end
+  return copy
 end
 
 --- The GPU resource names, as a set {name = source}, source one of
 --- "class", "settings", "kubevirt-pci" (a 10DE pciHostDevices entry),
 --- "kubevirt-mdev".
 --- @return table<string,string>
-function M.resource_names(cluster)
+local function names_set(cluster)
+  local m = memo_names[cluster]
+  if m then return m end
   local set = {}
   local phd = permitted_host_devices(cluster)
   if phd then
@@ -69,7 +94,14 @@ function M.resource_names(cluster)
     local rn = object.get(c, "spec", "resourceName")
     if type(rn) == "string" then set[rn] = "class" end
   end
+  memo_names[cluster] = set
   return set
+end
+
+function M.resource_names(cluster)
+  local copy = {}
+  for k, v in pairs(names_set(cluster)) do copy[k] = v end
+  return copy
 end
 
 --- The GPUClass for resource name `name`: the class, or nil and a reason
@@ -95,7 +127,7 @@ end
 --- @return table[]
 function M.entries(spec, cluster, prefix)
   prefix = prefix or "spec"
-  local names = M.resource_names(cluster)
+  local names = names_set(cluster)
   local out = {}
   local function add(e)
     if e.name then
@@ -174,7 +206,7 @@ end
 --- initContainers and ephemeralContainers: a list of
 --- {name=, count=, field=} (limits win over requests per container).
 function M.pod_requests(pod, cluster)
-  local names = M.resource_names(cluster)
+  local names = names_set(cluster)
   local out = {}
   for _, group in ipairs { "initContainers", "containers", "ephemeralContainers" } do
     for i, c in ipairs(object.list(pod, "spec", group)) do

@@ -116,20 +116,39 @@ local function array_index(token, len, allow_end)
   return i
 end
 
--- walks to the parent of the last token; returns parent, last token
-local function parent_of(doc, tokens)
+-- A one-level copy of container t (a read-only view's children stay views),
+-- keeping its JSON kind.
+local function shallow(t)
+  local kind = json.kind(t)
+  local c = kind == "array" and json.array() or kind == "object" and json.object() or {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+-- walks to the parent of the last token; returns parent, last token.
+-- With `fresh` (a set of containers this apply made), every container on
+-- the way that is not fresh is replaced by a one-level copy first, so the
+-- caller may change the parent without touching shared parts.
+local function parent_of(doc, tokens, fresh)
   local node = doc
   for i = 1, #tokens - 1 do
     local t = tokens[i]
     if type(node) ~= "table" then return nil, "path crosses a non-container" end
+    local key
     if is_array(node) then
-      local idx = array_index(t, #node, false)
-      if not idx then return nil, ("array index %q out of range"):format(t) end
-      node = node[idx]
+      key = array_index(t, #node, false)
+      if not key then return nil, ("array index %q out of range"):format(t) end
     else
-      node = node[t]
-      if node == nil then return nil, ("member %q does not exist"):format(t) end
+      key = t
+      if node[key] == nil then return nil, ("member %q does not exist"):format(t) end
     end
+    local child = node[key]
+    if fresh and type(child) == "table" and not fresh[child] then
+      child = shallow(child)
+      fresh[child] = true
+      node[key] = child
+    end
+    node = child
   end
   if type(node) ~= "table" then return nil, "parent is not an object or array" end
   return node, tokens[#tokens]
@@ -149,9 +168,9 @@ local function get(doc, tokens)
   return v
 end
 
-local function add(doc, tokens, value)
+local function add(doc, tokens, value, fresh)
   if #tokens == 0 then return value end
-  local parent, last = parent_of(doc, tokens)
+  local parent, last = parent_of(doc, tokens, fresh)
   if not parent then return nil, last end
   if is_array(parent) then
     local idx = array_index(last, #parent, true)
@@ -163,9 +182,9 @@ local function add(doc, tokens, value)
   return doc
 end
 
-local function remove(doc, tokens)
+local function remove(doc, tokens, fresh)
   if #tokens == 0 then return nil, "cannot remove the whole document" end
-  local parent, last = parent_of(doc, tokens)
+  local parent, last = parent_of(doc, tokens, fresh)
   if not parent then return nil, last end
   if is_array(parent) then
     local idx = array_index(last, #parent, false)
@@ -178,16 +197,14 @@ local function remove(doc, tokens)
   return doc, old
 end
 
---- Applies `ops` (a list of RFC 6902 operations) to a deep copy of `doc`.
---- Returns the new document, or `nil, message` naming the failing
---- operation ("operation 2 (add /spec/x): member \"spec\" does not exist").
---- `doc` is never modified.
---- @param doc any JSON value (read-only views allowed)
---- @param ops table[]
---- @return any|nil, string?
-function M.apply(doc, ops)
-  local out = json.copy(doc)
+-- Applies ops to `out`, changing it in place; with `fresh` (copy on
+-- write), containers not in `fresh` are copied before they change.
+local function apply_ops(out, ops, fresh)
   for i, op in ipairs(ops) do
+    if fresh and type(out) == "table" and not fresh[out] then
+      out = shallow(out)
+      fresh[out] = true
+    end
     local function fail(msg)
       return nil, ("operation %d (%s %s): %s"):format(i, tostring(op.op), tostring(op.path), msg)
     end
@@ -197,17 +214,17 @@ function M.apply(doc, ops)
     local kind, err = op.op, nil
     if kind == "add" then
       if op.value == nil then return fail("missing value") end
-      out, err = add(out, tokens, json.copy(op.value))
+      out, err = add(out, tokens, json.copy(op.value), fresh)
     elseif kind == "remove" then
-      out, err = remove(out, tokens)
+      out, err = remove(out, tokens, fresh)
       if out == nil then return fail(err) end
     elseif kind == "replace" then
       if op.value == nil then return fail("missing value") end
       local _, e = get(out, tokens)
       if e then return fail(e) end
       if #tokens == 0 then out = json.copy(op.value) else
-        out, err = remove(out, tokens)
-        if out then out, err = add(out, tokens, json.copy(op.value)) end
+        out, err = remove(out, tokens, fresh)
+        if out then out, err = add(out, tokens, json.copy(op.value), fresh) end
       end
     elseif kind == "move" or kind == "copy" then
       local okf, from = pcall(M.split, op.from or "")
@@ -216,10 +233,10 @@ function M.apply(doc, ops)
       if e then return fail(e) end
       if kind == "move" then
         if op.path:sub(1, #op.from + 1) == op.from .. "/" then return fail("cannot move a value into itself") end
-        out, err = remove(out, from)
-        if out then out, err = add(out, tokens, v) end
+        out, err = remove(out, from, fresh)
+        if out then out, err = add(out, tokens, v, fresh) end
       else
-        out, err = add(out, tokens, json.copy(v))
+        out, err = add(out, tokens, json.copy(v), fresh)
       end
     elseif kind == "test" then
       local v, e = get(out, tokens)
@@ -231,6 +248,29 @@ function M.apply(doc, ops)
     if out == nil then return fail(err) end
   end
   return out
+end
+
+--- Applies `ops` (a list of RFC 6902 operations) to a deep copy of `doc`.
+--- Returns the new document, or `nil, message` naming the failing
+--- operation ("operation 2 (add /spec/x): member \"spec\" does not exist").
+--- `doc` is never modified; the result shares nothing with it.
+--- @param doc any JSON value (read-only views allowed)
+--- @param ops table[]
+--- @return any|nil, string?
+function M.apply(doc, ops)
+  return apply_ops(json.copy(doc), ops, nil)
+end
+
+--- Like apply, but the result shares every part the patch does not touch
+--- with `doc` (copy on write along each operation's path), so a patch of a
+--- few fields costs a few one-level copies instead of a deep copy. Neither
+--- `doc` nor the result may be changed afterwards (admission passes both to
+--- rules only as read-only views). Same results and messages as apply.
+--- @param doc any JSON value (read-only views allowed)
+--- @param ops table[]
+--- @return any|nil, string?
+function M.apply_shared(doc, ops)
+  return apply_ops(doc, ops, {})
 end
 
 return M
