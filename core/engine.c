@@ -559,6 +559,10 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
         return cozy_fail(err, COZY_ERR_INTERNAL, "cannot create a Lua state");
     }
     lua_State *L = e->L;
+    /* Generational collection: a review makes many short-lived tables
+     * (the request, views, verdicts) over a long-lived library and cluster
+     * view, which is the case it is built for (Lua 5.4 manual §2.5.2). */
+    lua_gc(L, LUA_GCGEN, 0, 0);
     lua_pushcfunction(L, open_protected);
     lua_pushlightuserdata(L, e);
     if(lua_pcall(L, 1, 0, 0) != LUA_OK) {

@@ -77,7 +77,7 @@ end
 
 --- The served certificate's serial (hex, upper case) as a new handshake sees it.
 local function served_serial(srv)
-  local out = P.sh(("openssl s_client -connect 127.0.0.1:%d -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -serial 2>/dev/null"):format(srv.port))
+  local out = P.sh(("timeout 10 openssl s_client -connect 127.0.0.1:%d -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -serial 2>/dev/null"):format(srv.port))
   return out:match("serial=(%x+)")
 end
 
@@ -108,7 +108,7 @@ end
 --- 1.0/1.1 at its default level 1). Returns the negotiated protocol (nil when
 --- no session was established), the output and the exit code.
 local function openssl_proto(port, flag)
-  local out, code = P.sh(("(OPENSSL_CONF=/dev/null openssl s_client -connect 127.0.0.1:%d %s -cipher DEFAULT@SECLEVEL=0 </dev/null 2>&1)"):format(port, flag))
+  local out, code = P.sh(("(OPENSSL_CONF=/dev/null timeout 10 openssl s_client -connect 127.0.0.1:%d %s -cipher DEFAULT@SECLEVEL=0 </dev/null 2>&1)"):format(port, flag))
   local cipher = out:match("New, [^,]+, Cipher is ([%w_-]+)")
   -- TLS 1.3 has no SSL-Session block before the session ticket arrives
   local proto = out:match("Protocol%s*:%s*(TLSv[%d.]+)") or out:match("New, (TLSv1%.3), Cipher is")
