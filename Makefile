@@ -47,7 +47,14 @@ include spec/support/kube-double/double.mk
 # path, where no rule matches it)
 BENCH_TARGET_CMD := bench/controller-target.sh {cert} {key} {port_file} --workers 4
 BENCH_ARGS ?= --path /validate/vmi --route Pod=/mutate/launcher --route GPUClass=/validate/gpuclass
+ENGINE_BENCH := $(BUILD)/bin/cozygpu-engine-bench
 include bench/bench.mk
+
+# the policy engine alone, per phase (bench/engine.c)
+$(ENGINE_BENCH): bench/engine.c $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(DIRS) -Icore -o $@ bench/engine.c $(CORE_SRC) $(PKG_LIBS) -lm
+
 
 # the policies ConfigMap, generated from policies/ (docs/decisions/0007)
 POLICY_SRC := $(shell find policies -name '*.lua' | sort)
@@ -55,7 +62,7 @@ POLICIES_CM := deploy/21-policies-configmap.yaml
 MOD := $(BUILD)/lua/cozygpu/core.so
 DIRS := -DCOZYGPU_LIBDIR='"$(CURDIR)/lua"' -DCOZYGPU_POLICYDIR='"$(CURDIR)/policies"'
 
-all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(POLICIES_CM)
+all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(ENGINE_BENCH) $(POLICIES_CM)
 
 $(POLICIES_CM): deploy/gen-policies-configmap.lua $(POLICY_SRC)
 	lua5.4 deploy/gen-policies-configmap.lua -o $@ policies

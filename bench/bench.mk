@@ -51,5 +51,8 @@ $(WEBHOOK_CHECK): core/tests/webhook_check.c $(WEBHOOK_SRC) core/log.c core/resu
 BENCH_TARGET_CMD ?= $(WEBHOOK_CHECK) --cert {cert} --key {key} --port 0 --port-file {port_file} --workers 4 --log-level warn
 BENCH_ARGS ?=
 
-bench: bench-tools
+bench: bench-tools $(ENGINE_BENCH)
 	BUILD=$(BUILD) bench/bench.sh --target-cmd '$(BENCH_TARGET_CMD)' $(BENCH_ARGS)
+	@echo
+	@echo "the policy engine alone (no HTTP, TLS or JSON parsing), each review timed:"
+	$(if $(ENGINE_BENCH),$(ENGINE_BENCH) --cluster examples/classes --cluster examples/cluster examples/reviews)
