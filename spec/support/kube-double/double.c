@@ -130,6 +130,24 @@ const dbl_type DBL_TYPES[] = {
     { "cozystack.io", "v1alpha1", "gpunodes", "gpunode", "GPUNode", 0, "", 1, 1, 1, "" },
     { "cozystack.io", "v1alpha1", "workloads", "workload", "Workload", 1, "", 1, 1, 1, "" },
     { "cozystack.io", "v1alpha1", "workloadmonitors", "workloadmonitor", "WorkloadMonitor", 1, "", 1, 1, 1, "" },
+    /* the kinds of deploy/, so `kubectl apply -f deploy/` can be checked:
+     * stored and served, nothing acts on them (no controllers, no RBAC) */
+    { "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", 1, "sa", 0, 0, 0, "" },
+    { "", "v1", "services", "service", "Service", 1, "svc", 1, 0, 0, "" },
+    { "apps", "v1", "deployments", "deployment", "Deployment", 1, "deploy", 1, 0, 0, "" },
+    { "apps", "v1", "daemonsets", "daemonset", "DaemonSet", 1, "ds", 1, 0, 0, "" },
+    { "policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", 1, "pdb", 1, 0, 0, "" },
+    { "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", 0, "", 0, 0, 0, "" },
+    { "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", 0, "", 0, 0, 0, "" },
+    { "rbac.authorization.k8s.io", "v1", "roles", "role", "Role", 1, "", 0, 0, 0, "" },
+    { "rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", 1, "", 0, 0, 0, "" },
+    { "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "validatingwebhookconfiguration",
+      "ValidatingWebhookConfiguration", 0, "", 0, 0, 0, "" },
+    { "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration",
+      "MutatingWebhookConfiguration", 0, "", 0, 0, 0, "" },
+    /* cert-manager's CRDs, as if installed (deploy/30-certificates.yaml) */
+    { "cert-manager.io", "v1", "issuers", "issuer", "Issuer", 1, "", 1, 1, 1, "" },
+    { "cert-manager.io", "v1", "certificates", "certificate", "Certificate", 1, "cert certs", 1, 1, 1, "" },
 };
 const size_t DBL_NTYPES = sizeof DBL_TYPES / sizeof DBL_TYPES[0];
 #define NTYPES (sizeof DBL_TYPES / sizeof DBL_TYPES[0])
