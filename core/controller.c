@@ -162,6 +162,9 @@ static void usage(FILE *f)
         "  --log-format json|text   (default text)\n"
         "  --log-level debug|info|warn|error  (default info)\n"
         "\n"
+        "signals: SIGTERM/SIGINT shut down gracefully; SIGUSR1 writes what the watch\n"
+        "caches hold to STATE-DIR/cache.json\n"
+        "\n"
         "exit status: 0 after a graceful shutdown, 2 on bad flags or a start-up failure\n",
         f);
 }
@@ -1037,6 +1040,49 @@ static long long mono_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* SIGUSR1: writes what the watch caches hold, one JSON object per cached
+ * object ({resource, namespace, name, resourceVersion, uid}), to
+ * <state-dir>/cache.json (replaced atomically), for operators comparing a
+ * replica's view with the API server, and for the specs. */
+static void dump_caches(void)
+{
+    kube_informer *all[9];
+    int n = 0;
+    for(int i = 0; i < C->n_cluster_inf; i++)
+        all[n++] = C->cluster_inf[i];
+    if(C->policies_inf)
+        all[n++] = C->policies_inf;
+    json_t *out = json_array();
+    for(int i = 0; i < n; i++) {
+        const kube_resource *r = kube_informer_resource(all[i]);
+        json_t *items = kube_informer_list(all[i]);
+        size_t j;
+        json_t *o;
+        json_array_foreach(items, j, o)
+        {
+            const json_t *md = json_object_get(o, "metadata");
+            json_array_append_new(out, json_pack("{s:s, s:s?, s:s?, s:s?, s:s?}", "resource", r->resource,
+                                                 "namespace", json_string_value(json_object_get(md, "namespace")),
+                                                 "name", json_string_value(json_object_get(md, "name")),
+                                                 "resourceVersion",
+                                                 json_string_value(json_object_get(md, "resourceVersion")), "uid",
+                                                 json_string_value(json_object_get(md, "uid"))));
+        }
+        json_decref(items);
+    }
+    char path[PATH_MAX], tmp[PATH_MAX];
+    if(snprintf(path, sizeof path, "%s/cache.json", C->f.state_dir) >= (int)sizeof path ||
+       snprintf(tmp, sizeof tmp, "%s/cache.json.tmp", C->f.state_dir) >= (int)sizeof tmp) {
+        json_decref(out);
+        return;
+    }
+    if(json_dump_file(out, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) == 0 && rename(tmp, path) == 0)
+        log_write(LOG_INFO, "controller", "wrote the watch caches", "path", path, NULL);
+    else
+        log_write(LOG_WARN, "controller", "cannot write the watch caches", "path", path, NULL);
+    json_decref(out);
+}
+
 int controller_main(int argc, char **argv)
 {
     static ctl state;
@@ -1060,6 +1106,7 @@ int controller_main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -1193,9 +1240,10 @@ int controller_main(int argc, char **argv)
         goto shutdown;
     }
 
-    /* run until SIGTERM / SIGINT */
+    /* run until SIGTERM / SIGINT; SIGUSR1 dumps the caches */
     int sig = 0;
-    sigwait(&sigs, &sig);
+    while(sigwait(&sigs, &sig) == 0 && sig == SIGUSR1)
+        dump_caches();
     log_write(LOG_INFO, "controller", "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
     status = 0;
 

@@ -88,6 +88,96 @@ describe("cozygpu controller", function()
     assert.equal(compared, total)
   end)
 
+  it("ends with watch caches equal to the API server, object by object, after cut watches and expired versions", function()
+    local c = start { identity = "churn" }
+    assert.truthy(E.wait_ready(c))
+    math.randomseed(20261130)
+    local modes = { "close", "abrupt", "expired" }
+    local live_ns, live_cls = {}, {}
+    for i = 1, 160 do
+      local r = math.random(6)
+      if r == 1 or #live_ns == 0 then
+        local name = "churn-" .. i
+        local _, st = E.send(d, "POST", "/api/v1/namespaces",
+          { apiVersion = "v1", kind = "Namespace", metadata = { name = name, labels = { n = tostring(i) } } })
+        assert.equal(201, st)
+        live_ns[#live_ns + 1] = name
+      elseif r == 2 then
+        local name = table.remove(live_ns, math.random(#live_ns))
+        local _, st = E.send(d, "DELETE", "/api/v1/namespaces/" .. name, "")
+        assert.equal(200, st)
+      elseif r == 3 then
+        local name = live_ns[math.random(#live_ns)]
+        local _, st = E.send(d, "PATCH", "/api/v1/namespaces/" .. name,
+          { metadata = { labels = { n = tostring(i), ["gpu.cozystack.io/vgpu"] = (i % 2 == 0) and "true" or "false" } } },
+          "application/merge-patch+json")
+        assert.equal(200, st)
+      elseif r == 4 or #live_cls == 0 then
+        local name = "churn-class-" .. i
+        local _, st = E.send(d, "POST", "/apis/cozystack.io/v1alpha1/gpuclasses", {
+          apiVersion = "cozystack.io/v1alpha1", kind = "GPUClass", metadata = { name = name },
+          spec = { displayName = name, model = "L40S", mode = "Passthrough", resourceName = "nvidia.com/CHURN_" .. i },
+        })
+        assert.equal(201, st)
+        live_cls[#live_cls + 1] = name
+      elseif r == 5 then
+        local name = live_cls[math.random(#live_cls)]
+        local _, st = E.send(d, "PATCH", "/apis/cozystack.io/v1alpha1/gpuclasses/" .. name,
+          { spec = { displayName = "renamed " .. i } }, "application/merge-patch+json")
+        assert.equal(200, st)
+      else
+        local name = table.remove(live_cls, math.random(#live_cls))
+        local _, st = E.send(d, "DELETE", "/apis/cozystack.io/v1alpha1/gpuclasses/" .. name, "")
+        assert.equal(200, st)
+      end
+      if i % 20 == 0 then d:cut { mode = modes[(i // 20) % 3 + 1] } end
+      if i % 45 == 0 then d:compact() end
+    end
+
+    -- the double's state, per resource: "ns/name" -> {rv, uid}
+    local function truth()
+      local want = {}
+      for _, res in ipairs { "namespaces", "nodes", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims" } do
+        for _, o in ipairs(d:state(res).items) do
+          want[res .. " " .. (o.metadata.namespace or "") .. "/" .. o.metadata.name] =
+            o.metadata.resourceVersion .. " " .. o.metadata.uid
+        end
+      end
+      return want
+    end
+    local cache_file = dir .. "/churn.state/cache.json"
+    local function view()
+      os.remove(cache_file)
+      P.kill(c.pid, "USR1")
+      local text = P.wait_until(function() return P.read(cache_file) end, 5)
+      local got = {}
+      for _, o in ipairs(json.decode(text)) do
+        if o.resource ~= "configmaps" then
+          local ns = type(o.namespace) == "string" and o.namespace or "" -- null when cluster-scoped
+          got[o.resource .. " " .. ns .. "/" .. o.name] = o.resourceVersion .. " " .. o.uid
+        end
+      end
+      return got
+    end
+    local want = truth()
+    local got
+    assert.truthy(P.wait_until(function()
+      got = view()
+      for k, v in pairs(want) do if got[k] ~= v then return false end end
+      for k in pairs(got) do if not want[k] then return false end end
+      return true
+    end, 15, 0.3), "the controller's caches differ from the API server")
+    local n = 0
+    for _ in pairs(want) do n = n + 1 end
+    assert.is_true(n > 10)
+    local m = E.metrics(c)
+    local expired = 0
+    for k, v in pairs(m) do
+      if k:match("^cozygpu_watch_restarts_total{") and k:match('reason="expired"') then expired = expired + v end
+    end
+    assert.is_true(expired >= 1, "no relist after 410 was counted")
+  end)
+
   it("has exactly one leader; when it dies the other leads within the lease duration", function()
     local a = start { identity = "replica-a" }
     local b = start { identity = "replica-b" }
