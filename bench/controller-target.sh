@@ -26,7 +26,7 @@ while [ ! -s "$tmp/double.port" ]; do
     sleep 0.05
 done
 url=http://127.0.0.1:$(cat "$tmp/double.port")
-k() { kubectl --server "$url" --request-timeout=10s "$@" >/dev/null; }
+k() { kubectl --cache-dir "$tmp/kube-cache" --server "$url" --request-timeout=10s "$@" >/dev/null; }
 k apply -f deploy/crds -f examples/cluster/namespaces.yaml -f deploy/00-namespace.yaml
 k apply -f examples/classes -f examples/cluster/kubevirt.yaml
 

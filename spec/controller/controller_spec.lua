@@ -304,11 +304,46 @@ return rule "site/no-vms-today" {
     assert.equal(1, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
   end)
 
+  it("refuses, naming the policy, when a review passes its deadline", function()
+    local cm = {
+      apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
+      data = { ["site-forever.lua"] = [[
+return rule "site/forever" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req, cluster)
+    while true do end
+  end,
+}
+]] },
+    }
+    local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
+    assert.equal(201, cst)
+    -- an instruction budget far beyond what a second can run: only the
+    -- deadline can stop this policy
+    H.write(dir .. "/forever-config.yaml", "policyBudget: {instructions: 1000000000000, memoryBytes: 67108864}\n")
+    local c = start { identity = "deadline", config = dir .. "/forever-config.yaml", extra = { "--review-timeout", "1s" } }
+    assert.truthy(E.wait_ready(c))
+    local t0 = os.time()
+    local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
+    assert.equal(200, st)
+    assert.is_true(os.time() - t0 <= 3)
+    assert.is_false(r.response.allowed)
+    assert.equal(500, r.response.status.code)
+    assert.truthy(r.response.status.message:find('policy "site/forever"', 1, true), r.response.status.message)
+    assert.truthy(r.response.status.message:find("deadline", 1, true), r.response.status.message)
+    -- the thread is free again: the next review is answered the same way
+    st, r = E.review(c, "/validate/vmi", reviews()[1].review)
+    assert.equal(200, st)
+    assert.equal(500, r.response.status.code)
+    assert.equal(2, E.metrics(c).cozygpu_policy_errors_total)
+  end)
+
   it("serves a replaced certificate on the next handshake without a restart", function()
     local c = start { identity = "certs" }
     assert.truthy(E.wait_ready(c))
     local function serial()
-      local out = P.sh(("echo | openssl s_client -connect 127.0.0.1:%d -servername localhost 2>/dev/null | openssl x509 -noout -serial"):format(c.port))
+      local out = P.sh(("echo | timeout 10 openssl s_client -connect 127.0.0.1:%d -servername localhost 2>/dev/null | openssl x509 -noout -serial"):format(c.port))
       return out:match("serial=(%x+)")
     end
     local before = serial()

@@ -43,7 +43,10 @@ describe("kubectl apply of deploy/ against the API server double", function()
   end)
 
   local function kubectl(args)
-    local out, code = P.sh(("KUBECONFIG=/dev/null kubectl --server %s %s 2>&1"):format(server, args))
+    -- a discovery cache of its own: kubectl keys it by host:port, and a
+    -- port reused from another double would bring that double's kinds
+    local out, code = P.sh(("KUBECONFIG=/dev/null kubectl --cache-dir %s --server %s %s 2>&1"):format(
+      H.q(dir .. "/kube-cache"), server, args))
     return out, code
   end
 

@@ -23,7 +23,8 @@ end
 --- Runs a shell command; returns stdout, exit code.
 function P.sh(cmd)
   local out = os.tmpname()
-  local _, _, code = os.execute(cmd .. " >" .. q(out))
+  -- a group, so a `2>&1` inside cmd goes to the same file as stdout
+  local _, _, code = os.execute("{ " .. cmd .. "\n} >" .. q(out))
   local s = read(out) or ""
   os.remove(out)
   return s, code
