@@ -388,22 +388,27 @@ static size_t body_write(char *ptr, size_t size, size_t nmemb, void *userp)
     return n;
 }
 
+int kube_header_retry_after(const char *line, size_t n, long *out)
+{
+    static const char name[] = "retry-after:";
+    if(n <= sizeof name - 1 || strncasecmp(line, name, sizeof name - 1) != 0)
+        return 0;
+    char v[64];
+    size_t l = n - (sizeof name - 1);
+    if(l >= sizeof v)
+        l = sizeof v - 1;
+    memcpy(v, line + sizeof name - 1, l);
+    v[l] = 0;
+    *out = kube_parse_retry_after(v);
+    return 1;
+}
+
 static size_t header_write(char *ptr, size_t size, size_t nmemb, void *userp)
 {
     long *retry_after = userp;
     size_t n = size * nmemb;
-    static const char name[] = "retry-after:";
-    if(n > sizeof name - 1 && strncasecmp(ptr, name, sizeof name - 1) == 0) {
-        char v[64];
-        size_t l = n - (sizeof name - 1);
-        if(l >= sizeof v)
-            l = sizeof v - 1;
-        memcpy(v, ptr + sizeof name - 1, l);
-        v[l] = 0;
-        *retry_after = kube_parse_retry_after(v);
-    } else if(n > 5 && strncmp(ptr, "HTTP/", 5) == 0) {
+    if(!kube_header_retry_after(ptr, n, retry_after) && n > 5 && strncmp(ptr, "HTTP/", 5) == 0)
         *retry_after = -1; /* a new response (after 100 Continue, a redirect) */
-    }
     return n;
 }
 

@@ -54,6 +54,11 @@ cozy_result kube_handle_setup(kube_client *c, CURL *h, const char *path,
    RFC 9110 §10.2.3), or -1. */
 long kube_parse_retry_after(const char *value);
 
+/* One response header line from curl's header callback (not NUL-
+ * terminated, `n` bytes). When it is `Retry-After:`, stores its parsed
+ * value (kube_parse_retry_after) in *out and returns 1; else returns 0. */
+int kube_header_retry_after(const char *line, size_t n, long *out);
+
 /* The client's per-request timeout in ms. */
 long kube_client_timeout_ms(const kube_client *c);
 

@@ -321,16 +321,7 @@ static size_t head_write(char *p, size_t size, size_t nmemb, void *userp)
 {
     kube_informer *inf = userp;
     size_t n = size * nmemb;
-    static const char name[] = "retry-after:";
-    if(n > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0) {
-        char v[64];
-        size_t l = n - (sizeof name - 1);
-        if(l >= sizeof v)
-            l = sizeof v - 1;
-        memcpy(v, p + sizeof name - 1, l);
-        v[l] = 0;
-        inf->retry_after = kube_parse_retry_after(v);
-    }
+    kube_header_retry_after(p, n, &inf->retry_after);
     return n;
 }
 
