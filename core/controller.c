@@ -173,6 +173,7 @@ static void usage(FILE *f)
 
 /* A policy bundle: the override directory compiled from the ConfigMap. */
 typedef struct bundle {
+    struct bundle *prev, *next; /* every live bundle (ctl.bundles), for the exit */
     unsigned long gen;
     char *dir;       /* NULL: defaults only */
     char *source_rv; /* the ConfigMap's resourceVersion, or NULL */
@@ -208,6 +209,7 @@ typedef struct ctl {
     /* engines of the webhook threads, closed at exit */
     engine **engines;
     size_t n_engines;
+    bundle *bundles; /* guarded by mu: every bundle not yet freed */
 } ctl;
 
 static ctl *C; /* the one controller of this process (signal-free access) */
@@ -219,20 +221,44 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return 0;
 }
 
+static void bundle_free(bundle *b)
+{
+    if(b->dir)
+        nftw(b->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(b->dir);
+    free(b->source_rv);
+    free(b);
+}
+
 static void bundle_unref(bundle *b)
 {
     if(!b)
         return;
     pthread_mutex_lock(&C->mu);
     int last = --b->refs == 0;
+    if(last) {
+        if(b->prev)
+            b->prev->next = b->next;
+        else
+            C->bundles = b->next;
+        if(b->next)
+            b->next->prev = b->prev;
+    }
     pthread_mutex_unlock(&C->mu);
-    if(!last)
-        return;
-    if(b->dir)
-        nftw(b->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(b->dir);
-    free(b->source_rv);
-    free(b);
+    if(last)
+        bundle_free(b);
+}
+
+/* At exit: the webhook threads are gone with their references, so every
+ * bundle left is freed and its directory removed. */
+static void bundles_free_all(void)
+{
+    while(C->bundles) {
+        bundle *b = C->bundles;
+        C->bundles = b->next;
+        bundle_free(b);
+    }
+    C->current = NULL;
 }
 
 static bundle *bundle_current(void)
@@ -511,6 +537,12 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
         return NULL;
     }
     b->refs = 1;
+    pthread_mutex_lock(&C->mu);
+    b->next = C->bundles;
+    if(b->next)
+        b->next->prev = b;
+    C->bundles = b;
+    pthread_mutex_unlock(&C->mu);
     const char *cm_name = C->f.policies_configmap;
     if(cm) {
         b->source_rv = strdup(json_string_value(json_object_get(json_object_get(cm, "metadata"), "resourceVersion"))
@@ -1276,8 +1308,7 @@ out:
         engine_close(C->engines[i]);
     free(C->engines);
     json_decref(C->pending_cm);
-    if(C->current)
-        bundle_unref(C->current);
+    bundles_free_all();
     free(C->policy_error);
     free(C->failed_rv);
     kube_client_free(C->client);
