@@ -115,14 +115,18 @@ cel:
 
 test: deps cel
 	@$(MAKE) --no-print-directory all
-	COZYGPU_BUILD=$(BUILD) COZYGPU_CEL_MODULES=$(CEL_MODULES) $(BUSTED) --output=TAP spec
+	@rm -rf $(BUILD)/spectmp && mkdir -p $(BUILD)/spectmp
+	COZYGPU_BUILD=$(BUILD) COZYGPU_CEL_MODULES=$(CEL_MODULES) COZYGPU_SCRATCH=$(CURDIR)/$(BUILD)/spectmp \
+		$(BUSTED) --output=TAP spec; st=$$?; rm -rf $(BUILD)/spectmp; exit $$st
 
 test-asan: deps cel
 	@$(MAKE) --no-print-directory all BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(SAN_FLAGS) -O1"
+	@rm -rf $(ASAN_BUILD)/spectmp && mkdir -p $(ASAN_BUILD)/spectmp
 	COZYGPU_BUILD=$(ASAN_BUILD) COZYGPU_ASAN=1 COZYGPU_CEL_MODULES=$(CEL_MODULES) \
+	COZYGPU_SCRATCH=$(CURDIR)/$(ASAN_BUILD)/spectmp \
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	$(BUSTED) --output=TAP spec
+	$(BUSTED) --output=TAP spec; st=$$?; rm -rf $(ASAN_BUILD)/spectmp; exit $$st
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -77,8 +77,14 @@ int controller_parse_duration(const char *s, long *ms)
     const char *p = s;
     int any = 0;
     while(*p) {
+        /* digits and a point only: no sign, hex, exponent, inf or nan */
+        if(!((*p >= '0' && *p <= '9') || *p == '.'))
+            return -1;
         errno = 0;
         double v = strtod(p, &end);
+        for(const char *q = p; q < end; q++)
+            if(!((*q >= '0' && *q <= '9') || *q == '.'))
+                return -1;
         if(end == p || errno || v < 0)
             return -1;
         p = end;
@@ -120,8 +126,8 @@ static void usage(FILE *f)
         "  --server URL             API server URL, overriding the kubeconfig's\n"
         "  --namespace NS           the controller's namespace: policies ConfigMap, Lease,\n"
         "                           Events (default: $POD_NAMESPACE, else cozy-gpu)\n"
-        "  --identity ID            this replica's name in the Lease (default: $POD_NAME,\n"
-        "                           else the host name)\n"
+        "  --identity ID            this replica's name in the Lease; must be unique (default:\n"
+        "                           $POD_NAME, else HOSTNAME_RANDOM, a new suffix per start)\n"
         "  --resync DURATION        relist every watched resource this often (default 10m;\n"
         "                           0 never)\n"
         "\n"
@@ -157,6 +163,9 @@ static void usage(FILE *f)
         "  --retry-period DURATION  between acquire and renew attempts (default 2s)\n"
         "  --status-interval DURATION  how often the leader re-checks GPUClass status\n"
         "                           besides watch events (default 30s)\n"
+        "\n"
+        "DURATION is a number with a unit, as in Go and kubectl: 500ms, 15s, 2m, 1h, 1m30s\n"
+        "(a bare number is seconds).\n"
         "\n"
         "logging:\n"
         "  --log-format json|text   (default text)\n"
@@ -341,6 +350,12 @@ static void unregister_engine(engine *e)
  * current caches. Returns the engine, or NULL with err set. */
 static engine *worker_engine(cozy_err *err)
 {
+    if(!kube_watcher_synced(C->watcher)) {
+        /* /readyz says 503 meanwhile; a review that arrives anyway is
+         * refused rather than judged against empty caches */
+        cozy_fail(err, COZY_ERR_INTERNAL, "the watch caches have not listed the cluster yet");
+        return NULL;
+    }
     bundle *b = bundle_current();
     if(!b) {
         cozy_fail(err, COZY_ERR_INTERNAL, "no policy bundle loaded");
@@ -378,6 +393,20 @@ static engine *worker_engine(cozy_err *err)
     return W.e;
 }
 
+static void key_paths(char *msg, const char *dir);
+
+/* The kind each webhook path serves (deploy/50-webhooks.yaml rules). */
+static const char *endpoint_kind(const webhook_endpoint *ep)
+{
+    if(strcmp(ep->path, "/validate/vmi") == 0 || strcmp(ep->path, "/mutate/vmi") == 0)
+        return "VirtualMachineInstance";
+    if(strcmp(ep->path, "/mutate/launcher") == 0)
+        return "Pod";
+    if(strcmp(ep->path, "/validate/gpuclass") == 0)
+        return "GPUClass";
+    return NULL;
+}
+
 static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
                      json_t **response)
 {
@@ -390,12 +419,37 @@ static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review
     }
     const json_t *request = json_object_get(review, "request");
     json_t *resp = NULL;
-    engine_set_deadline(e, deadline);
-    cozy_result rc = engine_review(e, request, (engine_phase)ep->phase, &resp, &err);
-    engine_set_deadline(e, NULL);
-    if(rc != COZY_OK) {
-        log_write(LOG_ERROR, "webhook", "policy engine failed", "webhook", ep->name, "error", err.msg, NULL);
-        return -1;
+    /* A webhook serves one kind (deploy/50-webhooks.yaml): another kind
+     * means the webhook configuration is wrong; refuse rather than let
+     * rules that do not match it allow it. */
+    const char *want = endpoint_kind(ep);
+    const char *got = json_string_value(json_object_get(json_object_get(request, "kind"), "kind"));
+    if(want && (!got || strcmp(want, got) != 0)) {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "cozygpu webhook %s serves %s objects, not %s: check the rules of the webhook configuration",
+                 ep->name, want, got ? got : "(no kind)");
+        resp = json_pack("{s:O?, s:b, s:{s:i, s:s, s:s}}", "uid", json_object_get(request, "uid"), "allowed", 0,
+                         "status", "code", 400, "reason", "BadRequest", "message", msg);
+    } else {
+        engine_set_deadline(e, deadline);
+        cozy_result rc = engine_review(e, request, (engine_phase)ep->phase, &resp, &err);
+        engine_set_deadline(e, NULL);
+        if(rc != COZY_OK) {
+            log_write(LOG_ERROR, "webhook", "policy engine failed", "webhook", ep->name, "error", err.msg, NULL);
+            return -1;
+        }
+        /* policy errors name the ConfigMap key, not the bundle directory */
+        json_t *st = json_object_get(resp, "status");
+        const char *m = json_string_value(json_object_get(st, "message"));
+        if(m && W.b && W.b->dir && strstr(m, "cozygpu-bundle-")) {
+            char *buf = strdup(m); /* key_paths only shortens */
+            if(buf) {
+                key_paths(buf, W.b->dir);
+                json_object_set_new(st, "message", json_string(buf));
+                free(buf);
+            }
+        }
     }
     const json_t *st = json_object_get(resp, "status");
     if(json_integer_value(json_object_get(st, "code")) == 500)
@@ -571,8 +625,9 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
             if(strncmp(k, "lib.", 4) == 0) {
                 char rel[PATH_MAX];
                 snprintf(rel, sizeof rel, "%s", k + 4);
-                rel[strlen(rel) - 4] = 0; /* drop .lua */
-                if(!*rel) {
+                size_t rl = strlen(rel);
+                rel[rl >= 4 ? rl - 4 : 0] = 0; /* drop .lua ("lib.lua" leaves nothing) */
+                if(!*rel || rel[0] == '.' || rel[strlen(rel) - 1] == '.') {
                     cozy_fail(err, COZY_ERR_POLICY, "ConfigMap %s/%s: data[%s]: a module key needs a name", C->f.ns,
                               cm_name, k);
                     goto fail;
@@ -648,6 +703,27 @@ static void publish(bundle *b)
 static void *reloader_main(void *arg)
 {
     (void)arg;
+    /* The first bundle: only once every cache has listed is it known
+     * whether the ConfigMap exists. If it does, its ADDED event has queued
+     * it (and if it does not load, the replica stays unready: never the
+     * defaults in place of a hoster's broken rules, docs/decisions/0009);
+     * if it does not, the defaults are the bundle. */
+    pthread_mutex_lock(&C->mu);
+    while(!C->stopping && !kube_watcher_synced(C->watcher)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 50 * 1000000;
+        if(ts.tv_nsec >= 1000000000)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&C->cv, &C->mu, &ts);
+    }
+    pthread_mutex_unlock(&C->mu);
+    json_t *existing = C->policies_inf ? kube_informer_get(C->policies_inf, C->f.ns, C->f.policies_configmap) : NULL;
+    pthread_mutex_lock(&C->mu);
+    if(!existing && !C->current && !C->pending_cm)
+        C->pending_cm = json_null();
+    pthread_mutex_unlock(&C->mu);
+    json_decref(existing);
     for(;;) {
         pthread_mutex_lock(&C->mu);
         while(!C->stopping && !C->pending_cm)
@@ -927,10 +1003,25 @@ static int parse_flags(int argc, char **argv, flags *f)
         {"log-format", required_argument, 0, O_LOGFMT},     {"log-level", required_argument, 0, O_LOGLVL},
         {"help", no_argument, 0, O_HELP},                   {0, 0, 0, 0},
     };
-    static char host[256];
+    static char host[300];
     const char *env_ns = getenv("POD_NAMESPACE"), *env_id = getenv("POD_NAME");
-    if(gethostname(host, sizeof host - 1) != 0)
-        snprintf(host, sizeof host, "cozygpu");
+    {
+        /* as kube-controller-manager does: host name plus a random part, so
+         * two processes on one host never share an identity (and so a
+         * Lease) by accident */
+        char h[256];
+        if(gethostname(h, sizeof h - 1) != 0)
+            snprintf(h, sizeof h, "cozygpu");
+        h[sizeof h - 1] = 0;
+        unsigned char rnd[6] = {0};
+        FILE *ur = fopen("/dev/urandom", "rb");
+        if(ur) {
+            if(fread(rnd, 1, sizeof rnd, ur) != sizeof rnd)
+                memset(rnd, 0, sizeof rnd);
+            fclose(ur);
+        }
+        snprintf(host, sizeof host, "%s_%02x%02x%02x%02x%02x%02x", h, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+    }
     const char *tmp = getenv("TMPDIR");
     *f = (flags){
         .ns = env_ns && *env_ns ? env_ns : "cozy-gpu",
@@ -971,7 +1062,7 @@ static int parse_flags(int argc, char **argv, flags *f)
         case O_ADDRESS: f->address = optarg; break;
         case O_PORT:
             f->port = (int)strtol(optarg, &end, 10);
-            if(*end || f->port < 0 || f->port > 65535) {
+            if(!*optarg || *end || f->port < 0 || f->port > 65535) {
                 fprintf(stderr, "cozygpu controller: --port: not a port number: %s\n", optarg);
                 return -1;
             }
@@ -981,14 +1072,14 @@ static int parse_flags(int argc, char **argv, flags *f)
         case O_KEY: f->key_file = optarg; break;
         case O_WORKERS:
             f->workers = (int)strtol(optarg, &end, 10);
-            if(*end || f->workers < 1 || f->workers > 256) {
+            if(!*optarg || *end || f->workers < 1 || f->workers > 256) {
                 fprintf(stderr, "cozygpu controller: --workers: need 1..256, got %s\n", optarg);
                 return -1;
             }
             break;
         case O_MAXBODY:
             f->max_body = strtol(optarg, &end, 10);
-            if(*end || f->max_body < 1024) {
+            if(!*optarg || *end || f->max_body < 1024) {
                 fprintf(stderr, "cozygpu controller: --max-body-bytes: need an integer >= 1024, got %s\n", optarg);
                 return -1;
             }
@@ -1044,6 +1135,15 @@ static int parse_flags(int argc, char **argv, flags *f)
         fprintf(stderr, "cozygpu controller: --tls-cert-file and --tls-key-file are required (the API server "
                         "calls webhooks over HTTPS only)\n");
         return -1;
+    }
+    {
+        struct stat st;
+        errno = 0;
+        if(stat(f->state_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(f->state_dir, W_OK | X_OK) != 0) {
+            fprintf(stderr, "cozygpu controller: --state-dir %s: not a writable directory%s%s\n", f->state_dir,
+                    errno ? ": " : "", errno ? strerror(errno) : "");
+            return -1;
+        }
     }
     if(f->review_timeout_ms < 100 || f->review_timeout_ms > 29000) {
         fprintf(stderr, "cozygpu controller: --review-timeout: need 100ms..29s (webhooks time out at 30s at most)\n");
@@ -1211,25 +1311,6 @@ int controller_main(int argc, char **argv)
     if(pthread_create(&C->reloader, NULL, reloader_main, NULL) != 0) {
         fprintf(stderr, "cozygpu controller: cannot start the reload thread\n");
         goto out;
-    }
-
-    /* the bundle: wait for the first list so the ConfigMap is known, then
-     * load it (or the defaults when there is no ConfigMap) */
-    {
-        long long t0 = mono_ms();
-        while(!kube_watcher_synced(C->watcher) && mono_ms() - t0 < 30000)
-            usleep(20000);
-        if(!kube_watcher_synced(C->watcher))
-            log_write(LOG_WARN, "controller", "caches not synced after 30s; not ready until they are", NULL);
-        json_t *cm = NULL;
-        if(C->policies_inf)
-            cm = kube_informer_get(C->policies_inf, f->ns, f->policies_configmap);
-        pthread_mutex_lock(&C->mu);
-        int queued = C->pending_cm != NULL || C->current != NULL;
-        pthread_mutex_unlock(&C->mu);
-        if(!queued)
-            queue_reload(cm ? json_deep_copy(cm) : json_null());
-        json_decref(cm);
     }
 
     /* webhook server */

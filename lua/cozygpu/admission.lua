@@ -93,12 +93,17 @@ function M.review(bundle, request, phases)
   local req = host.readonly(request)
   local denials, warnings, failures = {}, {}, {}
 
+  -- once the review's deadline has passed, the rules not yet run are
+  -- skipped: only the rule that was running is named
+  local late = false
   local function failed(r, kind, message)
     failures[#failures + 1] = ("policy %q %s"):format(r.name, describe(kind, message))
+    if kind == "deadline" then late = true end
   end
 
   if phases.validate then
     for _, r in ipairs(bundle.rules) do
+      if late then break end
       if r.validate then
         local yes, f = matches(host, r, req, cluster)
         if f then failed(r, f.kind, f.message)

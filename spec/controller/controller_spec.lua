@@ -304,6 +304,74 @@ return rule "site/no-vms-today" {
     assert.equal(1, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
   end)
 
+  it("stays unready and refuses reviews while the ConfigMap it starts with does not load", function()
+    local cm = {
+      apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
+      data = { ["site-broken.lua"] = "return rule \"site/broken\" {\n", ["lib.lua"] = "return {}\n" },
+    }
+    local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
+    assert.equal(201, cst)
+    local c = start { identity = "broken-start" }
+    -- listening at once; the failed load is counted, and never replaced by the defaults
+    assert.truthy(P.wait_until(function()
+      return ((E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] or 0) >= 1
+    end, 10))
+    P.sleep(1)
+    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
+    assert.equal(200, st)
+    assert.is_false(r.response.allowed)
+    assert.equal(500, r.response.status.code)
+    local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
+    local msg
+    for _, ev in ipairs(events.items) do
+      if ev.reason == "PolicyReloadFailed" then msg = ev.message end
+    end
+    assert.truthy(msg and msg:find("not serving", 1, true), tostring(msg))
+    -- a good ConfigMap makes it ready
+    local cur = E.get(d, "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies")
+    cm.metadata.resourceVersion = cur.metadata.resourceVersion
+    cm.data = { ["site-ok.lua"] = "return rule \"site/ok\" { match = { kind = \"Pod\" }, validate = function() end }\n" }
+    local _, pst = E.send(d, "PUT", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", cm)
+    assert.equal(200, pst)
+    assert.truthy(E.wait_ready(c, 10))
+    st, r = E.review(c, "/validate/vmi", reviews()[1].review)
+    assert.is_true(r.response.allowed)
+  end)
+
+  it("refuses a kind its webhook does not serve, naming both", function()
+    local c = start { identity = "kinds" }
+    assert.truthy(E.wait_ready(c))
+    local vm
+    for _, r in ipairs(reviews()) do
+      if r.review.request.kind.kind == "VirtualMachine" then vm = r.review end
+    end
+    local st, r = E.review(c, "/validate/vmi", vm)
+    assert.equal(200, st)
+    assert.equal(vm.request.uid, r.response.uid)
+    assert.is_false(r.response.allowed)
+    assert.equal(400, r.response.status.code)
+    assert.truthy(r.response.status.message:find("serves VirtualMachineInstance objects, not VirtualMachine", 1, true))
+  end)
+
+  it("refuses bad flags at start with exit 2, naming the flag", function()
+    for _, case in ipairs {
+      { { "--shutdown-grace", "nan" }, "--shutdown-grace" },
+      { { "--resync", "0x10s" }, "--resync" },
+      { { "--review-timeout", "-1s" }, "--review-timeout" },
+      { { "--port", "" }, "--port" },
+      { { "--state-dir", dir .. "/does-not-exist" }, "--state-dir" },
+      { { "--leader-elect", "yes" }, "--leader-elect" },
+    } do
+      local args = { "controller", "--server", d.url, "--tls-cert-file", certs.cert, "--tls-key-file", certs.key }
+      for _, a in ipairs(case[1]) do args[#args + 1] = a end
+      local _, err, code = H.run(args)
+      assert.equal(2, code, table.concat(case[1], " "))
+      assert.truthy(err:find(case[2], 1, true), err)
+    end
+  end)
+
   it("refuses, naming the policy, when a review passes its deadline", function()
     local cm = {
       apiVersion = "v1", kind = "ConfigMap",
@@ -332,6 +400,8 @@ return rule "site/forever" {
     assert.equal(500, r.response.status.code)
     assert.truthy(r.response.status.message:find('policy "site/forever"', 1, true), r.response.status.message)
     assert.truthy(r.response.status.message:find("deadline", 1, true), r.response.status.message)
+    -- only the policy that was running is named: the rules after it were skipped
+    assert.is_nil(r.response.status.message:find("gpu/vmi-entries", 1, true), r.response.status.message)
     -- the thread is free again: the next review is answered the same way
     st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)

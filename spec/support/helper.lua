@@ -12,6 +12,30 @@ H.bin = H.build .. "/bin/cozygpu"
 H.fixtures = os.getenv("COZYGPU_FIXTURES") or "../shared/fixtures"
 H.asan = os.getenv("COZYGPU_ASAN") == "1"
 
+-- Temporary files and directories of the specs go under COZYGPU_SCRATCH
+-- when it is set (`make test` sets it to a folder under the build directory
+-- and removes it afterwards), so a run leaves nothing in /tmp. os.tmpname
+-- keeps its contract: a new, empty file whose name is returned.
+do
+  local scratch = os.getenv("COZYGPU_SCRATCH")
+  if scratch and scratch ~= "" then
+    local n, tmpname = 0, os.tmpname
+    os.tmpname = function()
+      while true do
+        n = n + 1
+        local p = ("%s/t%d"):format(scratch, n)
+        local f = io.open(p, "r")
+        if f then f:close() else
+          f = io.open(p, "w")
+          if not f then return tmpname() end
+          f:close()
+          return p
+        end
+      end
+    end
+  end
+end
+
 -- Under `make test-asan` this process runs with LD_PRELOAD=libasan (the
 -- sanitized core.so needs the runtime loaded first). Programs the specs
 -- start do not need it, and curl, openssl or node with ASan preloaded can

@@ -23,8 +23,9 @@ end
 --- Runs a shell command; returns stdout, exit code.
 function P.sh(cmd)
   local out = os.tmpname()
-  -- a group, so a `2>&1` inside cmd goes to the same file as stdout
-  local _, _, code = os.execute("{ " .. cmd .. "\n} >" .. q(out))
+  -- stdout of the shell itself goes to the file first, so a `2>&1` inside
+  -- cmd goes there too (grouping with { } misplaced redirections in dash)
+  local _, _, code = os.execute("exec >" .. q(out) .. "; " .. cmd)
   local s = read(out) or ""
   os.remove(out)
   return s, code
