@@ -616,7 +616,7 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
         json_object_foreach((json_t *)json_object_get(cm, "data"), k, v)
         {
             if(!valid_policy_key(k)) {
-                log_write(LOG_WARN, "reload", "ignoring a key that is not a policy file (*.lua)", "configmap", cm_name,
+                log_write(LOG_WARN, "reload", "ignoring a key that is not a policy file name (NAME.lua of letters, digits, - _ .)", "configmap", cm_name,
                           "key", k, NULL);
                 continue;
             }

@@ -151,13 +151,14 @@ static int wh_pair_load(const char *cert_file, const char *key_file, wh_pair **o
     unsigned n = WH_CHAIN_MAX;
     ret = gnutls_pcert_list_import_x509_raw(p->certs, &n, &cpem, GNUTLS_X509_FMT_PEM, 0);
     if(ret < 0 || n == 0) {
-        snprintf(why, whylen, "%s: %s", cert_file, ret < 0 ? gnutls_strerror(ret) : "no certificate");
+        snprintf(why, whylen, "certificate file %s: not a PEM certificate (%s)", cert_file,
+                 ret < 0 ? gnutls_strerror(ret) : "no certificate");
         goto out;
     }
     p->n_certs = n;
     if((ret = gnutls_x509_privkey_init(&p->key)) < 0 ||
        (ret = gnutls_x509_privkey_import2(p->key, &kpem, GNUTLS_X509_FMT_PEM, NULL, 0)) < 0) {
-        snprintf(why, whylen, "%s: %s", key_file, gnutls_strerror(ret));
+        snprintf(why, whylen, "key file %s: not a PEM private key (%s)", key_file, gnutls_strerror(ret));
         goto out;
     }
     unsigned char kid[64], cid[64];
@@ -165,7 +166,7 @@ static int wh_pair_load(const char *cert_file, const char *key_file, wh_pair **o
     if(gnutls_x509_privkey_get_key_id(p->key, GNUTLS_KEYID_USE_SHA256, kid, &klen) < 0 ||
        gnutls_pubkey_get_key_id(p->certs[0].pubkey, GNUTLS_KEYID_USE_SHA256, cid, &clen) < 0 || klen != clen ||
        memcmp(kid, cid, klen) != 0) {
-        snprintf(why, whylen, "%s does not match the certificate in %s", key_file, cert_file);
+        snprintf(why, whylen, "key file %s does not match the certificate in %s", key_file, cert_file);
         goto out;
     }
     gnutls_x509_crt_t crt;
@@ -719,7 +720,7 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     wh_stat(s->key_file, &s->sig[1]);
     if(wh_pair_load(s->cert_file, s->key_file, &s->pair, why, sizeof why) != 0) {
         wh_free(s);
-        return cozy_fail(err, COZY_ERR_IO, "webhook: certificate: %s", why);
+        return cozy_fail(err, COZY_ERR_IO, "webhook: TLS: %s", why);
     }
     clock_gettime(CLOCK_MONOTONIC, &s->last_check);
     webhook_declare_metrics();

@@ -220,7 +220,7 @@ describe("gen-policies-configmap: refusals name the file", function()
       finally(function() rmrf(dir) end)
       local out, rc = run_gen(dir)
       assert.are.equal(1, rc, out)
-      assert.matches(dir .. "/bad.lua: " .. c[2], out, 1, false)
+      assert.matches(H.pat(dir) .. "/bad.lua: " .. c[2], out, 1, false)
     end)
   end
 

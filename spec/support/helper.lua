@@ -73,6 +73,10 @@ function H.tmpdir()
   return p
 end
 
+--- `s` with Lua pattern characters escaped, to match it literally inside a
+--- pattern (paths carry '-' and '.').
+function H.pat(s) return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")) end
+
 local function shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 H.q = shell_quote
 
