@@ -340,6 +340,40 @@ return rule "site/no-vms-today" {
     assert.is_true(r.response.allowed)
   end)
 
+  it("listens at once when the API server is down, and stays unready until it has loaded the policies", function()
+    local D = require "double"
+    local gone = D.start()
+    local port = gone.port
+    gone:stop()
+    local c = E.start_controller { double = { url = "http://127.0.0.1:" .. port }, dir = dir, certs = certs,
+      identity = "late", extra = { "--leader-elect", "false" } }
+    running[#running + 1] = c
+    assert.equal(200, (P.http { url = c.url .. "/healthz", cacert = c.cacert }))
+    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
+    assert.equal(200, st)
+    assert.equal(500, r.response.status.code) -- no answer from empty caches
+    -- the API server comes up, holding a ConfigMap that does not load
+    local late = D.start { args = { "--port", tostring(port) } }
+    finally(function() late:stop() end)
+    assert.equal(port, late.port)
+    local out, code = E.kubectl(late, { "apply", "-f", "deploy/crds", "-f", "examples/cluster/namespaces.yaml",
+      "-f", "deploy/00-namespace.yaml" })
+    assert.equal(0, code, out)
+    local _, cst = E.send(late, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", {
+      apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
+      data = { ["site-broken.lua"] = "return rule \"x\" {\n" },
+    })
+    assert.equal(201, cst)
+    assert.truthy(P.wait_until(function()
+      return ((E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] or 0) >= 1
+    end, 15), "the broken ConfigMap was never tried")
+    P.sleep(1)
+    -- never the defaults in place of the hoster's broken rules
+    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    assert.equal(0, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
+  end)
+
   it("refuses a kind its webhook does not serve, naming both", function()
     local c = start { identity = "kinds" }
     assert.truthy(E.wait_ready(c))
