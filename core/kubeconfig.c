@@ -207,6 +207,12 @@ static cozy_result pem_field(const json_t *obj, const char *file_key, const char
         if(!*buf)
             return cozy_fail(err, COZY_ERR_CONFIG, "%s: %s.%s: invalid base64", kf->path, where,
                              data_key);
+        if(!memmem(*buf, *len, "-----BEGIN ", 11)) {
+            free(*buf);
+            *buf = NULL;
+            return cozy_fail(err, COZY_ERR_CONFIG, "%s: %s.%s: not PEM (no -----BEGIN line after base64)",
+                             kf->path, where, data_key);
+        }
         return COZY_OK;
     }
     if(path) {
@@ -222,6 +228,12 @@ static cozy_result pem_field(const json_t *obj, const char *file_key, const char
             return rc;
         }
         free(full);
+        if(!memmem(*buf, *len, "-----BEGIN ", 11)) {
+            free(*buf);
+            *buf = NULL;
+            return cozy_fail(err, COZY_ERR_CONFIG, "%s: %s.%s: %s is not PEM (no -----BEGIN line)", kf->path,
+                             where, file_key, path);
+        }
     }
     return COZY_OK;
 }
