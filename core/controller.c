@@ -17,6 +17,7 @@
  */
 #include "controller.h"
 
+#include <ctype.h>
 #include <ftw.h>
 #include <errno.h>
 #include <getopt.h>
@@ -210,6 +211,7 @@ typedef struct ctl {
     char *policy_error;        /* last reload failure (for /readyz), or NULL */
     json_t *pending_cm;        /* ConfigMap waiting for the reloader, or json_null() for "deleted" */
     char *failed_rv;           /* reloader only: resourceVersion of the last bundle that failed */
+    json_t *deleted_cm;        /* the ConfigMap just deleted, for the reloader to report */
     unsigned long reload_seq;
     int status_dirty;
 
@@ -395,16 +397,26 @@ static engine *worker_engine(cozy_err *err)
 
 static void key_paths(char *msg, const char *dir);
 
-/* The kind each webhook path serves (deploy/50-webhooks.yaml rules). */
-static const char *endpoint_kind(const webhook_endpoint *ep)
+/* The kind (and its API group) each webhook path serves
+ * (deploy/50-webhooks.yaml rules). */
+static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
 {
     if(strcmp(ep->path, "/validate/vmi") == 0 || strcmp(ep->path, "/mutate/vmi") == 0)
-        return "VirtualMachineInstance";
+        return *group = "kubevirt.io", "VirtualMachineInstance";
     if(strcmp(ep->path, "/mutate/launcher") == 0)
-        return "Pod";
+        return *group = "", "Pod";
     if(strcmp(ep->path, "/validate/gpuclass") == 0)
-        return "GPUClass";
-    return NULL;
+        return *group = "cozystack.io", "GPUClass";
+    return *group = NULL, NULL;
+}
+
+/* A refusal the controller answers itself (not a policy's), as an
+ * AdmissionResponse: code 400, `msg`. */
+static json_t *refusal(const json_t *request, int code, const char *msg)
+{
+    return json_pack("{s:O?, s:b, s:{s:i, s:s, s:s}}", "uid", json_object_get(request, "uid"), "allowed", 0,
+                     "status", "code", code, "reason", code == 400 ? "BadRequest" : "InternalError", "message",
+                     msg);
 }
 
 static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
@@ -422,15 +434,25 @@ static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review
     /* A webhook serves one kind (deploy/50-webhooks.yaml): another kind
      * means the webhook configuration is wrong; refuse rather than let
      * rules that do not match it allow it. */
-    const char *want = endpoint_kind(ep);
-    const char *got = json_string_value(json_object_get(json_object_get(request, "kind"), "kind"));
-    if(want && (!got || strcmp(want, got) != 0)) {
-        char msg[512];
+    const char *want_group = NULL;
+    const char *want = endpoint_kind(ep, &want_group);
+    const json_t *kind = json_object_get(request, "kind");
+    const char *got = json_string_value(json_object_get(kind, "kind"));
+    const char *got_group = json_string_value(json_object_get(kind, "group"));
+    const char *op = json_string_value(json_object_get(request, "operation"));
+    if(want && (!got || strcmp(want, got) != 0 || !got_group || strcmp(want_group, got_group) != 0)) {
+        char msg[600];
         snprintf(msg, sizeof msg,
-                 "cozygpu webhook %s serves %s objects, not %s: check the rules of the webhook configuration",
-                 ep->name, want, got ? got : "(no kind)");
-        resp = json_pack("{s:O?, s:b, s:{s:i, s:s, s:s}}", "uid", json_object_get(request, "uid"), "allowed", 0,
-                         "status", "code", 400, "reason", "BadRequest", "message", msg);
+                 "cozygpu webhook %s serves %s objects (group \"%s\"), not %s (group \"%s\"): check the rules of "
+                 "the webhook configuration",
+                 ep->name, want, want_group, got ? got : "(no kind)", got_group ? got_group : "");
+        resp = refusal(request, 400, msg);
+    } else if(op && (strcmp(op, "CREATE") == 0 || strcmp(op, "UPDATE") == 0) &&
+              !json_is_object(json_object_get(request, "object"))) {
+        /* the API server always sends the object of a CREATE or UPDATE */
+        char msg[300];
+        snprintf(msg, sizeof msg, "cozygpu webhook %s: request.object must be an object for %s", ep->name, op);
+        resp = refusal(request, 400, msg);
     } else {
         engine_set_deadline(e, deadline);
         cozy_result rc = engine_review(e, request, (engine_phase)ep->phase, &resp, &err);
@@ -578,6 +600,11 @@ static void key_paths(char *msg, const char *dir)
             start--;
         char *end = hit + strlen(needle);
         memmove(start, end, strlen(end) + 1);
+        /* a module lib/a/b.lua came from the key lib.a.b.lua */
+        if(strncmp(start, "lib/", 4) == 0)
+            for(char *q = start + 3; *q && *q != ':' && *q != ' ' && *q != '\''; q++)
+                if(*q == '/')
+                    *q = '.';
     }
 }
 
@@ -726,15 +753,29 @@ static void *reloader_main(void *arg)
     json_decref(existing);
     for(;;) {
         pthread_mutex_lock(&C->mu);
-        while(!C->stopping && !C->pending_cm)
+        while(!C->stopping && !C->pending_cm && !C->deleted_cm)
             pthread_cond_wait(&C->cv, &C->mu);
         if(C->stopping) {
             pthread_mutex_unlock(&C->mu);
             break;
         }
+        json_t *gone = C->deleted_cm;
+        C->deleted_cm = NULL;
         json_t *cm = C->pending_cm;
         C->pending_cm = NULL;
         pthread_mutex_unlock(&C->mu);
+        if(gone) {
+            log_write(LOG_WARN, "reload",
+                      "the policies ConfigMap was deleted; the last bundle keeps serving (apply an empty "
+                      "ConfigMap to serve the default policies)",
+                      "configmap", C->f.policies_configmap, NULL);
+            record_event(gone, "Warning", "PolicyConfigMapDeleted",
+                         "the policies ConfigMap was deleted; the last loaded bundle keeps serving; apply an empty "
+                         "ConfigMap to serve the default policies");
+            json_decref(gone);
+        }
+        if(!cm)
+            continue;
 
         const json_t *src = json_is_null(cm) ? NULL : cm;
         const char *rv = src ? json_string_value(json_object_get(json_object_get(src, "metadata"), "resourceVersion"))
@@ -797,10 +838,25 @@ static void on_policies_event(void *ctx, kube_informer *inf, const char *type, c
 {
     (void)ctx;
     (void)inf;
-    if(strcmp(type, "DELETED") == 0)
-        queue_reload(json_null());
-    else
+    if(strcmp(type, "DELETED") != 0) {
         queue_reload(json_deep_copy(obj));
+        return;
+    }
+    /* Deleting the ConfigMap does not drop the hoster's rules (that would
+     * fail open): the last bundle keeps serving; an empty ConfigMap is how
+     * to go back to the defaults (docs/decisions/0009). Only a replica
+     * that never loaded a bundle (the ConfigMap was broken) takes the
+     * defaults, as at a start without a ConfigMap. */
+    pthread_mutex_lock(&C->mu);
+    int have = C->current != NULL;
+    if(have) {
+        json_decref(C->deleted_cm);
+        C->deleted_cm = json_deep_copy(obj);
+        pthread_cond_broadcast(&C->cv);
+    }
+    pthread_mutex_unlock(&C->mu);
+    if(!have)
+        queue_reload(json_null());
 }
 
 static void on_class_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
@@ -1131,6 +1187,33 @@ static int parse_flags(int argc, char **argv, flags *f)
         fprintf(stderr, "cozygpu controller: unexpected argument \"%s\"\n", argv[optind]);
         return -1;
     }
+    const struct {
+        const char *flag;
+        const char **value;
+    } names[] = {{"--namespace", &f->ns}, {"--identity", &f->identity}, {"--lease-name", &f->lease_name}};
+    for(size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if(!*names[i].value || !**names[i].value) {
+            fprintf(stderr, "cozygpu controller: %s: must not be empty\n", names[i].flag);
+            return -1;
+        }
+    if(f->policies_configmap && *f->policies_configmap) {
+        /* a ConfigMap name is a DNS subdomain (RFC 1123): lowercase
+         * letters, digits, '-' and '.', at most 253 */
+        const char *n = f->policies_configmap;
+        int ok = strlen(n) <= 253 && isalnum((unsigned char)n[0]) && isalnum((unsigned char)n[strlen(n) - 1]);
+        for(const char *q = n; ok && *q; q++)
+            ok = (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '.';
+        if(!ok) {
+            fprintf(stderr, "cozygpu controller: --policies-configmap: \"%s\" is not a ConfigMap name "
+                            "(lowercase letters, digits, '-' and '.')\n", n);
+            return -1;
+        }
+    }
+    if(f->leader_elect && !(f->retry_ms > 0 && f->retry_ms < f->renew_ms && f->renew_ms < f->lease_ms)) {
+        fprintf(stderr, "cozygpu controller: --retry-period (%ld ms) < --renew-deadline (%ld ms) < "
+                        "--lease-duration (%ld ms) is required\n", f->retry_ms, f->renew_ms, f->lease_ms);
+        return -1;
+    }
     if(!f->cert_file || !f->key_file) {
         fprintf(stderr, "cozygpu controller: --tls-cert-file and --tls-key-file are required (the API server "
                         "calls webhooks over HTTPS only)\n");
@@ -1389,6 +1472,7 @@ out:
         engine_close(C->engines[i]);
     free(C->engines);
     json_decref(C->pending_cm);
+    json_decref(C->deleted_cm);
     bundles_free_all();
     free(C->policy_error);
     free(C->failed_rv);

@@ -730,7 +730,8 @@ static void watch_done(kube_informer *inf, CURLcode cc, long st)
         log_write(LOG_WARN, "watch", "watch refused", "resource", inf->res->resource, "status",
                   sbuf, NULL);
         if(st == 429 || st >= 500) {
-            count_restart(inf, "throttled");
+            /* 429 is the API server's flow control; 5xx a server error */
+            count_restart(inf, st == 429 ? "throttled" : "error");
             backoff(inf, 0, st == 429 || st == 503 ? inf->retry_after : -1);
         } else {
             count_restart(inf, "error");

@@ -302,6 +302,28 @@ return rule "site/no-vms-today" {
     -- the start-up load and this one
     assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
     assert.equal(1, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
+
+    -- deleting the ConfigMap does not drop the hoster's rules: the last
+    -- bundle keeps serving, and the deletion is reported
+    local _, dst = E.send(d, "DELETE", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", "")
+    assert.equal(200, dst)
+    assert.truthy(P.wait_until(function()
+      for _, ev in ipairs(E.get(d, "/api/v1/namespaces/cozy-gpu/events").items) do
+        if ev.reason == "PolicyConfigMapDeleted" and ev.type == "Warning" then return true end
+      end
+    end, 10), "no PolicyConfigMapDeleted event")
+    st, r = E.review(c, "/validate/vmi", review)
+    assert.is_false(r.response.allowed)
+    assert.truthy(r.response.status.message:find("no GPU VMs today", 1, true))
+    -- an empty ConfigMap is how to go back to the defaults
+    cm.metadata.resourceVersion = nil
+    cm.data = json.object()
+    _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
+    assert.equal(201, cst)
+    assert.truthy(P.wait_until(function()
+      local s2, a = E.review(c, "/validate/vmi", review)
+      return s2 == 200 and a.response.allowed == true
+    end, 10, 0.1), "the empty ConfigMap did not bring the defaults back")
   end)
 
   it("stays unready and refuses reviews while the ConfigMap it starts with does not load", function()
@@ -386,7 +408,21 @@ return rule "site/no-vms-today" {
     assert.equal(vm.request.uid, r.response.uid)
     assert.is_false(r.response.allowed)
     assert.equal(400, r.response.status.code)
-    assert.truthy(r.response.status.message:find("serves VirtualMachineInstance objects, not VirtualMachine", 1, true))
+    assert.truthy(r.response.status.message:find(
+      'serves VirtualMachineInstance objects (group "kubevirt.io"), not VirtualMachine (group "kubevirt.io")', 1, true),
+      r.response.status.message)
+    -- the group counts too, and a CREATE must carry its object
+    local forged = json.decode(json.encode(reviews()[1].review))
+    forged.request.kind.group = "evil.io"
+    st, r = E.review(c, "/validate/vmi", forged)
+    assert.equal(400, r.response.status.code)
+    local empty = json.decode(json.encode(reviews()[1].review))
+    empty.request.object = json.null
+    st, r = E.review(c, "/validate/vmi", empty)
+    assert.equal(200, st)
+    assert.is_false(r.response.allowed)
+    assert.equal(400, r.response.status.code)
+    assert.truthy(r.response.status.message:find("request.object must be an object for CREATE", 1, true))
   end)
 
   it("refuses bad flags at start with exit 2, naming the flag", function()
@@ -397,6 +433,9 @@ return rule "site/no-vms-today" {
       { { "--port", "" }, "--port" },
       { { "--state-dir", dir .. "/does-not-exist" }, "--state-dir" },
       { { "--leader-elect", "yes" }, "--leader-elect" },
+      { { "--identity", "" }, "--identity" },
+      { { "--policies-configmap", "Bad Name" }, "--policies-configmap" },
+      { { "--lease-duration", "1s", "--renew-deadline", "2s" }, "--renew-deadline" },
     } do
       local args = { "controller", "--server", d.url, "--tls-cert-file", certs.cert, "--tls-key-file", certs.key }
       for _, a in ipairs(case[1]) do args[#args + 1] = a end
