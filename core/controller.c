@@ -424,12 +424,18 @@ static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review
 {
     (void)ctx;
     cozy_err err;
+    const json_t *request = json_object_get(review, "request");
     engine *e = worker_engine(&err);
     if(!e) {
-        log_write(LOG_ERROR, "webhook", "no engine for the review", "webhook", ep->name, "error", err.msg, NULL);
-        return -1;
+        /* fail closed, and say why (not ready yet, no bundle) */
+        log_write(LOG_WARN, "webhook", "refusing: no engine for the review", "webhook", ep->name, "error", err.msg,
+                  NULL);
+        char msg[1200];
+        snprintf(msg, sizeof msg, "cozygpu webhook %s: not serving: %s", ep->name, err.msg);
+        *response = json_pack("{s:s, s:s, s:o}", "apiVersion", "admission.k8s.io/v1", "kind", "AdmissionReview",
+                              "response", refusal(request, 500, msg));
+        return *response ? 0 : -1;
     }
-    const json_t *request = json_object_get(review, "request");
     json_t *resp = NULL;
     /* A webhook serves one kind (deploy/50-webhooks.yaml): another kind
      * means the webhook configuration is wrong; refuse rather than let

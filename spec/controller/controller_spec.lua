@@ -375,6 +375,8 @@ return rule "site/no-vms-today" {
     local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)
     assert.equal(500, r.response.status.code) -- no answer from empty caches
+    assert.truthy(r.response.status.message:find("not serving: the watch caches have not listed", 1, true),
+      r.response.status.message)
     -- the API server comes up, holding a ConfigMap that does not load
     local late = D.start { args = { "--port", tostring(port) } }
     finally(function() late:stop() end)
