@@ -1,0 +1,185 @@
+--- cozygpu.budget — GPU budgets of the tenant tree (DESIGN.md §5).
+---
+--- Budgets are ResourceQuota `spec.hard` keys on tenant namespaces:
+---   * class key  `<class>.gpuclass.cozystack.io/devices`
+---   * total key  `gpuclass.cozystack.io/devices` (every class)
+---   * raw key    `requests.<gpu resource name>` (device-plugin name)
+--- Rules (DESIGN.md §5), each checked on every tenant from the root down to
+--- the ordering namespace:
+---   R1 a key on a tenant caps the tenant and all its descendants together;
+---   R2 a child's key only adds a limit: every level is checked, so it
+---      never lifts an ancestor's limit nor grants what an ancestor lacks;
+---   R3 no GPU key on the tenant or any ancestor: capacity only (allowed);
+---   R4 a raw key for the class's resource name on a tenant blocks orders
+---      of that class until the same tenant also has the class or the
+---      total key;
+---   R5 while a raw key exists it caps the claims of the classes with that
+---      resource name together with the raw-name VMIs it covers;
+---   R6 usage: every GPUClaim that exists counts (ordered claims in every
+---      phase, Lost included, and template claims); raw-name VMIs (without
+---      the class-reference label) count while Running.
+--- Several ResourceQuotas on one namespace each cap it (Kubernetes checks
+--- each quota), so the smallest value of a key wins.
+local object = require "cozygpu.object"
+local quantity = require "cozygpu.quantity"
+local tenant = require "cozygpu.tenant"
+
+local M = {}
+
+M.CLASS_SUFFIX = ".gpuclass.cozystack.io/devices"
+M.TOTAL_KEY = "gpuclass.cozystack.io/devices"
+M.CLASS_REFERENCE = "gpu.cozystack.io/class-reference"
+
+--- The class key of class `name`.
+function M.class_key(name) return name .. M.CLASS_SUFFIX end
+
+--- The raw key of resource name `rn`.
+function M.raw_key(rn) return "requests." .. rn end
+
+-- smallest value of `key` over the ResourceQuotas of namespace `ns`:
+-- integer, or nil when absent; raises a refusal table for a bad value
+local function limit(cluster, ns, key)
+  local best, from
+  for _, q in ipairs(cluster:resourcequotas(ns)) do
+    local hard = object.get(q, "spec", "hard")
+    local v = type(hard) == "table" and hard[key] or nil
+    if v ~= nil then
+      local n, err = quantity.to_integer(v)
+      local qname = object.get(q, "metadata", "name")
+      if not n or n < 0 then
+        error({ budget_error = ("ResourceQuota %s/%s: spec.hard[%s]: %s"):format(ns, tostring(qname), key,
+          err or "must not be negative") }, 0)
+      end
+      if best == nil or n < best then best, from = n, qname end
+    end
+  end
+  return best, from
+end
+
+-- namespaces in the subtree of tenant `t` (those labelled tenant.cozystack.io/t)
+local function in_subtree(cluster, ns_name, t)
+  local ns = cluster:namespace(ns_name)
+  return ns ~= nil and object.label(ns, tenant.TENANT_PREFIX .. t) ~= nil
+end
+
+-- usage in the subtree of `t`: claims whose class satisfies `want(class)`,
+-- plus (when `rn` is given) running raw-name VMIs' devices of `rn`.
+-- Returns total, list of users {what, name, count}.
+local function usage(cluster, t, want, rn)
+  local total, users = 0, {}
+  for _, c in ipairs(cluster:gpuclaims()) do
+    local ns = object.get(c, "metadata", "namespace")
+    local cls = object.get(c, "spec", "class")
+    if type(cls) == "string" and want(cls) and in_subtree(cluster, ns, t) then
+      local n = object.get(c, "spec", "count")
+      n = math.type(n) == "integer" and n or 1
+      total = total + n
+      users[#users + 1] = { what = "GPUClaim", name = ns .. "/" .. tostring(object.get(c, "metadata", "name")), count = n }
+    end
+  end
+  if rn then
+    local gpu = require "cozygpu.gpu"
+    for _, v in ipairs(cluster:list("VirtualMachineInstance")) do
+      local ns = object.get(v, "metadata", "namespace")
+      if object.get(v, "status", "phase") == "Running" and object.label(v, M.CLASS_REFERENCE) ~= "true"
+        and in_subtree(cluster, ns, t) then
+        local n = 0
+        for _, e in ipairs(gpu.entries(object.get(v, "spec") or {}, cluster)) do
+          if e.name == rn then n = n + (e.count or 0) end
+        end
+        if n > 0 then
+          total = total + n
+          users[#users + 1] = { what = "VirtualMachineInstance", name = ns .. "/" .. tostring(object.get(v, "metadata", "name")), count = n }
+        end
+      end
+    end
+  end
+  return total, users
+end
+
+local function describe_users(users)
+  if #users == 0 then return "nothing" end
+  local parts = {}
+  for i, u in ipairs(users) do
+    if i > 5 then parts[#parts + 1] = ("and %d more"):format(#users - 5) break end
+    parts[#parts + 1] = ("%s %s (%d)"):format(u.what, u.name, u.count)
+  end
+  return table.concat(parts, ", ")
+end
+
+--- Checks an order of `count` GPUs of GPUClass `class` (an object) in
+--- namespace `ns_name` against every budget above it.
+--- Returns true when it fits (or the namespace is outside the tenant tree,
+--- or no key applies: R3); else false and a list of shortfalls, each
+--- {tenant, key, rule ("R1".."R5"), limit, used, short, message}, in order
+--- from the root down. A ResourceQuota value that is not a whole,
+--- non-negative quantity is a shortfall too (rule "quantity"), so a bad
+--- budget refuses (fail closed) and says where.
+--- @param cluster table the cluster view
+--- @param ns_name string
+--- @param class table GPUClass
+--- @param count integer
+--- @return boolean, table[]?
+function M.check(cluster, ns_name, class, count)
+  local ns = cluster:namespace(ns_name)
+  if not ns then return true end
+  local chain = tenant.ancestors(ns, object.get(cluster.settings, "tenantRoot"))
+  if #chain == 0 then return true end
+  local cname = object.get(class, "metadata", "name")
+  local rn = object.get(class, "spec", "resourceName")
+  local same_rn = {}
+  for _, c in ipairs(cluster:gpuclasses()) do
+    if object.get(c, "spec", "resourceName") == rn then same_rn[object.get(c, "metadata", "name")] = true end
+  end
+  same_rn[cname] = true
+  local out = {}
+  for _, t in ipairs(chain) do
+    local ok, err = pcall(function()
+      local ck, tk = M.class_key(cname), M.TOTAL_KEY
+      local climit = limit(cluster, t, ck)
+      local tlimit = limit(cluster, t, tk)
+      local rlimit = type(rn) == "string" and limit(cluster, t, M.raw_key(rn)) or nil
+      local function over(key, lim, used, users, rule)
+        if used + count > lim then
+          local short = used + count - lim
+          out[#out + 1] = {
+            tenant = t, key = key, rule = rule, limit = lim, used = used, short = short,
+            message = ("tenant %q: %s is %d, %d in use by %s; %d more is short by %d"):format(
+              t, key, lim, used, describe_users(users), count, short),
+          }
+        end
+      end
+      if climit then
+        local used, users = usage(cluster, t, function(c) return c == cname end)
+        over(ck, climit, used, users, "R1")
+      end
+      if tlimit then
+        local used, users = usage(cluster, t, function() return true end)
+        over(tk, tlimit, used, users, "R1")
+      end
+      if rlimit then
+        if not climit and not tlimit then
+          out[#out + 1] = {
+            tenant = t, key = M.raw_key(rn), rule = "R4", limit = rlimit, used = 0, short = count,
+            message = ("tenant %q: has the raw budget %s but neither %s nor %s: orders of class %q wait until the class or total key is granted there"):format(
+              t, M.raw_key(rn), ck, tk, cname),
+          }
+        else
+          local used, users = usage(cluster, t, function(c) return same_rn[c] == true end, rn)
+          over(M.raw_key(rn), rlimit, used, users, "R5")
+        end
+      end
+    end)
+    if not ok then
+      if type(err) == "table" and err.budget_error then
+        out[#out + 1] = { tenant = t, rule = "quantity", short = count, message = err.budget_error }
+      else
+        error(err, 0)
+      end
+    end
+  end
+  if #out == 0 then return true end
+  return false, out
+end
+
+return M
