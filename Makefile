@@ -44,9 +44,10 @@ include spec/support/kube-double/double.mk
 # `make bench`: the controller (with the double holding the examples) beside
 # the bare TLS server; VMI reviews go to /validate/vmi, pods and classes to
 # their own webhooks (the VM review, which no webhook receives, to the VMI
-# path, where no rule matches it)
+# path, where the controller refuses its kind)
 BENCH_TARGET_CMD := bench/controller-target.sh {cert} {key} {port_file} --workers 4
-BENCH_ARGS ?= --path /validate/vmi --route Pod=/mutate/launcher --route GPUClass=/validate/gpuclass
+BENCH_ARGS ?= --path /validate/vmi --route Pod=/mutate/launcher --route GPUClass=/validate/gpuclass \
+	--route GPUClaim=/validate/gpuclaim
 ENGINE_BENCH := $(BUILD)/bin/cozygpu-engine-bench
 include bench/bench.mk
 

@@ -28,7 +28,7 @@ done
 url=http://127.0.0.1:$(cat "$tmp/double.port")
 k() { kubectl --cache-dir "$tmp/kube-cache" --server "$url" --request-timeout=10s "$@" >/dev/null; }
 k apply -f deploy/crds -f examples/cluster/namespaces.yaml -f deploy/00-namespace.yaml
-k apply -f examples/classes -f examples/cluster/kubevirt.yaml
+k apply -f examples/classes -f examples/cluster/kubevirt.yaml -f examples/cluster/quotas.yaml
 
 "$BUILD/bin/cozygpu" controller --server "$url" --namespace cozy-gpu --identity bench \
     --tls-cert-file "$cert" --tls-key-file "$key" --address 127.0.0.1 --port 0 --port-file "$port_file" \

@@ -407,6 +407,8 @@ static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
         return *group = "", "Pod";
     if(strcmp(ep->path, "/validate/gpuclass") == 0)
         return *group = "cozystack.io", "GPUClass";
+    if(strcmp(ep->path, "/validate/gpuclaim") == 0)
+        return *group = "cozystack.io", "GPUClaim";
     return *group = NULL, NULL;
 }
 
@@ -1039,6 +1041,7 @@ static const webhook_endpoint ENDPOINTS[] = {
     {"/mutate/vmi", "vmi-mutate", ENGINE_MUTATE},
     {"/mutate/launcher", "launcher-mutate", ENGINE_MUTATE},
     {"/validate/gpuclass", "gpuclass-validate", ENGINE_VALIDATE},
+    {"/validate/gpuclaim", "gpuclaim-validate", ENGINE_VALIDATE},
 };
 
 static int parse_flags(int argc, char **argv, flags *f)

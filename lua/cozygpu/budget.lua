@@ -107,8 +107,11 @@ local function describe_users(users)
   return table.concat(parts, ", ")
 end
 
---- Checks an order of `count` GPUs of GPUClass `class` (an object) in
---- namespace `ns_name` against every budget above it.
+--- Checks an order — a set of `{class = GPUClass object, count = n}`,
+--- e.g. the classes one VM asks for — in namespace `ns_name` against every
+--- budget above it. Class keys are checked per class, the total key with the
+--- whole set, a raw key with every class of the set behind that resource
+--- name.
 --- Returns true when it fits (or the namespace is outside the tenant tree,
 --- or no key applies: R3); else false and a list of shortfalls, each
 --- {tenant, key, rule ("R1".."R5"), limit, used, short, message}, in order
@@ -117,29 +120,39 @@ end
 --- budget refuses (fail closed) and says where.
 --- @param cluster table the cluster view
 --- @param ns_name string
---- @param class table GPUClass
---- @param count integer
+--- @param set table[] {class = table, count = integer}
 --- @return boolean, table[]?
-function M.check(cluster, ns_name, class, count)
+function M.check_set(cluster, ns_name, set)
   local ns = cluster:namespace(ns_name)
-  if not ns then return true end
+  if not ns or #set == 0 then return true end
   local chain = tenant.ancestors(ns, object.get(cluster.settings, "tenantRoot"))
   if #chain == 0 then return true end
-  local cname = object.get(class, "metadata", "name")
-  local rn = object.get(class, "spec", "resourceName")
-  local same_rn = {}
-  for _, c in ipairs(cluster:gpuclasses()) do
-    if object.get(c, "spec", "resourceName") == rn then same_rn[object.get(c, "metadata", "name")] = true end
+  -- the order per class and per resource name
+  local by_class, class_order, by_rn, rn_order, total = {}, {}, {}, {}, 0
+  for _, o in ipairs(set) do
+    local cname = object.get(o.class, "metadata", "name")
+    if not by_class[cname] then by_class[cname] = 0; class_order[#class_order + 1] = cname end
+    by_class[cname] = by_class[cname] + o.count
+    local rn = object.get(o.class, "spec", "resourceName")
+    if type(rn) == "string" then
+      if not by_rn[rn] then by_rn[rn] = { count = 0, classes = {} }; rn_order[#rn_order + 1] = rn end
+      by_rn[rn].count = by_rn[rn].count + o.count
+      by_rn[rn].classes[#by_rn[rn].classes + 1] = cname
+    end
+    total = total + o.count
   end
-  same_rn[cname] = true
+  local classes_of_rn = {}
+  for _, c in ipairs(cluster:gpuclasses()) do
+    local rn = object.get(c, "spec", "resourceName")
+    if type(rn) == "string" then
+      classes_of_rn[rn] = classes_of_rn[rn] or {}
+      classes_of_rn[rn][object.get(c, "metadata", "name")] = true
+    end
+  end
   local out = {}
   for _, t in ipairs(chain) do
     local ok, err = pcall(function()
-      local ck, tk = M.class_key(cname), M.TOTAL_KEY
-      local climit = limit(cluster, t, ck)
-      local tlimit = limit(cluster, t, tk)
-      local rlimit = type(rn) == "string" and limit(cluster, t, M.raw_key(rn)) or nil
-      local function over(key, lim, used, users, rule)
+      local function over(key, lim, used, users, rule, count)
         if used + count > lim then
           local short = used + count - lim
           out[#out + 1] = {
@@ -149,30 +162,45 @@ function M.check(cluster, ns_name, class, count)
           }
         end
       end
-      if climit then
-        local used, users = usage(cluster, t, function(c) return c == cname end)
-        over(ck, climit, used, users, "R1")
+      local tlimit = limit(cluster, t, M.TOTAL_KEY)
+      local climits = {}
+      for _, cname in ipairs(class_order) do
+        local ck = M.class_key(cname)
+        climits[cname] = limit(cluster, t, ck)
+        if climits[cname] then
+          local used, users = usage(cluster, t, function(c) return c == cname end)
+          over(ck, climits[cname], used, users, "R1", by_class[cname])
+        end
       end
       if tlimit then
         local used, users = usage(cluster, t, function() return true end)
-        over(tk, tlimit, used, users, "R1")
+        over(M.TOTAL_KEY, tlimit, used, users, "R1", total)
       end
-      if rlimit then
-        if not climit and not tlimit then
-          out[#out + 1] = {
-            tenant = t, key = M.raw_key(rn), rule = "R4", limit = rlimit, used = 0, short = count,
-            message = ("tenant %q: has the raw budget %s but neither %s nor %s: orders of class %q wait until the class or total key is granted there"):format(
-              t, M.raw_key(rn), ck, tk, cname),
-          }
-        else
-          local used, users = usage(cluster, t, function(c) return same_rn[c] == true end, rn)
-          over(M.raw_key(rn), rlimit, used, users, "R5")
+      for _, rn in ipairs(rn_order) do
+        local rlimit = limit(cluster, t, M.raw_key(rn))
+        if rlimit then
+          local blocked = {}
+          for _, cname in ipairs(by_rn[rn].classes) do
+            if not climits[cname] and not tlimit and not blocked[cname] then
+              blocked[cname] = true
+              out[#out + 1] = {
+                tenant = t, key = M.raw_key(rn), rule = "R4", limit = rlimit, used = 0, short = by_class[cname],
+                message = ("tenant %q: has the raw budget %s but neither %s nor %s: orders of class %q wait until the class or total key is granted there"):format(
+                  t, M.raw_key(rn), M.class_key(cname), M.TOTAL_KEY, cname),
+              }
+            end
+          end
+          if next(blocked) == nil then
+            local same = classes_of_rn[rn] or {}
+            local used, users = usage(cluster, t, function(c) return same[c] == true end, rn)
+            over(M.raw_key(rn), rlimit, used, users, "R5", by_rn[rn].count)
+          end
         end
       end
     end)
     if not ok then
       if type(err) == "table" and err.budget_error then
-        out[#out + 1] = { tenant = t, rule = "quantity", short = count, message = err.budget_error }
+        out[#out + 1] = { tenant = t, rule = "quantity", short = total, message = err.budget_error }
       else
         error(err, 0)
       end
@@ -180,6 +208,13 @@ function M.check(cluster, ns_name, class, count)
   end
   if #out == 0 then return true end
   return false, out
+end
+
+--- Checks an order of `count` GPUs of GPUClass `class` (an object):
+--- check_set with one element.
+--- @return boolean, table[]?
+function M.check(cluster, ns_name, class, count)
+  return M.check_set(cluster, ns_name, { { class = class, count = count } })
 end
 
 return M

@@ -24,9 +24,10 @@ describe("cozygpu review", function()
       ["7f0c2c52-0007-4d6a-9d0a-000000000007"] = true,
       ["7f0c2c52-0008-4d6a-9d0a-000000000008"] = false,
       ["7f0c2c52-0009-4d6a-9d0a-000000000009"] = true,
+      ["7f0c2c52-0010-4d6a-9d0a-000000000010"] = false,
     }
     local reviews = H.json_lines(out)
-    assert.are.equal(9, #reviews)
+    assert.are.equal(10, #reviews)
     for _, r in ipairs(reviews) do
       assert.are.equal("admission.k8s.io/v1", r.apiVersion)
       assert.are.equal("AdmissionReview", r.kind)

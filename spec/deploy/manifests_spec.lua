@@ -9,7 +9,7 @@ local core = H.core
 local NS = "cozy-gpu"
 -- The controller's webhook endpoints (core/webhook.h users; issue 3).
 local ENDPOINTS = { ["/validate/vmi"] = true, ["/mutate/vmi"] = true, ["/mutate/launcher"] = true,
-  ["/validate/gpuclass"] = true }
+  ["/validate/gpuclass"] = true, ["/validate/gpuclaim"] = true }
 -- The controller's per-review deadline: webhook_options.review_timeout_ms
 -- defaults to 8000 (core/webhook.h); the Deployment passes no flag for it.
 -- If one is added, read it here instead.
@@ -392,12 +392,13 @@ describe("deploy/ webhooks", function()
     end
   end)
 
-  it("match only CREATE (and UPDATE for GPUClass) of the resources they judge", function()
+  it("match only CREATE (and UPDATE for GPUClass and GPUClaim) of the resources they judge", function()
     local want = {
       ["/validate/vmi"] = { "kubevirt.io", "virtualmachineinstances", { "CREATE" } },
       ["/mutate/vmi"] = { "kubevirt.io", "virtualmachineinstances", { "CREATE" } },
       ["/mutate/launcher"] = { "", "pods", { "CREATE" } },
       ["/validate/gpuclass"] = { "cozystack.io", "gpuclasses", { "CREATE", "UPDATE" } },
+      ["/validate/gpuclaim"] = { "cozystack.io", "gpuclaims", { "CREATE", "UPDATE" } },
     }
     for _, w in ipairs(webhooks()) do
       local rules = w.hook.rules
@@ -469,11 +470,11 @@ describe("deploy/ webhooks", function()
     assert.are.equal(3, count)
   end)
 
-  it("scope the VMI and pod webhooks by matchConditions; GPUClass needs none", function()
+  it("scope the VMI and pod webhooks by matchConditions; GPUClass and GPUClaim need none", function()
     for _, w in ipairs(webhooks()) do
       local path = w.hook.clientConfig.service.path
       local mcs = w.hook.matchConditions or {}
-      if path == "/validate/gpuclass" then
+      if path == "/validate/gpuclass" or path == "/validate/gpuclaim" then
         assert.are.equal(0, #mcs)
       else
         assert.are.equal(1, #mcs, path)

@@ -72,6 +72,7 @@ describe("kube-double", function()
       local out, err, code = d:kubectl { "apply", "-f", "deploy/crds", "-f", "examples/classes" }
       assert.are.equal(0, code, err)
       assert.are.same({
+        "customresourcedefinition.apiextensions.k8s.io/gpuclaims.cozystack.io unchanged",
         "customresourcedefinition.apiextensions.k8s.io/gpuclasses.cozystack.io unchanged",
         "gpuclass.cozystack.io/a100-40c created",
         "gpuclass.cozystack.io/l40s-24c created",

@@ -207,6 +207,27 @@ describe("cozygpu.budget (DESIGN.md §5) over root > child > grandchild", functi
     end)
   end
 
+  it("R1: checks the total key with the whole set a VM asks for", function()
+    local objs = {}
+    for _, o in ipairs(CLASSES) do objs[#objs + 1] = o end
+    for _, o in ipairs(NAMESPACES) do objs[#objs + 1] = o end
+    objs[#objs + 1] = quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "2", ["a100.gpuclass.cozystack.io/devices"] = "1" })
+    local view = cluster.new(json.decode(json.encode(objs)), assert(H.core.config_from(json.object())))
+    -- each alone fits; together 3 > 2
+    assert.is_true((budget.check(view, "tenant-a", view:gpuclass("l40s"), 2)))
+    assert.is_true((budget.check(view, "tenant-a", view:gpuclass("a100"), 1)))
+    local ok, shorts = budget.check_set(view, "tenant-a",
+      { { class = view:gpuclass("l40s"), count = 2 }, { class = view:gpuclass("a100"), count = 1 } })
+    assert.is_false(ok)
+    assert.equal(1, #shorts)
+    assert.equal("gpuclass.cozystack.io/devices", shorts[1].key)
+    assert.equal(1, shorts[1].short)
+    -- the class key counts only its class's part of the set
+    ok, shorts = budget.check_set(view, "tenant-a", { { class = view:gpuclass("a100"), count = 2 } })
+    assert.is_false(ok)
+    assert.equal("a100.gpuclass.cozystack.io/devices", shorts[1].key)
+  end)
+
   it("names what is using the budget", function()
     local ok, shorts = run { quotas = { ["tenant-a"] = { ["gpuclass.cozystack.io/devices"] = "3" } },
       objects = { claim("tenant-a-b", "a100", 2, "Lost", "old-claim"), claim("tenant-a", "l40s", 1, "Bound", "web") },

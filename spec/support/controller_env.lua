@@ -27,7 +27,8 @@ function E.load_examples(d)
   assert(code == 0, out)
   out, code = E.kubectl(d, { "apply", "-f", "deploy/00-namespace.yaml" })
   assert(code == 0, out)
-  out, code = E.kubectl(d, { "apply", "-f", "examples/classes", "-f", "examples/cluster/kubevirt.yaml" })
+  out, code = E.kubectl(d, { "apply", "-f", "examples/classes", "-f", "examples/cluster/kubevirt.yaml",
+    "-f", "examples/cluster/quotas.yaml" })
   assert(code == 0, out)
 end
 
