@@ -1,16 +1,17 @@
 -- Validation of the GPU entries of a VirtualMachineInstance at creation
 -- (DESIGN.md §4 "VMI create"): class known and not being deleted, resource
 -- name permitted by KubeVirt, maxCount, one vGPU class per VM, vGPU
--- entitlement. Budgets (§5) are a separate rule.
+-- entitlement, and the tenant budgets for the classes it asks for (§5).
 local object = require "cozygpu.object"
 local tenant = require "cozygpu.tenant"
+local budget = require "cozygpu.budget"
 
 -- A VMI that orders GPUs by class carries this label (set by the chart);
 -- then every GPU entry must map to a GPUClass (docs/decisions/0003).
 local CLASS_REFERENCE = "gpu.cozystack.io/class-reference"
 
 return rule "gpu/vmi-entries" {
-  description = "GPU entries of a new VMI: known class, permitted by KubeVirt, maxCount, one vGPU class, entitlement",
+  description = "GPU entries of a new VMI: known class, permitted by KubeVirt, maxCount, one vGPU class, entitlement, budgets",
   match = { kind = "VirtualMachineInstance", group = "kubevirt.io", operations = { "CREATE" } },
   validate = function(req, cluster)
     local vmi = req.object
@@ -73,6 +74,21 @@ return rule "gpu/vmi-entries" {
       local ok, why = tenant.vgpu_entitled(cluster, req.namespace)
       if not ok then
         out[#out + 1] = deny(("vGPU class %q: %s"):format(vgpu_classes[1], why), { field = by_class[vgpu_classes[1]].first.field })
+      end
+    end
+    -- the set the VM asks for, against every budget above its namespace
+    -- (checked only when nothing else refused: a budget message about an
+    -- order that is wrong anyway would mislead)
+    local denied = false
+    for _, v in ipairs(out) do if v.verdict == "deny" then denied = true end end
+    if not denied and #class_order > 0 then
+      local set = {}
+      for _, name in ipairs(class_order) do set[#set + 1] = { class = by_class[name].class, count = by_class[name].count } end
+      local ok, shorts = budget.check_set(cluster, req.namespace, set)
+      if not ok then
+        for _, sh in ipairs(shorts) do
+          out[#out + 1] = deny(sh.message, { field = by_class[class_order[1]].first.field })
+        end
       end
     end
     return out

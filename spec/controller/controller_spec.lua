@@ -384,12 +384,6 @@ return rule "site/no-vms-today" {
     assert.equal(port, late.port)
     local args = { "apply", "-f", "deploy/crds", "-f", "examples/cluster/namespaces.yaml", "-f", "deploy/00-namespace.yaml" }
     local out, code = E.kubectl(late, args)
-    if code ~= 0 and P.alive(late.pid) then
-      -- kubectl's discovery raced the double's first seconds once in CI
-      -- (connection reset); a live double gets one more try, a dead one
-      -- fails with its log below
-      out, code = E.kubectl(late, args)
-    end
     assert.equal(0, code, out .. "\ndouble alive: " .. tostring(P.alive(late.pid)) .. "\n" .. (P.read(late.log_path) or ""))
     local _, cst = E.send(late, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", {
       apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },

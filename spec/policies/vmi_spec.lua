@@ -137,3 +137,42 @@ describe("VMI GPU entries", function()
     assert.are.equal("no KubeVirt CR in the cluster state: permittedHostDevices was not checked", resp.warnings[1])
   end)
 end)
+
+describe("VMI budgets (DESIGN.md §5)", function()
+  local function quota(ns, hard)
+    return { apiVersion = "v1", kind = "ResourceQuota", metadata = { name = "gpu", namespace = ns }, spec = { hard = hard } }
+  end
+  local function claim(ns, class, count)
+    return { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", metadata = { name = "held", namespace = ns },
+      spec = { class = class, count = count }, status = { phase = "Lost" } }
+  end
+
+  it("refuses the set a VM asks for when it is over a tenant's budget, naming the key and the shortfall", function()
+    e = H.engine(snapshot { quota("tenant-root", { ["gpuclass.cozystack.io/devices"] = "3" }), claim("tenant-a", "l40s", 2) })
+    local resp = review(H.vmi { gpus = { L40S, L40S } })
+    assert.is_false(resp.allowed)
+    assert.are.equal(403, resp.status.code)
+    assert.are.equal('spec.domain.devices.gpus[0].deviceName: tenant "tenant-root": gpuclass.cozystack.io/devices is 3, 2 in use by GPUClaim tenant-a/held (2); 2 more is short by 1',
+      resp.status.message)
+  end)
+
+  it("checks the classes of one VM together against the total key", function()
+    e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "2" }) })
+    assert.is_true(review(H.vmi { gpus = { L40S, L40S } }).allowed)
+    local resp = review(H.vmi { gpus = { L40S, L40S_24C } , hostDevices = {} })
+    -- two classes, one of them vGPU: allowed by the class rules, 2 <= 2
+    assert.is_true(resp.allowed)
+    e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "1" }) })
+    resp = review(H.vmi { gpus = { L40S, L40S_24C } })
+    assert.is_false(resp.allowed)
+    assert.truthy(resp.status.message:find("short by 1", 1, true), resp.status.message)
+  end)
+
+  it("names only the class rule when the order is wrong anyway", function()
+    e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "0" }) })
+    local resp = review(H.vmi { gpus = { L40S_24C, L40S_24C, L40S_24C } })
+    assert.is_false(resp.allowed)
+    assert.truthy(resp.status.message:find("more than its maxCount 2", 1, true))
+    assert.is_nil(resp.status.message:find("gpuclass.cozystack.io/devices", 1, true))
+  end)
+end)

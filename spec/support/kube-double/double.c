@@ -653,7 +653,8 @@ static int parse_route(const char *path, route *rt)
     snprintf(buf, sizeof buf, "%s", path);
     char *seg[12];
     int n = 0;
-    for (char *s = strtok(buf, "/"); s && n < 12; s = strtok(NULL, "/")) seg[n++] = s;
+    char *save = NULL; /* strtok_r: requests are served on many threads */
+    for (char *s = strtok_r(buf, "/", &save); s && n < 12; s = strtok_r(NULL, "/", &save)) seg[n++] = s;
     int i;
     if (n >= 2 && !strcmp(seg[0], "api")) {
         snprintf(rt->version, sizeof rt->version, "%s", seg[1]);
@@ -694,7 +695,8 @@ static json_t *split_words(const char *s)
     json_t *a = json_array();
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
-    for (char *w = strtok(buf, " "); w; w = strtok(NULL, " ")) json_array_append_new(a, json_string(w));
+    char *save = NULL; /* strtok_r: requests are served on many threads */
+    for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) json_array_append_new(a, json_string(w));
     return a;
 }
 
@@ -856,7 +858,8 @@ static const json_t *json_path(const json_t *obj, const char *path)
     char buf[256];
     snprintf(buf, sizeof buf, "%s", path);
     const json_t *cur = obj;
-    for (char *t = strtok(buf, ".{}$"); t && cur; t = strtok(NULL, ".{}$")) cur = json_object_get(cur, t);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ".{}$", &save); t && cur; t = strtok_r(NULL, ".{}$", &save)) cur = json_object_get(cur, t);
     return cur;
 }
 

@@ -175,7 +175,8 @@ static const char *field_value(const json_t *obj, const char *path)
     const json_t *cur = obj;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", path);
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
+    char *save = NULL; /* strtok_r: selectors are matched on many threads */
+    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save))
         cur = json_object_get(cur, tok);
     return json_is_string(cur) ? json_string_value(cur) : "";
 }
