@@ -403,7 +403,7 @@ static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
 {
     if(strcmp(ep->path, "/validate/vmi") == 0 || strcmp(ep->path, "/mutate/vmi") == 0)
         return *group = "kubevirt.io", "VirtualMachineInstance";
-    if(strcmp(ep->path, "/mutate/launcher") == 0)
+    if(strcmp(ep->path, "/mutate/launcher") == 0 || strcmp(ep->path, "/validate/pod") == 0)
         return *group = "", "Pod";
     if(strcmp(ep->path, "/validate/gpuclass") == 0)
         return *group = "cozystack.io", "GPUClass";
@@ -1042,6 +1042,7 @@ static const webhook_endpoint ENDPOINTS[] = {
     {"/mutate/launcher", "launcher-mutate", ENGINE_MUTATE},
     {"/validate/gpuclass", "gpuclass-validate", ENGINE_VALIDATE},
     {"/validate/gpuclaim", "gpuclaim-validate", ENGINE_VALIDATE},
+    {"/validate/pod", "pod-validate", ENGINE_VALIDATE},
 };
 
 static int parse_flags(int argc, char **argv, flags *f)

@@ -8,7 +8,7 @@ local json = H.json
 -- (deploy/ webhook configurations; DESIGN.md §4).
 local PATHS = {
   VirtualMachineInstance = { validating = "/validate/vmi", mutating = "/mutate/vmi" },
-  Pod = { mutating = "/mutate/launcher" },
+  Pod = { mutating = "/mutate/launcher", validating = "/validate/pod" },
   GPUClass = { validating = "/validate/gpuclass" },
   GPUClaim = { validating = "/validate/gpuclaim" },
 }
@@ -79,8 +79,8 @@ describe("cozygpu controller", function()
         compared = compared + 1
       end
     end
-    -- 01-06 VMIs twice, 07 pod once, 08 class once, 10 claim once
-    assert.equal(15, compared)
+    -- 01-06 VMIs twice, 07 pod twice, 08 class once, 10 claim once
+    assert.equal(16, compared)
     local m = E.metrics(c)
     local total = 0
     for k, v in pairs(m) do

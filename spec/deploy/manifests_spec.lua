@@ -9,7 +9,7 @@ local core = H.core
 local NS = "cozy-gpu"
 -- The controller's webhook endpoints (core/webhook.h users; issue 3).
 local ENDPOINTS = { ["/validate/vmi"] = true, ["/mutate/vmi"] = true, ["/mutate/launcher"] = true,
-  ["/validate/gpuclass"] = true, ["/validate/gpuclaim"] = true }
+  ["/validate/gpuclass"] = true, ["/validate/gpuclaim"] = true, ["/validate/pod"] = true }
 -- The controller's per-review deadline: webhook_options.review_timeout_ms
 -- defaults to 8000 (core/webhook.h); the Deployment passes no flag for it.
 -- If one is added, read it here instead.
@@ -399,6 +399,7 @@ describe("deploy/ webhooks", function()
       ["/mutate/launcher"] = { "", "pods", { "CREATE" } },
       ["/validate/gpuclass"] = { "cozystack.io", "gpuclasses", { "CREATE", "UPDATE" } },
       ["/validate/gpuclaim"] = { "cozystack.io", "gpuclaims", { "CREATE", "UPDATE" } },
+      ["/validate/pod"] = { "", "pods", { "CREATE" } },
     }
     for _, w in ipairs(webhooks()) do
       local rules = w.hook.rules
@@ -467,7 +468,8 @@ describe("deploy/ webhooks", function()
         assert.are.equal(0, depth, mc.name)
       end
     end
-    assert.are.equal(3, count)
+    -- VMI validate and mutate, launcher mutate, pod validate
+    assert.are.equal(4, count)
   end)
 
   it("scope the VMI and pod webhooks by matchConditions; GPUClass and GPUClaim need none", function()

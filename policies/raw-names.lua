@@ -1,0 +1,112 @@
+-- The raw-name policy (DESIGN.md §4 "Raw-name policy", §10
+-- `rawResourceNames`): Allowed (default) does nothing; Warn allows with an
+-- admission warning; Forbidden refuses
+--   * GPU entries on every VMI without a class reference (the label
+--     gpu.cozystack.io/class-reference=true, docs/decisions/0003), on every
+--     path (gpus, hostDevices, resources);
+--   * every pod in a tenant namespace that requests a GPU — through any
+--     container (init and ephemeral too) or through DRA in the extended-
+--     resource form `deviceclass.resource.kubernetes.io/<class>` naming a
+--     GPU device class (`gpuDeviceClasses`) — unless it is a virt-launcher
+--     pod: created by KubeVirt's virt-controller service account
+--     (`virtControllerUser`, default system:serviceaccount:<KubeVirt CR
+--     namespace>:kubevirt-controller) AND owned by a VirtualMachineInstance.
+--     The exception rests on the request's userInfo, which the API server
+--     sets, never on labels or owner references alone, which a tenant can
+--     write.
+-- A pod outside the tenant tree is not this policy's business. A NIC under
+-- an nvidia.com/ name is no GPU resource name (cozygpu.gpu), so it is never
+-- refused here.
+local object = require "cozygpu.object"
+local tenant = require "cozygpu.tenant"
+
+local CLASS_REFERENCE = "gpu.cozystack.io/class-reference"
+local DRA_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+local function mode(cluster)
+  return object.get(cluster.settings, "rawResourceNames") or "Allowed"
+end
+
+local function verdict(m, message, field)
+  if m == "Forbidden" then return deny(message, { field = field }) end
+  return warn(message)
+end
+
+-- The virt-controller's user: the setting, or derived from the namespace
+-- of the KubeVirt CR (KubeVirt's service account kubevirt-controller).
+local function virt_controller(cluster)
+  local u = object.get(cluster.settings, "virtControllerUser")
+  if type(u) == "string" and u ~= "" then return u end
+  local kv = cluster:kubevirt()
+  local ns = kv and object.get(kv, "metadata", "namespace") or "kubevirt"
+  return ("system:serviceaccount:%s:kubevirt-controller"):format(ns)
+end
+
+local function owned_by_vmi(pod)
+  for _, ref in ipairs(object.list(pod, "metadata", "ownerReferences")) do
+    local av = object.get(ref, "apiVersion")
+    if object.get(ref, "kind") == "VirtualMachineInstance" and type(av) == "string" and av:match("^kubevirt%.io/") then
+      return true
+    end
+  end
+  return false
+end
+
+-- GPU requests of a pod: device-plugin names (cozygpu.gpu.pod_requests)
+-- and DRA device classes in the extended-resource form.
+local function pod_gpu_requests(pod, cluster)
+  local out = {}
+  for _, r in ipairs(gpu.pod_requests(pod, cluster)) do out[#out + 1] = r end
+  local classes = {}
+  for _, c in ipairs(object.list(cluster.settings, "gpuDeviceClasses")) do classes[DRA_PREFIX .. c] = true end
+  for _, group in ipairs { "initContainers", "containers", "ephemeralContainers" } do
+    for i, c in ipairs(object.list(pod, "spec", group)) do
+      for _, which in ipairs { "limits", "requests" } do
+        local res = object.get(c, "resources", which)
+        if type(res) == "table" then
+          local keys = {}
+          for k in pairs(res) do if classes[k] then keys[#keys + 1] = k end end
+          table.sort(keys)
+          for _, k in ipairs(keys) do
+            out[#out + 1] = { name = k, field = ("spec.%s[%d].resources.%s[%s]"):format(group, i - 1, which, k) }
+          end
+        end
+      end
+    end
+  end
+  return out
+end
+
+return rule "gpu/raw-names" {
+  description = "rawResourceNames: warn about or refuse GPUs ordered by device-plugin name instead of by class",
+  match = function(req)
+    local k = req.kind or {}
+    return req.operation == "CREATE" and ((k.kind == "VirtualMachineInstance" and k.group == "kubevirt.io")
+      or (k.kind == "Pod" and k.group == ""))
+  end,
+  validate = function(req, cluster)
+    local m = mode(cluster)
+    if m ~= "Warn" and m ~= "Forbidden" then return nil end
+    local obj = req.object
+    local out = {}
+    if req.kind.kind == "VirtualMachineInstance" then
+      if object.label(obj, CLASS_REFERENCE) == "true" then return nil end
+      for _, e in ipairs(gpu.entries(object.get(obj, "spec"), cluster)) do
+        out[#out + 1] = verdict(m, ("GPU %q ordered by device-plugin name: order GPUs by class (label %s=true and a GPUClass resource name)"):format(
+          tostring(e.name or "DRA claim"), CLASS_REFERENCE), e.field or e.path)
+      end
+      return out
+    end
+    -- a pod
+    local ns = cluster:namespace(req.namespace)
+    if not ns or #tenant.ancestors(ns, object.get(cluster.settings, "tenantRoot")) == 0 then return nil end
+    local requests = pod_gpu_requests(obj, cluster)
+    if #requests == 0 then return nil end
+    local user = object.get(req, "userInfo", "username")
+    if user == virt_controller(cluster) and owned_by_vmi(obj) then return nil end
+    for _, r in ipairs(requests) do
+      out[#out + 1] = verdict(m, ("pod requests GPU %q directly: GPUs are ordered by class through a VirtualMachine (only KubeVirt's virt-launcher pods may request them)"):format(r.name), r.field)
+    end
+    return out
+  end,
+}
