@@ -1384,8 +1384,11 @@ int controller_main(int argc, char **argv)
 
     /* watches */
     C->watcher = kube_watcher_new(C->client, f->resync_ms / 1000);
-    static const kube_resource *const cluster_kinds[] = {&KUBE_NAMESPACES, &KUBE_NODES,     &KUBE_RESOURCEQUOTAS,
-                                                          &KUBE_KUBEVIRTS,  &KUBE_GPUCLASSES, &KUBE_GPUCLAIMS};
+    /* what the policies read (docs/decisions/0008); VMIs for the raw-name
+     * usage that raw budget keys count (DESIGN.md §5) */
+    static const kube_resource *const cluster_kinds[] = {&KUBE_NAMESPACES, &KUBE_NODES,      &KUBE_RESOURCEQUOTAS,
+                                                          &KUBE_KUBEVIRTS,  &KUBE_GPUCLASSES, &KUBE_GPUCLAIMS,
+                                                          &KUBE_VMIS};
     for(size_t i = 0; i < sizeof cluster_kinds / sizeof *cluster_kinds; i++) {
         kube_event_fn fn = cluster_kinds[i] == &KUBE_GPUCLASSES ? on_class_event : NULL;
         C->cluster_inf[C->n_cluster_inf++] = kube_watcher_add(C->watcher, cluster_kinds[i], NULL, NULL, NULL, fn, NULL);

@@ -138,7 +138,8 @@ describe("cozygpu controller", function()
     -- the double's state, per resource: "ns/name" -> {rv, uid}
     local function truth()
       local want = {}
-      for _, res in ipairs { "namespaces", "nodes", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims" } do
+      for _, res in ipairs { "namespaces", "nodes", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims",
+        "virtualmachineinstances" } do
         for _, o in ipairs(d:state(res).items) do
           want[res .. " " .. (o.metadata.namespace or "") .. "/" .. o.metadata.name] =
             o.metadata.resourceVersion .. " " .. o.metadata.uid
@@ -177,6 +178,72 @@ describe("cozygpu controller", function()
       if k:match("^cozygpu_watch_restarts_total{") and k:match('reason="expired"') then expired = expired + v end
     end
     assert.is_true(expired >= 1, "no relist after 410 was counted")
+  end)
+
+  it("two replicas answer budget, claim and raw-name reviews as `cozygpu review` does on the same state", function()
+    -- state: a claim using part of tenant-a's budget (examples/cluster/quotas.yaml: 2 GPUs),
+    -- and a running VMI ordering by raw name under a raw key on tenant-b
+    local function post(path, obj)
+      local _, st = E.send(d, "POST", path, obj)
+      assert.equal(201, st, path)
+    end
+    post("/apis/cozystack.io/v1alpha1/namespaces/tenant-a/gpuclaims", {
+      apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", metadata = { name = "held", namespace = "tenant-a" },
+      spec = { class = "l40s", count = 1 } })
+    post("/api/v1/namespaces/tenant-b/resourcequotas", {
+      apiVersion = "v1", kind = "ResourceQuota", metadata = { name = "raw", namespace = "tenant-b" },
+      spec = { hard = { ["requests.nvidia.com/AD102GL_L40S"] = "1", ["l40s.gpuclass.cozystack.io/devices"] = "4" } } })
+    local raw = H.vmi { namespace = "tenant-b", name = "raw-vm", hostDevices = { "nvidia.com/AD102GL_L40S" } }
+    post("/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances", raw)
+    local cur = E.get(d, "/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances/raw-vm")
+    cur.status = { phase = "Running" }
+    local _, sst = E.send(d, "PUT", "/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances/raw-vm/status", cur)
+    assert.equal(200, sst)
+    finally(function()
+      E.send(d, "DELETE", "/apis/cozystack.io/v1alpha1/namespaces/tenant-a/gpuclaims/held", "")
+      E.send(d, "DELETE", "/api/v1/namespaces/tenant-b/resourcequotas/raw", "")
+      E.send(d, "DELETE", "/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances/raw-vm", "")
+    end)
+
+    local a = start { identity = "same-a" }
+    local b = start { identity = "same-b" }
+    assert.truthy(E.wait_ready(a)) assert.truthy(E.wait_ready(b))
+
+    -- the same state as a snapshot file for `cozygpu review`
+    local items = {}
+    for _, res in ipairs { "namespaces", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims", "virtualmachineinstances" } do
+      for _, o in ipairs(d:state(res).items) do items[#items + 1] = o end
+    end
+    local snap = dir .. "/same-state.json"
+    H.write(snap, json.encode { apiVersion = "v1", kind = "List", items = json.array(items) })
+
+    local function claim_review(ns, count, uid)
+      return { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview", request = {
+        uid = uid, kind = { group = "cozystack.io", version = "v1alpha1", kind = "GPUClaim" },
+        resource = { group = "cozystack.io", version = "v1alpha1", resource = "gpuclaims" },
+        operation = "CREATE", namespace = ns, name = "new", userInfo = { username = "alice" },
+        object = { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", metadata = { name = "new", namespace = ns },
+          spec = { class = "l40s", count = count } } } }
+    end
+    local cases = {
+      { "/validate/gpuclaim", claim_review("tenant-a", 1, "5a3e0000-0000-4000-8000-000000000001"), true },  -- 1 + 1 <= 2
+      { "/validate/gpuclaim", claim_review("tenant-a", 2, "5a3e0000-0000-4000-8000-000000000002"), false }, -- 1 + 2 > 2
+      { "/validate/gpuclaim", claim_review("tenant-b", 1, "5a3e0000-0000-4000-8000-000000000003"), false }, -- raw key: the running raw VM holds it
+    }
+    for i, c in ipairs(cases) do
+      local file = ("%s/same-%d.json"):format(dir, i)
+      H.write(file, json.encode(c[2]))
+      local want_out, werr, code = H.run { "review", "--cluster", snap, "--config", "examples/config.yaml",
+        "--webhook", "validating", file }
+      assert.equal(0, code, werr)
+      local want = H.json_lines(want_out)[1]
+      assert.equal(c[3], want.response.allowed, json.encode(want.response))
+      for _, replica in ipairs { a, b } do
+        local st, got = E.review(replica, c[1], c[2])
+        assert.equal(200, st)
+        assert.same(want.response, got.response, replica.identity .. " case " .. i)
+      end
+    end
   end)
 
   it("has exactly one leader; when it dies the other leads within the lease duration", function()
