@@ -80,3 +80,22 @@ function gpu.resource_names(cluster) end
 function gpu.max_count(class) end
 ---@return table[]
 function gpu.pod_requests(pod, cluster) end
+
+---@class cozygpu.Shortfall
+---@field tenant string the tenant namespace whose key is short
+---@field key string the ResourceQuota key
+---@field rule string "R1".."R5" or "quantity" (lua/cozygpu/budget.lua)
+---@field limit integer
+---@field used integer
+---@field short integer GPUs missing
+---@field message string
+
+---cozygpu.budget (require "cozygpu.budget"): DESIGN.md §5 budgets.
+local budget = {}
+---An order of `count` GPUs of `class` in namespace `ns`.
+---@return boolean ok, cozygpu.Shortfall[]? shortfalls
+function budget.check(cluster, ns, class, count) end
+---The classes one VM asks for, checked together.
+---@param set {class: table, count: integer}[]
+---@return boolean ok, cozygpu.Shortfall[]? shortfalls
+function budget.check_set(cluster, ns, set) end
