@@ -34,11 +34,14 @@ end
 
 -- The virt-controller's user: the setting, or derived from the namespace
 -- of the KubeVirt CR (KubeVirt's service account kubevirt-controller).
+-- Without the setting and without a KubeVirt CR nobody is the
+-- virt-controller (fail closed: no exception on a guess).
 local function virt_controller(cluster)
   local u = object.get(cluster.settings, "virtControllerUser")
   if type(u) == "string" and u ~= "" then return u end
   local kv = cluster:kubevirt()
-  local ns = kv and object.get(kv, "metadata", "namespace") or "kubevirt"
+  local ns = kv and object.get(kv, "metadata", "namespace")
+  if type(ns) ~= "string" then return nil end
   return ("system:serviceaccount:%s:kubevirt-controller"):format(ns)
 end
 
@@ -103,7 +106,8 @@ return rule "gpu/raw-names" {
     local requests = pod_gpu_requests(obj, cluster)
     if #requests == 0 then return nil end
     local user = object.get(req, "userInfo", "username")
-    if user == virt_controller(cluster) and owned_by_vmi(obj) then return nil end
+    local vc = virt_controller(cluster)
+    if vc and user == vc and owned_by_vmi(obj) then return nil end
     for _, r in ipairs(requests) do
       out[#out + 1] = verdict(m, ("pod requests GPU %q directly: GPUs are ordered by class through a VirtualMachine (only KubeVirt's virt-launcher pods may request them)"):format(r.name), r.field)
     end

@@ -81,13 +81,23 @@ return rule "gpu/vmi-entries" {
     -- order that is wrong anyway would mislead)
     local denied = false
     for _, v in ipairs(out) do if v.verdict == "deny" then denied = true end end
-    if not denied and #class_order > 0 then
+    if not denied then
       local set = {}
       for _, name in ipairs(class_order) do set[#set + 1] = { class = by_class[name].class, count = by_class[name].count } end
-      local ok, shorts = budget.check_set(cluster, req.namespace, set)
-      if not ok then
-        for _, sh in ipairs(shorts) do
-          out[#out + 1] = deny(sh.message, { field = by_class[class_order[1]].first.field })
+      -- a VMI without the class reference orders by raw name: its entries
+      -- without a class still count under raw keys (R5), and R4 does not
+      -- block it (decision 0010)
+      if not by_class_ref then
+        for _, en in ipairs(entries) do
+          if not en.class and en.name and not en.dra then set[#set + 1] = { rn = en.name, count = en.count } end
+        end
+      end
+      if #set > 0 then
+        local ok, shorts = budget.check_set(cluster, req.namespace, set, { raw = not by_class_ref })
+        if not ok then
+          for _, sh in ipairs(shorts) do
+            out[#out + 1] = deny(sh.message, { field = entries[1].field or entries[1].path })
+          end
         end
       end
     end

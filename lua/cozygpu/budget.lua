@@ -62,8 +62,11 @@ local function in_subtree(cluster, ns_name, t)
   return ns ~= nil and object.label(ns, tenant.TENANT_PREFIX .. t) ~= nil
 end
 
--- usage in the subtree of `t`: claims whose class satisfies `want(class)`,
--- plus (when `rn` is given) running raw-name VMIs' devices of `rn`.
+-- usage in the subtree of `t`: claims whose class satisfies `want(class
+-- name)`, plus running raw-name VMIs (R6): with `rn`, their entries of
+-- that resource name (a raw key); without, their entries whose class
+-- satisfies `want` (class and total keys: a VM does not leave a class's
+-- budget by naming the class's resource directly, decision 0003).
 -- Returns total, list of users {what, name, count}.
 local function usage(cluster, t, want, rn)
   local total, users = 0, {}
@@ -77,20 +80,22 @@ local function usage(cluster, t, want, rn)
       users[#users + 1] = { what = "GPUClaim", name = ns .. "/" .. tostring(object.get(c, "metadata", "name")), count = n }
     end
   end
-  if rn then
-    local gpu = require "cozygpu.gpu"
-    for _, v in ipairs(cluster:list("VirtualMachineInstance")) do
-      local ns = object.get(v, "metadata", "namespace")
-      if object.get(v, "status", "phase") == "Running" and object.label(v, M.CLASS_REFERENCE) ~= "true"
-        and in_subtree(cluster, ns, t) then
-        local n = 0
-        for _, e in ipairs(gpu.entries(object.get(v, "spec") or {}, cluster)) do
+  local gpu = require "cozygpu.gpu"
+  for _, v in ipairs(cluster:list("VirtualMachineInstance")) do
+    local ns = object.get(v, "metadata", "namespace")
+    if object.get(v, "status", "phase") == "Running" and object.label(v, M.CLASS_REFERENCE) ~= "true"
+      and in_subtree(cluster, ns, t) then
+      local n = 0
+      for _, e in ipairs(gpu.entries(object.get(v, "spec") or {}, cluster)) do
+        if rn then
           if e.name == rn then n = n + (e.count or 0) end
+        elseif e.class and want(object.get(e.class, "metadata", "name")) then
+          n = n + (e.count or 0)
         end
-        if n > 0 then
-          total = total + n
-          users[#users + 1] = { what = "VirtualMachineInstance", name = ns .. "/" .. tostring(object.get(v, "metadata", "name")), count = n }
-        end
+      end
+      if n > 0 then
+        total = total + n
+        users[#users + 1] = { what = "VirtualMachineInstance", name = ns .. "/" .. tostring(object.get(v, "metadata", "name")), count = n }
       end
     end
   end
@@ -107,9 +112,12 @@ local function describe_users(users)
   return table.concat(parts, ", ")
 end
 
---- Checks an order — a set of `{class = GPUClass object, count = n}`,
---- e.g. the classes one VM asks for — in namespace `ns_name` against every
---- budget above it. Class keys are checked per class, the total key with the
+--- Checks an order — a set of `{class = GPUClass object, count = n}` (or
+--- `{rn = resource name, count = n}` for a raw name no class carries),
+--- e.g. what one VM asks for — in namespace `ns_name` against every budget
+--- above it. `opts.raw` marks a raw-name order (a VMI without the
+--- class-reference label): R4 does not block it, since it is no order of a
+--- class, and raw keys cap it (R5). Class keys are checked per class, the total key with the
 --- whole set, a raw key with every class of the set behind that resource
 --- name.
 --- Returns true when it fits (or the namespace is outside the tenant tree,
@@ -122,7 +130,8 @@ end
 --- @param ns_name string
 --- @param set table[] {class = table, count = integer}
 --- @return boolean, table[]?
-function M.check_set(cluster, ns_name, set)
+function M.check_set(cluster, ns_name, set, opts)
+  opts = opts or {}
   local ns = cluster:namespace(ns_name)
   if not ns or #set == 0 then return true end
   local chain = tenant.ancestors(ns, object.get(cluster.settings, "tenantRoot"))
@@ -130,16 +139,19 @@ function M.check_set(cluster, ns_name, set)
   -- the order per class and per resource name
   local by_class, class_order, by_rn, rn_order, total = {}, {}, {}, {}, 0
   for _, o in ipairs(set) do
-    local cname = object.get(o.class, "metadata", "name")
-    if not by_class[cname] then by_class[cname] = 0; class_order[#class_order + 1] = cname end
-    by_class[cname] = by_class[cname] + o.count
-    local rn = object.get(o.class, "spec", "resourceName")
+    local rn = o.rn
+    if o.class then
+      local cname = object.get(o.class, "metadata", "name")
+      if not by_class[cname] then by_class[cname] = 0; class_order[#class_order + 1] = cname end
+      by_class[cname] = by_class[cname] + o.count
+      rn = object.get(o.class, "spec", "resourceName")
+      total = total + o.count
+    end
     if type(rn) == "string" then
       if not by_rn[rn] then by_rn[rn] = { count = 0, classes = {} }; rn_order[#rn_order + 1] = rn end
       by_rn[rn].count = by_rn[rn].count + o.count
-      by_rn[rn].classes[#by_rn[rn].classes + 1] = cname
+      if o.class then by_rn[rn].classes[#by_rn[rn].classes + 1] = object.get(o.class, "metadata", "name") end
     end
-    total = total + o.count
   end
   local classes_of_rn = {}
   for _, c in ipairs(cluster:gpuclasses()) do
@@ -172,7 +184,7 @@ function M.check_set(cluster, ns_name, set)
           over(ck, climits[cname], used, users, "R1", by_class[cname])
         end
       end
-      if tlimit then
+      if tlimit and total > 0 then
         local used, users = usage(cluster, t, function() return true end)
         over(M.TOTAL_KEY, tlimit, used, users, "R1", total)
       end
@@ -181,7 +193,7 @@ function M.check_set(cluster, ns_name, set)
         if rlimit then
           local blocked = {}
           for _, cname in ipairs(by_rn[rn].classes) do
-            if not climits[cname] and not tlimit and not blocked[cname] then
+            if not opts.raw and not climits[cname] and not tlimit and not blocked[cname] then
               blocked[cname] = true
               out[#out + 1] = {
                 tenant = t, key = M.raw_key(rn), rule = "R4", limit = rlimit, used = 0, short = by_class[cname],

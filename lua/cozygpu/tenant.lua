@@ -21,6 +21,9 @@ function M.ancestors(ns, root)
   local out = {}
   local labels = object.get(ns, "metadata", "labels")
   if type(labels) ~= "table" then return out end
+  -- a namespace is in the tree only under the root (its label is on every
+  -- tenant namespace); other tenant.cozystack.io/ labels do not make one
+  if labels[M.TENANT_PREFIX .. root] == nil then return out end
   for k in pairs(labels) do
     if type(k) == "string" and k:sub(1, #M.TENANT_PREFIX) == M.TENANT_PREFIX then
       out[#out + 1] = k:sub(#M.TENANT_PREFIX + 1)

@@ -46,7 +46,9 @@ local function raw_vmi(ns, rn, n, phase, classref)
 end
 
 local function kubevirt()
-  return H.kubevirt({ { "10DE:26B9", L40S }, { "10DE:20B5", A100 } }, { { "NVIDIA L40S-24C", VGPU } })
+  -- H100 is permitted by KubeVirt (a GPU resource name) but no class carries it
+  return H.kubevirt({ { "10DE:26B9", L40S }, { "10DE:20B5", A100 }, { "10DE:2331", "nvidia.com/GH100_H100_PCIE" } },
+    { { "NVIDIA L40S-24C", VGPU } })
 end
 
 -- quotas: {ns = {hard} | {{hard}, {hard}}}; objects: extra objects
@@ -127,9 +129,12 @@ local CASES = {
   { "class-ordered VMIs are counted by their claims, not as raw", "R6",
     { ["tenant-a"] = { ["requests." .. L40S] = "2", ["l40s.gpuclass.cozystack.io/devices"] = "9" } },
     { raw_vmi("tenant-a", L40S, 2, "Running", true) }, { "tenant-a", "l40s", 2 }, true },
-  { "raw-name VMIs do not count against the class key", "R6",
-    { ["tenant-a"] = { ["l40s.gpuclass.cozystack.io/devices"] = "1" } },
-    { raw_vmi("tenant-a", L40S, 3) }, { "tenant-a", "l40s", 1 }, true },
+  { "running raw-name VMIs count against the class key of their names' class (no escape by dropping the label)", "R6",
+    { ["tenant-a"] = { ["l40s.gpuclass.cozystack.io/devices"] = "3" } },
+    { raw_vmi("tenant-a", L40S, 3) }, { "tenant-a", "l40s", 1 }, { { "tenant-a", "l40s.gpuclass.cozystack.io/devices", 1 } } },
+  { "running raw-name VMIs count against the total key too", "R6",
+    { ["tenant-root"] = { ["gpuclass.cozystack.io/devices"] = "2" } },
+    { raw_vmi("tenant-b", L40S, 2) }, { "tenant-a", "a100", 1 }, { { "tenant-root", "gpuclass.cozystack.io/devices", 1 } } },
   -- R4: raw key blocks until the class or total key is granted there
   { "raw key alone blocks the class", "R4", { ["tenant-a"] = { ["requests." .. L40S] = "8" } }, {}, { "tenant-a", "l40s", 1 },
     { { "tenant-a", "requests." .. L40S, 1 } } },
@@ -226,6 +231,42 @@ describe("cozygpu.budget (DESIGN.md §5) over root > child > grandchild", functi
     ok, shorts = budget.check_set(view, "tenant-a", { { class = view:gpuclass("a100"), count = 2 } })
     assert.is_false(ok)
     assert.equal("a100.gpuclass.cozystack.io/devices", shorts[1].key)
+  end)
+
+  local function view_of(extra)
+    local objs = {}
+    for _, o in ipairs(CLASSES) do objs[#objs + 1] = o end
+    for _, o in ipairs(NAMESPACES) do objs[#objs + 1] = o end
+    objs[#objs + 1] = kubevirt()
+    for _, o in ipairs(extra) do objs[#objs + 1] = o end
+    return cluster.new(json.decode(json.encode(objs)), assert(H.core.config_from(json.object())))
+  end
+
+  it("R4/R5: a raw key does not block a raw-name order, it caps it", function()
+    local view = view_of { quota("tenant-root", { ["requests." .. L40S] = "2" }), raw_vmi("tenant-b", L40S, 1) }
+    -- a VMI without the class reference asking for one L40S: raw order
+    local ok = budget.check_set(view, "tenant-a-b", { { class = view:gpuclass("l40s"), count = 1 } }, { raw = true })
+    assert.is_true(ok)
+    local ok2, shorts = budget.check_set(view, "tenant-a-b", { { class = view:gpuclass("l40s"), count = 2 } }, { raw = true })
+    assert.is_false(ok2)
+    assert.equal("requests." .. L40S, shorts[1].key)
+    assert.equal("R5", shorts[1].rule)
+    assert.equal(1, shorts[1].short)
+  end)
+
+  it("R5: a raw key on a name no class carries caps raw-name VMs", function()
+    local H100 = "nvidia.com/GH100_H100_PCIE"
+    local view = view_of { quota("tenant-root", { ["requests." .. H100] = "1" }), raw_vmi("tenant-b", H100, 1) }
+    local ok, shorts = budget.check_set(view, "tenant-a-b", { { rn = H100, count = 1 } }, { raw = true })
+    assert.is_false(ok)
+    assert.equal("requests." .. H100, shorts[1].key)
+    assert.truthy(shorts[1].message:find("VirtualMachineInstance tenant-b/raw-tenant-b-1 (1)", 1, true), shorts[1].message)
+  end)
+
+  it("a namespace with a tenant label but outside the root's tree is not a tenant", function()
+    local rogue = H.namespace("rogue", { ["tenant.cozystack.io/rogue"] = "" })
+    local view = view_of { rogue, quota("rogue", { ["gpuclass.cozystack.io/devices"] = "0" }) }
+    assert.is_true((budget.check(view, "rogue", view:gpuclass("l40s"), 1)))
   end)
 
   it("names what is using the budget", function()

@@ -70,6 +70,15 @@ describe("raw-name policy under Forbidden", function()
     assert.is_true(r.allowed)
   end)
 
+  it("makes no exception on a guess when there is neither virtControllerUser nor a KubeVirt CR", function()
+    local objs = snapshot()
+    table.remove(objs, 2) -- the KubeVirt CR
+    objs[#objs + 1] = H.class("l40s-extra", { mode = "Passthrough", model = "L40S", resourceName = "nvidia.com/EXTRA" })
+    local e2 = H.engine(objs, { rawResourceNames = "Forbidden" })
+    local r = review(e2, H.launcher("vm1", { ["nvidia.com/EXTRA"] = "1" }), "system:serviceaccount:kubevirt:kubevirt-controller")
+    assert.is_false(r.allowed)
+  end)
+
   it("never treats a NIC passed through under an nvidia.com/ name as a GPU", function()
     assert.is_true(review(e, pod { [CX7] = "1" }).allowed)
   end)

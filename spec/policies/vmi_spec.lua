@@ -168,6 +168,18 @@ describe("VMI budgets (DESIGN.md §5)", function()
     assert.truthy(resp.status.message:find("short by 1", 1, true), resp.status.message)
   end)
 
+  it("lets a raw key cap a VMI without the class reference instead of blocking it (R4 is for class orders)", function()
+    e = H.engine(snapshot { quota("tenant-root", { ["requests." .. L40S] = "1" }) })
+    assert.is_true(review(H.vmi { hostDevices = { L40S } }).allowed)
+    local resp = review(H.vmi { hostDevices = { L40S, L40S } })
+    assert.is_false(resp.allowed)
+    assert.truthy(resp.status.message:find("requests." .. L40S .. " is 1, 0 in use by nothing; 2 more is short by 1", 1, true), resp.status.message)
+    -- the same names ordered by class are blocked until a class or total key is granted there
+    resp = review(H.vmi { hostDevices = { L40S }, labels = { ["gpu.cozystack.io/class-reference"] = "true" } })
+    assert.is_false(resp.allowed)
+    assert.truthy(resp.status.message:find("wait until the class or total key is granted there", 1, true), resp.status.message)
+  end)
+
   it("names only the class rule when the order is wrong anyway", function()
     e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "0" }) })
     local resp = review(H.vmi { gpus = { L40S_24C, L40S_24C, L40S_24C } })
