@@ -5,9 +5,11 @@
 --     gpu.cozystack.io/class-reference=true, docs/decisions/0003), on every
 --     path (gpus, hostDevices, resources);
 --   * every pod in a tenant namespace that requests a GPU — through any
---     container (init and ephemeral too) or through DRA in the extended-
---     resource form `deviceclass.resource.kubernetes.io/<class>` naming a
---     GPU device class (`gpuDeviceClasses`) — unless it is a virt-launcher
+--     container (init and ephemeral too), through DRA in the extended-
+--     resource form `deviceclass.resource.kubernetes.io/<class>`, or
+--     through a pod resource claim whose ResourceClaim (or template) asks
+--     for a GPU device class (`gpuDeviceClasses`); a claim whose object is
+--     not in the cluster state counts as one (fail closed) — unless it is a virt-launcher
 --     pod: created by KubeVirt's virt-controller service account
 --     (`virtControllerUser`, default system:serviceaccount:<KubeVirt CR
 --     namespace>:kubevirt-controller) AND owned by a VirtualMachineInstance.
@@ -55,13 +57,54 @@ local function owned_by_vmi(pod)
   return false
 end
 
--- GPU requests of a pod: device-plugin names (cozygpu.gpu.pod_requests)
--- and DRA device classes in the extended-resource form.
+-- The device classes a DRA claim asks for: ResourceClaim
+-- spec.devices.requests[].deviceClassName (resource.k8s.io/v1beta1), or
+-- the same under a ResourceClaimTemplate's spec.spec. nil when the object
+-- is not in the cluster state.
+local function claim_device_classes(cluster, ns, ref)
+  local obj, spec
+  local tname, cname = object.get(ref, "resourceClaimTemplateName"), object.get(ref, "resourceClaimName")
+  if type(tname) == "string" then
+    obj = cluster:get("ResourceClaimTemplate", ns, tname)
+    spec = obj and object.get(obj, "spec", "spec")
+  elseif type(cname) == "string" then
+    obj = cluster:get("ResourceClaim", ns, cname)
+    spec = obj and object.get(obj, "spec")
+  end
+  if not obj then return nil, tname and ("ResourceClaimTemplate " .. ns .. "/" .. tname) or ("ResourceClaim " .. ns .. "/" .. tostring(cname)) end
+  local out = {}
+  for _, r in ipairs(object.list(spec, "devices", "requests")) do
+    local dc = object.get(r, "deviceClassName")
+    if type(dc) == "string" then out[#out + 1] = dc end
+  end
+  return out
+end
+
+-- GPU requests of a pod: device-plugin names (cozygpu.gpu.pod_requests),
+-- DRA device classes in the extended-resource form, and pod resource
+-- claims whose ResourceClaim (or template) asks for a GPU device class.
+-- A claim whose object is not in the cluster state cannot be judged, and
+-- counts as a GPU request (fail closed), with `unknown` set.
 local function pod_gpu_requests(pod, cluster)
   local out = {}
   for _, r in ipairs(gpu.pod_requests(pod, cluster)) do out[#out + 1] = r end
-  local classes = {}
-  for _, c in ipairs(object.list(cluster.settings, "gpuDeviceClasses")) do classes[DRA_PREFIX .. c] = true end
+  local classes, gpu_classes = {}, {}
+  for _, c in ipairs(object.list(cluster.settings, "gpuDeviceClasses")) do
+    classes[DRA_PREFIX .. c] = true
+    gpu_classes[c] = true
+  end
+  local ns = object.get(pod, "metadata", "namespace")
+  for i, ref in ipairs(object.list(pod, "spec", "resourceClaims")) do
+    local field = ("spec.resourceClaims[%d]"):format(i - 1)
+    local dcs, what = claim_device_classes(cluster, ns, ref)
+    if not dcs then
+      out[#out + 1] = { name = what, field = field, unknown = true }
+    else
+      for _, dc in ipairs(dcs) do
+        if gpu_classes[dc] then out[#out + 1] = { name = "DRA device class " .. dc, field = field } end
+      end
+    end
+  end
   for _, group in ipairs { "initContainers", "containers", "ephemeralContainers" } do
     for i, c in ipairs(object.list(pod, "spec", group)) do
       for _, which in ipairs { "limits", "requests" } do
@@ -109,7 +152,11 @@ return rule "gpu/raw-names" {
     local vc = virt_controller(cluster)
     if vc and user == vc and owned_by_vmi(obj) then return nil end
     for _, r in ipairs(requests) do
-      out[#out + 1] = verdict(m, ("pod requests GPU %q directly: GPUs are ordered by class through a VirtualMachine (only KubeVirt's virt-launcher pods may request them)"):format(r.name), r.field)
+      if r.unknown then
+        out[#out + 1] = verdict(m, ("cannot tell whether the pod's DRA claim asks for a GPU: %s is not in the cluster state"):format(r.name), r.field)
+      else
+        out[#out + 1] = verdict(m, ("pod requests GPU %q directly: GPUs are ordered by class through a VirtualMachine (only KubeVirt's virt-launcher pods may request them)"):format(r.name), r.field)
+      end
     end
     return out
   end,

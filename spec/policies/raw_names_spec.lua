@@ -94,6 +94,31 @@ describe("raw-name policy under Forbidden", function()
     assert.is_true(review(e, pod { ["deviceclass.resource.kubernetes.io/nic.example.com"] = "1" }).allowed)
   end)
 
+  it("sees a pod resource claim whose template asks for a GPU device class, and not a NIC class", function()
+    local function template(name, class)
+      return { apiVersion = "resource.k8s.io/v1beta1", kind = "ResourceClaimTemplate",
+        metadata = { name = name, namespace = "tenant-a" },
+        spec = { spec = { devices = { requests = json.array { { name = "dev", deviceClassName = class } } } } } }
+    end
+    local objs = snapshot()
+    objs[#objs + 1] = template("one-gpu", "gpu.nvidia.com")
+    objs[#objs + 1] = template("one-nic", "nic.example.com")
+    local e2 = H.engine(objs, { rawResourceNames = "Forbidden" })
+    local function dra_pod(tname)
+      local p = pod { cpu = "1" }
+      p.spec.resourceClaims = json.array { { name = "dev", resourceClaimTemplateName = tname } }
+      return p
+    end
+    local r = review(e2, dra_pod "one-gpu")
+    assert.is_false(r.allowed)
+    assert.truthy(r.status.message:find("spec.resourceClaims[0]", 1, true), r.status.message)
+    assert.is_true(review(e2, dra_pod "one-nic").allowed)
+    -- a claim that cannot be looked up is refused (fail closed), saying why
+    r = review(e2, dra_pod "missing")
+    assert.is_false(r.allowed)
+    assert.truthy(r.status.message:find("ResourceClaimTemplate tenant-a/missing is not in the cluster state", 1, true), r.status.message)
+  end)
+
   it("leaves pods outside the tenant tree alone", function()
     assert.is_true(review(e, pod({ [L40S] = "1" }, { namespace = "default" })).allowed)
   end)
