@@ -105,21 +105,7 @@ local function pod_gpu_requests(pod, cluster)
       end
     end
   end
-  for _, group in ipairs { "initContainers", "containers", "ephemeralContainers" } do
-    for i, c in ipairs(object.list(pod, "spec", group)) do
-      for _, which in ipairs { "limits", "requests" } do
-        local res = object.get(c, "resources", which)
-        if type(res) == "table" then
-          local keys = {}
-          for k in pairs(res) do if classes[k] then keys[#keys + 1] = k end end
-          table.sort(keys)
-          for _, k in ipairs(keys) do
-            out[#out + 1] = { name = k, field = ("spec.%s[%d].resources.%s[%s]"):format(group, i - 1, which, k) }
-          end
-        end
-      end
-    end
-  end
+  for _, r in ipairs(gpu.pod_resources(pod, function(k) return classes[k] ~= nil end)) do out[#out + 1] = r end
   return out
 end
 

@@ -202,11 +202,14 @@ function M.max_count(class)
   return nil
 end
 
---- GPU resource names requested by a pod, across containers,
---- initContainers and ephemeralContainers: a list of
---- {name=, count=, field=} (limits win over requests per container).
-function M.pod_requests(pod, cluster)
-  local names = names_set(cluster)
+--- Extended resources a pod requests whose name satisfies `accept(name)`,
+--- across initContainers, containers and ephemeralContainers: a list of
+--- {name=, count=, field=} (limits win over requests per container; count
+--- 0 when the quantity is not a whole number).
+--- @param pod table
+--- @param accept fun(name: string): boolean
+--- @return table[]
+function M.pod_resources(pod, accept)
   local out = {}
   for _, group in ipairs { "initContainers", "containers", "ephemeralContainers" } do
     for i, c in ipairs(object.list(pod, "spec", group)) do
@@ -215,7 +218,7 @@ function M.pod_requests(pod, cluster)
         local res = object.get(c, "resources", which)
         if type(res) == "table" then
           local keys = {}
-          for k in pairs(res) do if names[k] and not seen[k] then keys[#keys + 1] = k end end
+          for k in pairs(res) do if type(k) == "string" and accept(k) and not seen[k] then keys[#keys + 1] = k end end
           table.sort(keys)
           for _, k in ipairs(keys) do
             seen[k] = true
@@ -229,6 +232,13 @@ function M.pod_requests(pod, cluster)
     end
   end
   return out
+end
+
+--- GPU resource names requested by a pod (pod_resources of the GPU
+--- resource names).
+function M.pod_requests(pod, cluster)
+  local names = names_set(cluster)
+  return M.pod_resources(pod, function(k) return names[k] ~= nil end)
 end
 
 return M

@@ -80,6 +80,10 @@ function gpu.resource_names(cluster) end
 function gpu.max_count(class) end
 ---@return table[]
 function gpu.pod_requests(pod, cluster) end
+---Extended resources of a pod whose names `accept` takes.
+---@param accept fun(name: string): boolean
+---@return table[]
+function gpu.pod_resources(pod, accept) end
 
 ---@class cozygpu.Shortfall
 ---@field tenant string the tenant namespace whose key is short
