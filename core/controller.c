@@ -196,7 +196,7 @@ typedef struct ctl {
     engine_options eo;
     kube_client *client;
     kube_watcher *watcher;
-    kube_informer *cluster_inf[8];
+    kube_informer *cluster_inf[12];
     int n_cluster_inf;
     kube_informer *policies_inf;
     kube_informer *classes_inf;
@@ -1271,7 +1271,7 @@ static long long mono_ms(void)
  * replica's view with the API server, and for the specs. */
 static void dump_caches(void)
 {
-    kube_informer *all[9];
+    kube_informer *all[13];
     int n = 0;
     for(int i = 0; i < C->n_cluster_inf; i++)
         all[n++] = C->cluster_inf[i];
@@ -1388,12 +1388,16 @@ int controller_main(int argc, char **argv)
      * usage that raw budget keys count (DESIGN.md §5) */
     static const kube_resource *const cluster_kinds[] = {&KUBE_NAMESPACES, &KUBE_NODES,      &KUBE_RESOURCEQUOTAS,
                                                           &KUBE_KUBEVIRTS,  &KUBE_GPUCLASSES, &KUBE_GPUCLAIMS,
-                                                          &KUBE_VMIS};
+                                                          &KUBE_VMIS, &KUBE_RESOURCECLAIMS, &KUBE_RESOURCECLAIMTEMPLATES};
     for(size_t i = 0; i < sizeof cluster_kinds / sizeof *cluster_kinds; i++) {
         kube_event_fn fn = cluster_kinds[i] == &KUBE_GPUCLASSES ? on_class_event : NULL;
         C->cluster_inf[C->n_cluster_inf++] = kube_watcher_add(C->watcher, cluster_kinds[i], NULL, NULL, NULL, fn, NULL);
         if(cluster_kinds[i] == &KUBE_GPUCLASSES)
             C->classes_inf = C->cluster_inf[C->n_cluster_inf - 1];
+        /* DRA objects, for the raw-name policy's pod resource claims; a
+         * cluster without DRA does not serve them */
+        if(cluster_kinds[i] == &KUBE_RESOURCECLAIMS || cluster_kinds[i] == &KUBE_RESOURCECLAIMTEMPLATES)
+            kube_informer_set_optional(C->cluster_inf[C->n_cluster_inf - 1]);
     }
     if(f->policies_configmap && *f->policies_configmap) {
         char sel[300];

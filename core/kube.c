@@ -31,6 +31,10 @@ const kube_resource KUBE_RESOURCEQUOTAS = {"", "v1", "resourcequotas", "Resource
 const kube_resource KUBE_EVENTS = {"", "v1", "events", "Event", 1};
 const kube_resource KUBE_LEASES = {"coordination.k8s.io", "v1", "leases", "Lease", 1};
 const kube_resource KUBE_VMIS = {"kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", 1};
+/* DRA (Kubernetes 1.32: resource.k8s.io/v1beta1); clusters without DRA do not serve it */
+const kube_resource KUBE_RESOURCECLAIMS = {"resource.k8s.io", "v1beta1", "resourceclaims", "ResourceClaim", 1};
+const kube_resource KUBE_RESOURCECLAIMTEMPLATES = {"resource.k8s.io", "v1beta1", "resourceclaimtemplates",
+                                                   "ResourceClaimTemplate", 1};
 const kube_resource KUBE_VMS = {"kubevirt.io", "v1", "virtualmachines", "VirtualMachine", 1};
 const kube_resource KUBE_KUBEVIRTS = {"kubevirt.io", "v1", "kubevirts", "KubeVirt", 1};
 const kube_resource KUBE_GPUCLASSES = {"cozystack.io", "v1alpha1", "gpuclasses", "GPUClass", 0};

@@ -83,7 +83,7 @@ typedef struct kube_resource {
 extern const kube_resource KUBE_NAMESPACES, KUBE_NODES, KUBE_PODS, KUBE_SECRETS,
     KUBE_CONFIGMAPS, KUBE_RESOURCEQUOTAS, KUBE_EVENTS, KUBE_LEASES, KUBE_VMIS,
     KUBE_VMS, KUBE_KUBEVIRTS, KUBE_GPUCLASSES, KUBE_GPUCLAIMS, KUBE_GPUNODES,
-    KUBE_WORKLOADS, KUBE_WORKLOADMONITORS;
+    KUBE_WORKLOADS, KUBE_WORKLOADMONITORS, KUBE_RESOURCECLAIMS, KUBE_RESOURCECLAIMTEMPLATES;
 
 /* Path of a collection or an object: "/api/v1/namespaces/ns/pods/name/status"
  * or "/apis/group/version/...". ns NULL (or "") for cluster-scoped types or

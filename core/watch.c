@@ -63,6 +63,7 @@ struct kube_informer {
     /* shared, under w->mu */
     json_t *cache;       /* key -> object */
     int synced;
+    int optional;        /* 404 on LIST: not served, empty (watcher thread only after start) */
     char rv_copy[64];
 };
 
@@ -635,6 +636,19 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
         start_list(inf);
         return;
     }
+    if(cc == CURLE_OK && st == 404 && inf->optional) {
+        /* the API is not served here: an empty list, looked for again in a
+           minute (commit_list reports objects that vanished as DELETED) */
+        if(!inf->synced)
+            log_write(LOG_INFO, "watch", "resource not served here; treated as empty", "resource",
+                      inf->res->resource, NULL);
+        json_decref(body);
+        set_str(&inf->cont, NULL);
+        json_object_clear(inf->pending);
+        commit_list(inf, "");
+        backoff(inf, 1, 60);
+        return;
+    }
     if(!json_is_array(items)) {
         char sbuf[24];
         snprintf(sbuf, sizeof sbuf, "%ld", st);
@@ -859,4 +873,10 @@ void kube_watcher_free(kube_watcher *w)
     }
     pthread_mutex_destroy(&w->mu);
     free(w);
+}
+
+void kube_informer_set_optional(kube_informer *inf)
+{
+    if(inf)
+        inf->optional = 1;
 }

@@ -111,6 +111,12 @@ json_t *kube_informer_get(kube_informer *inf, const char *ns, const char *name);
 /* The informer's resource type. */
 const kube_resource *kube_informer_resource(kube_informer *inf);
 
+/* Marks the resource as one the cluster may not serve (an optional API
+ * group, e.g. resource.k8s.io without DRA). A LIST answered 404 then counts
+ * as an empty list, so the watcher still syncs; the list is tried again
+ * every minute. Call before kube_watcher_start. */
+void kube_informer_set_optional(kube_informer *inf);
+
 /* The last resourceVersion the informer has seen (list, event or bookmark),
    copied into buf (size n, truncated); "" before the first list. */
 void kube_informer_rv(kube_informer *inf, char *buf, size_t n);

@@ -207,6 +207,8 @@ describe("deploy/ RBAC", function()
       ["kubevirt.io/virtualmachineinstances"] = read,
       ["kubevirt.io/virtualmachines"] = read,
       ["kubevirt.io/kubevirts"] = read,
+      ["resource.k8s.io/resourceclaims"] = read,
+      ["resource.k8s.io/resourceclaimtemplates"] = read,
     }, grants(rules_of("ClusterRole", "cozygpu-controller")))
   end)
 
