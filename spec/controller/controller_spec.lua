@@ -246,6 +246,56 @@ describe("cozygpu controller", function()
     end
   end)
 
+  it("two replicas under rawResourceNames: Forbidden answer pod and VMI reviews as `cozygpu review --config` does", function()
+    local cfg = dir .. "/forbidden.yaml"
+    H.write(cfg, "rawResourceNames: Forbidden\n")
+    local a = start { identity = "raw-a", config = cfg }
+    local b = start { identity = "raw-b", config = cfg }
+    assert.truthy(E.wait_ready(a)) assert.truthy(E.wait_ready(b))
+    local snap = dir .. "/raw-state.json"
+    local items = {}
+    for _, res in ipairs { "namespaces", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims", "virtualmachineinstances" } do
+      for _, o in ipairs(d:state(res).items) do items[#items + 1] = o end
+    end
+    H.write(snap, json.encode { apiVersion = "v1", kind = "List", items = json.array(items) })
+    local tenant_pod = {
+      apiVersion = "v1", kind = "Pod", metadata = { name = "miner", namespace = "tenant-a",
+        labels = { ["kubevirt.io"] = "virt-launcher" },
+        ownerReferences = json.array { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "x", uid = "u" } } },
+      spec = { containers = json.array { { name = "c", image = "busybox",
+        resources = { limits = { ["nvidia.com/AD102GL_L40S"] = "1" } } } } },
+    }
+    local function as_review(obj, uid, user, kind, resource, group)
+      return { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview", request = {
+        uid = uid, kind = { group = group, version = "v1", kind = kind },
+        resource = { group = group, version = "v1", resource = resource }, operation = "CREATE",
+        namespace = obj.metadata.namespace, name = obj.metadata.name, userInfo = { username = user }, object = obj } }
+    end
+    local cases = {
+      -- a tenant's pod with a forged owner reference and label: refused
+      { "/validate/pod", as_review(tenant_pod, "7a000000-0000-4000-8000-000000000001", "alice", "Pod", "pods", ""), false },
+      -- the launcher pod of example 07 from virt-controller: allowed
+      { "/validate/pod", reviews()[7].review, true },
+      -- a VMI without the class reference: refused; example 01 has it: allowed
+      { "/validate/vmi", as_review(H.vmi { namespace = "tenant-a", name = "raw", gpus = { "nvidia.com/AD102GL_L40S" } },
+        "7a000000-0000-4000-8000-000000000003", "alice", "VirtualMachineInstance", "virtualmachineinstances", "kubevirt.io"), false },
+      { "/validate/vmi", reviews()[1].review, true },
+    }
+    for i, c in ipairs(cases) do
+      local file = ("%s/raw-%d.json"):format(dir, i)
+      H.write(file, json.encode(c[2]))
+      local want_out, werr, code = H.run { "review", "--cluster", snap, "--config", cfg, "--webhook", "validating", file }
+      assert.equal(0, code, werr)
+      local want = H.json_lines(want_out)[1]
+      assert.equal(c[3], want.response.allowed, i .. ": " .. json.encode(want.response))
+      for _, replica in ipairs { a, b } do
+        local st, got = E.review(replica, c[1], c[2])
+        assert.equal(200, st)
+        assert.same(want.response, got.response, replica.identity .. " case " .. i)
+      end
+    end
+  end)
+
   it("has exactly one leader; when it dies the other leads within the lease duration", function()
     local a = start { identity = "replica-a" }
     local b = start { identity = "replica-b" }
