@@ -182,6 +182,38 @@ local CASES = {
     { { "tenant-a", "gpuclass.cozystack.io/devices", 1 } } },
 }
 
+-- vGPU entitlement over the same tree (DESIGN.md §5 "vGPU entitlement",
+-- rule E): the label gpu.cozystack.io/vgpu=true holds only where every
+-- ancestor has it too. {name, labelled tenants, namespace, entitled,
+-- the tenant the refusal names}
+local tenant = require "cozygpu.tenant"
+local ENTITLEMENT = {
+  { "every level labelled", { "tenant-root", "tenant-a", "tenant-a-b" }, "tenant-a-b", true },
+  { "missing on the middle tenant", { "tenant-root", "tenant-a-b" }, "tenant-a-b", false, "tenant-a" },
+  { "missing on the root", { "tenant-a", "tenant-a-b" }, "tenant-a-b", false, "tenant-root" },
+  { "missing on the namespace itself", { "tenant-root", "tenant-a" }, "tenant-a-b", false, "tenant-a-b" },
+  { "a child's label does not entitle its parent", { "tenant-root", "tenant-a-b" }, "tenant-a", false, "tenant-a" },
+  { "the root alone", { "tenant-root" }, "tenant-root", true },
+}
+
+describe("vGPU entitlement (DESIGN.md §5) over root > child > grandchild", function()
+  for _, c in ipairs(ENTITLEMENT) do
+    it("E: " .. c[1], function()
+      local labelled = {}
+      for _, t in ipairs(c[2]) do labelled[t] = true end
+      local objs = {}
+      for _, chain in ipairs { { "tenant-root" }, { "tenant-root", "tenant-a" }, { "tenant-root", "tenant-a", "tenant-a-b" } } do
+        local name = chain[#chain]
+        objs[#objs + 1] = H.tenant(chain, labelled[name] and { ["gpu.cozystack.io/vgpu"] = "true" } or nil)
+      end
+      local view = cluster.new(json.decode(json.encode(objs)), assert(H.core.config_from(json.object())))
+      local ok, why = tenant.vgpu_entitled(view, c[3])
+      assert.equal(c[4], ok, why)
+      if not c[4] then assert.truthy(why:find('"' .. c[5] .. '"', 1, true), why) end
+    end)
+  end
+end)
+
 describe("cozygpu.budget (DESIGN.md §5) over root > child > grandchild", function()
   it("has at least 40 cases, each naming its rule", function()
     assert.is_true(#CASES >= 40)
