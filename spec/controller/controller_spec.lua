@@ -21,6 +21,23 @@ local function reviews()
   return out
 end
 
+-- The policies ConfigMap holding `data` (key -> Lua source), as a table.
+local function policies_cm(data)
+  return { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
+    data = data }
+end
+
+-- Writes what the double holds of the kinds the policies read as a List
+-- file for `cozygpu review --cluster`; returns its path.
+local function snapshot_of(d, path)
+  local items = {}
+  for _, res in ipairs { "namespaces", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims", "virtualmachineinstances" } do
+    for _, o in ipairs(d:state(res).items) do items[#items + 1] = o end
+  end
+  H.write(path, json.encode { apiVersion = "v1", kind = "List", items = json.array(items) })
+  return path
+end
+
 local function lease(d)
   local obj = E.get(d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
   return obj and obj.spec or {}
@@ -210,12 +227,7 @@ describe("cozygpu controller", function()
     assert.truthy(E.wait_ready(a)) assert.truthy(E.wait_ready(b))
 
     -- the same state as a snapshot file for `cozygpu review`
-    local items = {}
-    for _, res in ipairs { "namespaces", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims", "virtualmachineinstances" } do
-      for _, o in ipairs(d:state(res).items) do items[#items + 1] = o end
-    end
-    local snap = dir .. "/same-state.json"
-    H.write(snap, json.encode { apiVersion = "v1", kind = "List", items = json.array(items) })
+    local snap = snapshot_of(d, dir .. "/same-state.json")
 
     local function claim_review(ns, count, uid)
       return { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview", request = {
@@ -252,12 +264,7 @@ describe("cozygpu controller", function()
     local a = start { identity = "raw-a", config = cfg }
     local b = start { identity = "raw-b", config = cfg }
     assert.truthy(E.wait_ready(a)) assert.truthy(E.wait_ready(b))
-    local snap = dir .. "/raw-state.json"
-    local items = {}
-    for _, res in ipairs { "namespaces", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims", "virtualmachineinstances" } do
-      for _, o in ipairs(d:state(res).items) do items[#items + 1] = o end
-    end
-    H.write(snap, json.encode { apiVersion = "v1", kind = "List", items = json.array(items) })
+    local snap = snapshot_of(d, dir .. "/raw-state.json")
     local tenant_pod = {
       apiVersion = "v1", kind = "Pod", metadata = { name = "miner", namespace = "tenant-a",
         labels = { ["kubevirt.io"] = "virt-launcher" },
@@ -370,11 +377,7 @@ describe("cozygpu controller", function()
     assert.equal(200, st)
     assert.is_true(r.response.allowed)
 
-    local cm = {
-      apiVersion = "v1", kind = "ConfigMap",
-      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
-      data = { ["site-broken.lua"] = "return rule \"site/broken\" {\n  match = { kind = \"VirtualMachineInstance\" ,\n" },
-    }
+    local cm = policies_cm({ ["site-broken.lua"] = "return rule \"site/broken\" {\n  match = { kind = \"VirtualMachineInstance\" ,\n" })
     local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
     assert.equal(201, cst)
     assert.truthy(P.wait_until(function()
@@ -445,11 +448,7 @@ return rule "site/no-vms-today" {
   end)
 
   it("stays unready and refuses reviews while the ConfigMap it starts with does not load", function()
-    local cm = {
-      apiVersion = "v1", kind = "ConfigMap",
-      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
-      data = { ["site-broken.lua"] = "return rule \"site/broken\" {\n", ["lib.lua"] = "return {}\n" },
-    }
+    local cm = policies_cm({ ["site-broken.lua"] = "return rule \"site/broken\" {\n", ["lib.lua"] = "return {}\n" })
     local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
     assert.equal(201, cst)
     local c = start { identity = "broken-start" }
@@ -566,18 +565,14 @@ return rule "site/no-vms-today" {
   end)
 
   it("refuses, naming the policy, when a review passes its deadline", function()
-    local cm = {
-      apiVersion = "v1", kind = "ConfigMap",
-      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
-      data = { ["site-forever.lua"] = [[
+    local cm = policies_cm({ ["site-forever.lua"] = [[
 return rule "site/forever" {
   match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
   validate = function(req, cluster)
     while true do end
   end,
 }
-]] },
-    }
+]] })
     local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
     assert.equal(201, cst)
     -- an instruction budget far beyond what a second can run: only the
@@ -628,10 +623,7 @@ return rule "site/forever" {
   end)
 
   it("answers a slow review in flight on SIGTERM, then releases the Lease", function()
-    local cm = {
-      apiVersion = "v1", kind = "ConfigMap",
-      metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
-      data = { ["site-slow.lua"] = [[
+    local cm = policies_cm({ ["site-slow.lua"] = [[
 return rule "site/slow" {
   match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
   validate = function(req, cluster)
@@ -639,8 +631,7 @@ return rule "site/slow" {
     while os.clock() < t do end
   end,
 }
-]] },
-    }
+]] })
     local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
     assert.equal(201, cst)
     H.write(dir .. "/slow-config.yaml", "policyBudget: {instructions: 100000000000, memoryBytes: 67108864}\n")
