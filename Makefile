@@ -12,6 +12,10 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 NET_PKGS   := libcurl libmicrohttpd gnutls
 NET_CFLAGS := $(shell pkg-config --cflags $(NET_PKGS) 2>/dev/null)
 NET_LIBS   := $(shell pkg-config --libs $(NET_PKGS) 2>/dev/null) -lpthread
+# the host side: the node inventory reads PCI functions through libpci
+HOST_PKGS   := libpci
+HOST_CFLAGS := $(shell pkg-config --cflags $(HOST_PKGS) 2>/dev/null)
+HOST_LIBS   := $(shell pkg-config --libs $(HOST_PKGS) 2>/dev/null)
 
 # Debian packages the build and the tests need (Debian 12).
 DEB_PACKAGES := gcc make pkg-config lua5.4 liblua5.4-dev lua-busted \
@@ -22,8 +26,9 @@ DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))
 
 CORE_SRC := core/luajson.c core/yamlload.c core/manifest.c core/config.c \
 	core/engine.c core/review.c core/policytest.c core/result.c
+HOST_SRC := core/inventory.c
 CTRL_SRC := core/log.c core/metrics.c core/kube.c core/kubeconfig.c core/watch.c \
-	core/webhook.c core/lease.c core/controller.c
+	core/webhook.c core/lease.c core/controller.c core/agent.c
 CORE_HDR := $(wildcard core/*.h)
 
 BUILD      ?= build
@@ -78,16 +83,16 @@ $(KUBE_CHECK): core/tests/kube_check.c core/kube.c core/kubeconfig.c core/watch.
 		$(shell pkg-config --cflags --libs libcurl jansson yaml-0.1) -lpthread
 
 # the binary: build/bin/cozygpu
-$(BIN): $(CORE_SRC) $(CTRL_SRC) core/main.c $(CORE_HDR)
+$(BIN): $(CORE_SRC) $(HOST_SRC) $(CTRL_SRC) core/main.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(NET_CFLAGS) $(DIRS) -o $@ $(CORE_SRC) $(CTRL_SRC) core/main.c \
-		$(PKG_LIBS) $(NET_LIBS) -lm
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(NET_CFLAGS) $(HOST_CFLAGS) $(DIRS) -o $@ $(CORE_SRC) $(HOST_SRC) \
+		$(CTRL_SRC) core/main.c $(PKG_LIBS) $(NET_LIBS) $(HOST_LIBS) -lm
 
 # the C core as a Lua module for specs: require "cozygpu.core"
-$(MOD): $(CORE_SRC) core/luamod.c $(CORE_HDR)
+$(MOD): $(CORE_SRC) $(HOST_SRC) core/luamod.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(DIRS) -shared -o $@ $(CORE_SRC) core/luamod.c \
-		$(filter-out -llua5.4,$(PKG_LIBS)) -lm
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(HOST_CFLAGS) $(DIRS) -shared -o $@ $(CORE_SRC) $(HOST_SRC) \
+		core/luamod.c $(filter-out -llua5.4,$(PKG_LIBS)) $(HOST_LIBS) -lm
 
 # Install the Debian packages that are missing (needs root, or sudo).
 deps:
@@ -103,7 +108,7 @@ deps:
 	command -v kubectl >/dev/null 2>&1 || echo "deps: note: kubectl is not installed; the CRD checks that use it are skipped"
 
 check-deps:
-	@pkg-config --exists $(PKGS) $(NET_PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; exit 1; }
+	@pkg-config --exists $(PKGS) $(NET_PKGS) $(HOST_PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; exit 1; }
 
 # CEL evaluator for the webhooks' matchConditions specs (npm registry;
 # optional: those specs are pending without node)

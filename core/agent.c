@@ -143,7 +143,7 @@ cozy_result agent_scan_in_use(const char *proc_root, const char *sysfs_root, con
         return cozy_fail(err, COZY_ERR_IO, "%s: %s", proc_root, strerror(errno));
     json_t *groups = json_object(), *cdevs = json_object();
     struct dirent *de;
-    char path[PATH_MAX], target[PATH_MAX], comm[64], why[512];
+    char path[PATH_MAX], target[256], comm[64], why[512];
     while((de = readdir(d))) {
         if(!all_digits(de->d_name))
             continue;
@@ -178,9 +178,9 @@ cozy_result agent_scan_in_use(const char *proc_root, const char *sysfs_root, con
                 have_comm = 1;
             }
             if(comm[0])
-                snprintf(why, sizeof why, "pid %s (%s) holds %s", de->d_name, comm, target);
+                snprintf(why, sizeof why, "pid %.20s (%.63s) holds %.255s", de->d_name, comm, target);
             else
-                snprintf(why, sizeof why, "pid %s holds %s", de->d_name, target);
+                snprintf(why, sizeof why, "pid %.20s holds %.255s", de->d_name, target);
             json_object_set_new(into, key, json_string(why));
         }
         closedir(fd);
@@ -366,9 +366,12 @@ static cozy_result create_gpunode(agent *A, json_t **out, cozy_err *err)
 }
 
 /* Adds the owner reference to the Node when the GPUNode lacks it (or names
- * another Node object of this name, e.g. after the Node was recreated). */
-static cozy_result ensure_owner(agent *A, const json_t *gn, cozy_err *err)
+ * another Node object of this name, e.g. after the Node was recreated).
+ * *patched: the object as patched (caller owns it), or NULL when nothing
+ * was written. */
+static cozy_result ensure_owner(agent *A, const json_t *gn, json_t **patched, cozy_err *err)
 {
+    *patched = NULL;
     const char *uid = json_string_value(json_object_get(json_object_get(gn, "metadata"), "uid"));
     if(uid && A->checked_owner_uid && strcmp(uid, A->checked_owner_uid) == 0)
         return COZY_OK;
@@ -402,11 +405,14 @@ static cozy_result ensure_owner(agent *A, const json_t *gn, cozy_err *err)
         rc = kube_patch(A->client, &KUBE_GPUNODES, NULL, A->f.node, "application/merge-patch+json", patch, &st, &res,
                         err);
         json_decref(patch);
-        json_decref(res);
         if(rc == COZY_OK && st != 200)
             rc = cozy_fail(err, COZY_ERR_INPUT, "PATCH gpunodes/%s (owner reference): HTTP %ld", A->f.node, st);
-        if(rc == COZY_OK)
+        if(rc == COZY_OK) {
             log_write(LOG_INFO, "agent", "added the owner reference to the Node", "name", A->f.node, NULL);
+            *patched = res;
+            res = NULL;
+        }
+        json_decref(res);
     } else
         json_decref(refs);
     json_decref(node);
@@ -471,8 +477,15 @@ static cozy_result pass(agent *A, cozy_err *err)
             goto out;
         if(!gn)
             goto out; /* created meanwhile by someone else: the watch brings it */
-    } else if((rc = ensure_owner(A, gn, err)) != COZY_OK)
-        goto out;
+    } else {
+        json_t *patched = NULL;
+        if((rc = ensure_owner(A, gn, &patched, err)) != COZY_OK)
+            goto out;
+        if(patched) {
+            json_decref(gn);
+            gn = patched;
+        }
+    }
 
     const json_t *spec = json_object_get(gn, "spec");
     const json_t *prev = json_object_get(gn, "status");

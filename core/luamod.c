@@ -6,6 +6,8 @@
  *   core.manifests(path)              -> {{file=, index=, object=}...} | nil, message
  *   core.config(path)                 -> settings | nil, message
  *   core.config_from(table [, name])  -> settings | nil, message
+ *   core.inventory{sysfs=, pci_ids=, pci_method=}
+ *                                     -> {functions = {...}} | nil, message (inventory.h)
  *   core.engine{policies=, override=, library=, instructions=, memory=}
  *                                     -> Engine | nil, message
  *   Engine:set_cluster(objects, settings) -> true | nil, message
@@ -23,6 +25,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "inventory.h"
 #include "luajson.h"
 #include "manifest.h"
 #include "review.h"
@@ -223,6 +226,27 @@ static int l_review_document(lua_State *L)
     return 1;
 }
 
+/* core.inventory([{sysfs=ROOT, pci_ids=FILE, pci_method=NAME}]): the
+ * inventory of docs/gpunode.md as a table, or nil and the message (bad
+ * root, unknown method, a function that vanished). A non-table argument
+ * raises. */
+static int l_inventory(lua_State *L)
+{
+    inventory_options io = {0};
+    if(!lua_isnoneornil(L, 1)) {
+        luaL_checktype(L, 1, LUA_TTABLE);
+        io.sysfs_root = opt_field(L, 1, "sysfs");
+        io.pci_ids = opt_field(L, 1, "pci_ids");
+        io.pci_method = opt_field(L, 1, "pci_method");
+    }
+    json_t *inv = NULL;
+    cozy_err err = {{0}};
+    if(inventory_scan(&io, &inv, &err) != COZY_OK)
+        return push_fail(L, err.msg);
+    luajson_push_owned(L, inv);
+    return 1;
+}
+
 static int l_fail_alloc_after(lua_State *L)
 {
     engine_fail_alloc_after(check_engine(L), (long)luaL_checkinteger(L, 2));
@@ -255,7 +279,7 @@ int luaopen_cozygpu_core(lua_State *L)
     };
     static const luaL_Reg fns[] = {
         {"yaml", l_yaml},     {"manifests", l_manifests}, {"config", l_config},
-        {"config_from", l_config_from}, {"engine", l_engine}, {NULL, NULL},
+        {"config_from", l_config_from}, {"engine", l_engine}, {"inventory", l_inventory}, {NULL, NULL},
     };
     luajson_open_markers(L);
     if(luaL_newmetatable(L, ENGINE_MT)) {

@@ -3,21 +3,29 @@
  *   cozygpu review [options] FILE...     dry-run of the admission webhooks
  *   cozygpu policy test [options] PATH... a hoster's policy test cases
  *   cozygpu controller [options]         webhooks, watches, leader election (controller.h)
+ *   cozygpu inventory [options]          the node's NVIDIA PCI functions (inventory.h)
+ *   cozygpu agent [options]              the node agent: GPUNode status, vGPU layout (agent.h)
  *   cozygpu version
  *
  * Exit status of review: 0 when every input was processed; 1 with
  * --fail-on-deny when any was refused; 2 when an input, the snapshot or the
  * settings could not be read (the message names the file and position), or
  * on bad usage. Unreadable inputs do not stop the others.
+ *
+ * Exit status of inventory: 0 when the scan succeeded (an empty inventory
+ * too); 2 on bad usage, an unreadable sysfs root or PCI ID file, a function
+ * that could not be read, or when writing the output failed.
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent.h"
 #include "config.h"
 #include "controller.h"
 #include "engine.h"
+#include "inventory.h"
 #include "manifest.h"
 #include "policytest.h"
 #include "review.h"
@@ -60,6 +68,8 @@ static void usage_main(FILE *f)
           "  review        dry-run of the admission webhooks over recorded reviews\n"
           "  policy test   run policy test cases (YAML) against the policies\n"
           "  controller    the admission webhooks, watches and leader-only writers\n"
+          "  inventory     list the node's NVIDIA PCI functions (GPUs, VFs, vGPU types)\n"
+          "  agent         the node agent: GPUNode inventory and status, vGPU layout\n"
           "  version       print the version\n"
           "\n"
           "Run 'cozygpu COMMAND --help' for the options of a command.\n",
@@ -307,6 +317,79 @@ static int cmd_policy(int argc, char **argv)
     return n.failed ? 1 : 0;
 }
 
+static void usage_inventory(FILE *f)
+{
+    fputs("usage: cozygpu inventory [options]\n"
+          "\n"
+          "Lists the node's NVIDIA (10de) PCI functions as the agent reports them in\n"
+          "GPUNode.status.functions (docs/gpunode.md): identity, driver, IOMMU group,\n"
+          "NUMA node, SR-IOV, vGPU type and mediated-device types.\n"
+          "\n"
+          "options:\n"
+          "  --sysfs ROOT        sysfs root to read (default /sys); ROOT/bus/pci/devices\n"
+          "                      must exist\n"
+          "  --output table|json table: one row per GPU function, VFs and audio/USB\n"
+          "                      functions indented under their GPU (default);\n"
+          "                      json: {\"functions\": [...]} on one line\n"
+          "  --pci-ids FILE      PCI ID database for the names (default: libpci's)\n"
+          "  --pci-method NAME   libpci access method (default linux-sysfs)\n"
+          "\n"
+          "exit status: 0 scanned (also when nothing was found), 2 bad usage or\n"
+          "an unreadable root or function\n",
+          f);
+}
+
+static int cmd_inventory(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"sysfs", required_argument, 0, 's'},      {"output", required_argument, 0, 'o'},
+        {"pci-ids", required_argument, 0, 'i'},    {"pci-method", required_argument, 0, 'm'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
+    };
+    inventory_options io = {0};
+    const char *output = "table";
+    int c;
+    optind = 1;
+    while((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch(c) {
+        case 's': io.sysfs_root = optarg; break;
+        case 'o': output = optarg; break;
+        case 'i': io.pci_ids = optarg; break;
+        case 'm': io.pci_method = optarg; break;
+        case 'h': usage_inventory(stdout); return 0;
+        default: usage_inventory(stderr); return 2;
+        }
+    }
+    if(optind < argc) {
+        fprintf(stderr, "cozygpu inventory: unexpected argument \"%s\"\n", argv[optind]);
+        usage_inventory(stderr);
+        return 2;
+    }
+    if(strcmp(output, "json") && strcmp(output, "table")) {
+        fprintf(stderr, "cozygpu inventory: --output must be json or table, not \"%s\"\n", output);
+        return 2;
+    }
+    cozy_err err = {{0}};
+    json_t *inv = NULL;
+    cozy_result rc = inventory_scan(&io, &inv, &err);
+    if(rc != COZY_OK) {
+        fprintf(stderr, "cozygpu inventory: %s%s\n", rc == COZY_ERR_USAGE && io.pci_method ? "--pci-method: " : "",
+                err.msg);
+        return 2;
+    }
+    if(strcmp(output, "json") == 0) {
+        if(json_dumpf(inv, stdout, JSON_PRESERVE_ORDER) == 0)
+            putchar('\n');
+    } else
+        inventory_print_table(stdout, inv);
+    json_decref(inv);
+    if(fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "cozygpu inventory: writing the output failed\n");
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if(argc < 2) {
@@ -319,6 +402,10 @@ int main(int argc, char **argv)
         return cmd_policy(argc - 1, argv + 1);
     if(strcmp(argv[1], "controller") == 0)
         return controller_main(argc - 1, argv + 1);
+    if(strcmp(argv[1], "agent") == 0)
+        return agent_main(argc - 1, argv + 1);
+    if(strcmp(argv[1], "inventory") == 0)
+        return cmd_inventory(argc - 1, argv + 1);
     if(strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         puts("cozygpu " COZYGPU_VERSION);
         return 0;
