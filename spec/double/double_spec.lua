@@ -74,6 +74,7 @@ describe("kube-double", function()
       assert.are.same({
         "customresourcedefinition.apiextensions.k8s.io/gpuclaims.cozystack.io unchanged",
         "customresourcedefinition.apiextensions.k8s.io/gpuclasses.cozystack.io unchanged",
+        "customresourcedefinition.apiextensions.k8s.io/gpunodes.cozystack.io unchanged",
         "gpuclass.cozystack.io/a100-40c created",
         "gpuclass.cozystack.io/l40s-24c created",
         "gpuclass.cozystack.io/l40s created",
