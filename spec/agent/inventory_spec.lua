@@ -23,6 +23,7 @@ local NAME = {
   ["1ad6"] = "TU102 USB 3.1 Host Controller",
   ["1ad7"] = "TU102 USB Type-C UCSI Controller",
   ["20b5"] = "GA100 [A100 PCIe 80GB]",
+  ["20f1"] = "GA100 [A100 PCIe 40GB]",
   ["1eb8"] = "TU104GL [Tesla T4]",
   ["2bb5"] = "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
   ["2335"] = "GH100 [H200 SXM 141GB]",
@@ -439,6 +440,52 @@ describe("inventory", function()
         { type = "nvidia-999", name = "GRID T4-8Q", availableInstances = 2, deviceAPI = "vfio-pci", description = "d2" },
         { type = "nvidia-1000", name = "GRID T4-16Q", availableInstances = 1, deviceAPI = "vfio-pci", description = "d3" },
       }, f.mdevTypes)
+    end)
+  end)
+
+  describe("(3b) an A100 with mediated types on its VFs", function()
+    -- The case the issue names. No A100 capture is in the fixtures, so the
+    -- types follow LAYOUT §6 with the A100's time-sliced profile names
+    -- (`NVIDIA A100-<fb>C`, compute profiles); the `nvidia-<N>` numbers are
+    -- per SKU and driver (LAYOUT §6) and here only illustrate the form.
+    -- A100 PCIe 40GB (10de:20f1) PF 0000:3b:00.0, 2 of 16 VFs enabled
+    -- (offset 4, LAYOUT §3): each VF offers the types, with one instance
+    -- available, except on VF 1 which holds a 20C mdev.
+    local U = "9d7c3b0a-5e1f-4f6a-8a2b-3c4d5e6f7a80"
+    local TYPES = {
+      { type = "nvidia-474", name = "NVIDIA A100-4C", description = "num_heads=1, frl_config=60, framebuffer=4096M, max_resolution=4096x2160, max_instance=10" },
+      { type = "nvidia-475", name = "NVIDIA A100-5C", description = "num_heads=1, frl_config=60, framebuffer=5120M, max_resolution=4096x2160, max_instance=8" },
+      { type = "nvidia-478", name = "NVIDIA A100-20C", description = "num_heads=1, frl_config=60, framebuffer=20480M, max_resolution=4096x2160, max_instance=2" },
+      { type = "nvidia-479", name = "NVIDIA A100-40C", description = "num_heads=1, frl_config=60, framebuffer=40960M, max_resolution=4096x2160, max_instance=1" },
+    }
+    local function types(available, devices)
+      local out = {}
+      for i, t in ipairs(TYPES) do
+        out[i] = { type = t.type, name = t.name, availableInstances = available, deviceAPI = "vfio-pci",
+          description = t.description, devices = devices and devices[t.type] or nil }
+      end
+      return out
+    end
+
+    it("reports the PF with its VFs, each VF a mediated-device parent, exactly", function()
+      local t = build { functions = {
+        { address = "0000:3b:00.0", device = "20f1", subsystem = "10de:145f", driver = "nvidia", iommu = 30, numa = 0,
+          sriov = { total = 16, vfs = 2, offset = 4, stride = 1, iommu = 31,
+            mdev = { types = TYPES, available = 1 },
+            vf = { [1] = { mdev = { types = TYPES, available = 0, devices = { ["nvidia-478"] = { U } } } } } } },
+      } }
+      local pf = ident("20f1", "0302", "GPU", { "10de", "145f" }, {
+        address = "0000:3b:00.0", driver = "nvidia", iommuGroup = 30, numaNode = 0,
+        sriov = { totalVFs = 16, numVFs = 2 }, virtualFunctions = { "0000:3b:00.4", "0000:3b:00.5" }, counted = true })
+      local function vf(addr, i, mdev)
+        return ident("20f1", "0302", "GPU", { "10de", "0000" }, {
+          address = addr, driver = "nvidia", iommuGroup = 31 + i, numaNode = 0, physicalFunction = "0000:3b:00.0",
+          vfIndex = i, counted = true, mdevTypes = mdev })
+      end
+      local want = { functions = { pf, vf("0000:3b:00.4", 0, types(1)),
+        vf("0000:3b:00.5", 1, types(0, { ["nvidia-478"] = { U } })) } }
+      assert.are.same(want, inventory_bin(t))
+      assert.are.same(want, inventory_lua(t))
     end)
   end)
 
