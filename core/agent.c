@@ -62,6 +62,9 @@ typedef struct agent {
     int layout_ref;
     pthread_t main_thread;
     char *checked_owner_uid; /* GPUNode uid whose owner reference was checked */
+    time_t owner_checked_at;
+    json_t *backlog; /* writes done but not yet in a stored status */
+    volatile sig_atomic_t stopping;
 } agent;
 
 static void usage(FILE *f)
@@ -143,20 +146,26 @@ cozy_result agent_scan_in_use(const char *proc_root, const char *sysfs_root, con
         return cozy_fail(err, COZY_ERR_IO, "%s: %s", proc_root, strerror(errno));
     json_t *groups = json_object(), *cdevs = json_object();
     struct dirent *de;
-    char path[PATH_MAX], target[256], comm[64], why[512];
+    char path[PATH_MAX], target[256], comm[64], why[512], blind[512] = "";
     while((de = readdir(d))) {
         if(!all_digits(de->d_name))
             continue;
         snprintf(path, sizeof path, "%s/%s/fd", proc_root, de->d_name);
         DIR *fd = opendir(path);
-        if(!fd)
-            continue; /* gone, or not ours to see */
+        if(!fd) {
+            /* gone (ENOENT, ESRCH): fine; not readable: cannot tell (below) */
+            if((errno == EACCES || errno == EPERM) && !blind[0])
+                snprintf(blind, sizeof blind, "%.300s: %.64s", path, strerror(errno));
+            continue;
+        }
         int have_comm = 0;
         struct dirent *fe;
         while((fe = readdir(fd))) {
             if(fe->d_name[0] == '.')
                 continue;
             ssize_t len = readlinkat(dirfd(fd), fe->d_name, target, sizeof target - 1);
+            if(len < 0 && (errno == EACCES || errno == EPERM) && !blind[0])
+                snprintf(blind, sizeof blind, "%.300s/%.64s: %.64s", path, fe->d_name, strerror(errno));
             if(len <= 0)
                 continue;
             target[len] = 0;
@@ -219,6 +228,16 @@ cozy_result agent_scan_in_use(const char *proc_root, const char *sysfs_root, con
             }
         }
         closedir(vd);
+    }
+    if(blind[0]) {
+        /* fail closed: a process we cannot see may hold any function */
+        snprintf(why, sizeof why, "cannot tell whether a VM holds it (%.300s); the agent needs CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE", blind);
+        json_array_foreach(json_object_get(inventory, "functions"), i, fn)
+        {
+            const char *addr = json_string_value(json_object_get(fn, "address"));
+            if(addr && !json_object_get(res, addr))
+                json_object_set_new(res, addr, json_string(why));
+        }
     }
     json_decref(groups);
     json_decref(cdevs);
@@ -373,7 +392,9 @@ static cozy_result ensure_owner(agent *A, const json_t *gn, json_t **patched, co
 {
     *patched = NULL;
     const char *uid = json_string_value(json_object_get(json_object_get(gn, "metadata"), "uid"));
-    if(uid && A->checked_owner_uid && strcmp(uid, A->checked_owner_uid) == 0)
+    /* checked once per GPUNode object, and again every 10 minutes: a Node
+       deleted and registered again has a new uid */
+    if(uid && A->checked_owner_uid && strcmp(uid, A->checked_owner_uid) == 0 && time(NULL) - A->owner_checked_at < 600)
         return COZY_OK;
     json_t *node = NULL;
     cozy_result rc = get_node(A, &node, err);
@@ -419,6 +440,7 @@ static cozy_result ensure_owner(agent *A, const json_t *gn, json_t **patched, co
     if(rc == COZY_OK && uid) {
         free(A->checked_owner_uid);
         A->checked_owner_uid = strdup(uid);
+        A->owner_checked_at = time(NULL);
     }
     return rc;
 }
@@ -466,8 +488,8 @@ static cozy_result pass(agent *A, cozy_err *err)
     int top = lua_gettop(L);
     cozy_result rc = COZY_OK;
     int failed = 0;
-    json_t *gn = get_gpunode(A, err, &failed), *inv = NULL, *in_use = NULL, *writes = json_array(),
-           *failures = json_array(), *status = NULL;
+    json_t *gn = get_gpunode(A, err, &failed), *inv = NULL, *in_use = NULL, *failures = json_array(),
+           *status = NULL;
     if(failed) {
         rc = COZY_ERR_IO;
         goto out;
@@ -514,7 +536,8 @@ static cozy_result pass(agent *A, cozy_err *err)
         luajson_push(L, inv);
         push_json_or_nil(L, spec);
         luajson_push(L, in_use);
-        if(lua_pcall(L, 3, 1, 0) != LUA_OK) {
+        push_json_or_nil(L, prev);
+        if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
             rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
             goto out;
         }
@@ -554,7 +577,7 @@ static cozy_result pass(agent *A, cozy_err *err)
                                         (json_int_t)to, "time", when);
                 if(profile && to != 0)
                     json_object_set_new(rec, "profile", json_string(profile));
-                json_array_append_new(writes, rec);
+                json_array_append_new(A->backlog, rec);
                 log_write(LOG_INFO, "agent", to ? "set the vGPU type of a VF" : "removed the vGPU type of a VF",
                           "address", addr, "from", fs, "to", ts, "profile", to ? profile : NULL, NULL);
             } else if(e == EBUSY) {
@@ -567,7 +590,7 @@ static cozy_result pass(agent *A, cozy_err *err)
                          A->f.sysfs, addr, strerror(e));
                 json_array_append_new(failures,
                                       json_pack("{s:s,s:s,s:s}", "address", addr, "reason", "WriteFailed", "message", msg));
-                log_write(LOG_ERROR, "agent", "a layout write failed", "address", addr, "error", msg, NULL);
+                log_write(LOG_DEBUG, "agent", "a layout write failed", "address", addr, "error", msg, NULL);
                 any_failure = 1;
             }
         }
@@ -583,7 +606,8 @@ static cozy_result pass(agent *A, cozy_err *err)
             luajson_push(L, inv);
             push_json_or_nil(L, spec);
             luajson_push(L, in_use);
-            if(lua_pcall(L, 3, 1, 0) != LUA_OK) {
+            push_json_or_nil(L, prev);
+            if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
                 rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
                 goto out;
             }
@@ -605,7 +629,7 @@ static cozy_result pass(agent *A, cozy_err *err)
     lua_setfield(L, -2, "generation");
     lua_pushvalue(L, plan_idx);
     lua_setfield(L, -2, "plan");
-    luajson_push(L, writes);
+    luajson_push(L, A->backlog);
     lua_setfield(L, -2, "writes");
     luajson_push(L, failures);
     lua_setfield(L, -2, "failures");
@@ -633,6 +657,7 @@ static cozy_result pass(agent *A, cozy_err *err)
     log_news(status, prev);
     if(prev && json_equal(status, (json_t *)prev)) {
         log_write(LOG_DEBUG, "agent", "status unchanged", NULL);
+        json_array_clear(A->backlog);
         goto out;
     }
     {
@@ -653,8 +678,10 @@ static cozy_result pass(agent *A, cozy_err *err)
                 rc = cozy_fail(err, COZY_ERR_IO, "PUT gpunodes/%s/status: conflict", A->f.node);
         } else if(st != 200 && st != 201)
             rc = cozy_fail(err, COZY_ERR_INPUT, "PUT gpunodes/%s/status: HTTP %ld", A->f.node, st);
-        else
+        else {
             log_write(LOG_INFO, "agent", "wrote the GPUNode status", "name", A->f.node, NULL);
+            json_array_clear(A->backlog); /* the writes are in status.layout.lastWrites now */
+        }
     }
 
 out:
@@ -662,7 +689,6 @@ out:
     json_decref(gn);
     json_decref(inv);
     json_decref(in_use);
-    json_decref(writes);
     json_decref(failures);
     json_decref(status);
     return rc;
@@ -670,13 +696,34 @@ out:
 
 /* ---- main ----------------------------------------------------------------- */
 
-static agent *A_self; /* for the watch callback */
+static agent *A_self; /* for the watch callback and the signal thread */
 
 static void on_gpunode(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
 {
     (void)ctx, (void)inf, (void)type, (void)obj;
     if(A_self)
         pthread_kill(A_self->main_thread, SIGUSR2);
+}
+
+/* Waits for SIGTERM/SIGINT: asks the main thread to stop (it finishes the
+ * file write in progress; every write is one write(2)), and exits the
+ * process after AGENT_STOP_GRACE_S if a request to the API server still
+ * holds it (retries can last a minute; the DaemonSet's grace period is
+ * shorter). Nothing is lost: the next start begins with a full pass. */
+#define AGENT_STOP_GRACE_S 5
+static void *signal_main(void *arg)
+{
+    sigset_t *stop = arg;
+    int sig = 0;
+    if(sigwait(stop, &sig) != 0)
+        return NULL;
+    log_write(LOG_INFO, "agent", "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+    A_self->stopping = 1;
+    pthread_kill(A_self->main_thread, SIGUSR2);
+    sleep(AGENT_STOP_GRACE_S);
+    log_write(LOG_WARN, "agent", "a pass is still waiting for the API server; exiting", NULL);
+    _exit(0);
+    return NULL;
 }
 
 int agent_main(int argc, char **argv)
@@ -762,6 +809,7 @@ int agent_main(int argc, char **argv)
 
     int status = 2;
     cozy_err err;
+    A.backlog = json_array();
     if(lua_setup(&A, &err) != COZY_OK) {
         fprintf(stderr, "cozygpu agent: %s\n", err.msg);
         goto out;
@@ -784,7 +832,7 @@ int agent_main(int argc, char **argv)
     char ua[256];
     snprintf(ua, sizeof ua, "cozygpu-agent/" AGENT_VERSION " (%s)", A.f.node);
     kube_client_options ko = {.kubeconfig = A.f.kubeconfig, .context = A.f.context, .server = A.f.server,
-                              .user_agent = ua, .timeout_ms = 10000, .max_retries = 4};
+                              .user_agent = ua, .timeout_ms = 10000, .max_retries = 2};
     if(kube_client_new(&A.client, &ko, &err) != COZY_OK) {
         fprintf(stderr, "cozygpu agent: %s\n", err.msg);
         goto out;
@@ -810,26 +858,34 @@ int agent_main(int argc, char **argv)
         fprintf(stderr, "cozygpu agent: cannot start the GPUNode watch: %s\n", A.inf ? err.msg : "out of memory");
         goto out;
     }
-    int sig = 0;
-    for(;;) {
+    sigset_t stop, wake;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigemptyset(&wake);
+    sigaddset(&wake, SIGUSR2);
+    pthread_t sig_thread;
+    if(pthread_create(&sig_thread, NULL, signal_main, &stop) != 0) {
+        fprintf(stderr, "cozygpu agent: cannot start the signal thread\n");
+        goto out;
+    }
+    pthread_detach(sig_thread);
+    while(!A.stopping) {
         struct timespec to = {.tv_sec = A.f.interval_ms / 1000, .tv_nsec = (A.f.interval_ms % 1000) * 1000000L};
         if(kube_watcher_synced(A.watcher)) {
-            if(pass(&A, &err) != COZY_OK)
+            if(pass(&A, &err) != COZY_OK && !A.stopping)
                 log_write(LOG_ERROR, "agent", "the pass failed; retrying", "error", err.msg, NULL);
         } else
             to = (struct timespec){.tv_sec = 0, .tv_nsec = 100000000L};
-        sig = sigtimedwait(&sigs, NULL, &to);
-        if(sig == SIGTERM || sig == SIGINT)
+        if(A.stopping)
             break;
-        /* SIGUSR2 (the GPUNode changed) or the interval: another pass; drain
-           wake-ups that arrived meanwhile */
+        /* SIGUSR2 (the GPUNode changed, or a stop) or the interval: another
+           pass; drain the wake-ups that arrived meanwhile */
+        sigtimedwait(&wake, NULL, &to);
         struct timespec zero = {0, 0};
-        while((sig = sigtimedwait(&sigs, NULL, &zero)) == SIGUSR2)
+        while(sigtimedwait(&wake, NULL, &zero) == SIGUSR2)
             ;
-        if(sig == SIGTERM || sig == SIGINT)
-            break;
     }
-    log_write(LOG_INFO, "agent", "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
     status = 0;
 
 out:
@@ -840,5 +896,6 @@ out:
     if(A.L)
         lua_close(A.L);
     free(A.checked_owner_uid);
+    json_decref(A.backlog);
     return status;
 }

@@ -29,8 +29,13 @@ int agent_main(int argc, char **argv);
  * <sysfs_root>/bus/pci/devices/<address>/vfio-dev/vfio<N>).
  * `inventory` is the object of inventory_scan (borrowed). Returns a new
  * object { address: "pid 812 (qemu-kvm) holds /dev/vfio/46" } (caller owns
- * it); processes whose fd directory cannot be read are skipped (they are
- * not ours to see). Errors: COZY_ERR_IO when proc_root cannot be listed. */
+ * it). A process that ends during the scan is skipped. When a process's
+ * fd directory or one of its links cannot be read (EACCES/EPERM: the agent
+ * lacks CAP_DAC_READ_SEARCH or CAP_SYS_PTRACE over it), the scan fails
+ * closed: every function of `inventory` is reported held ("cannot tell
+ * whether a VM holds it (<path>: Permission denied) ..."), so no vGPU type
+ * is changed (DESIGN.md §7). Errors: COZY_ERR_IO when proc_root cannot be
+ * listed. */
 cozy_result agent_scan_in_use(const char *proc_root, const char *sysfs_root, const json_t *inventory,
                               json_t **out, cozy_err *err);
 

@@ -54,65 +54,139 @@ local function creatable_id(vf, wanted)
   return nil
 end
 
--- The id of `wanted` on the card of PF `pf`: ids are unique per physical
--- card only (LAYOUT §5), so look at the PF and all its VFs.
-local function card_id(idx, pf, wanted)
-  local fns = { pf }
-  for _, a in ipairs(pf.virtualFunctions or {}) do fns[#fns + 1] = idx[a] end
-  for _, fn in ipairs(fns) do
-    local id = fn and creatable_id(fn, wanted)
-    if id then return id end
-  end
-  return nil
-end
-
 local function creatable_names(vf)
   local out = {}
   for _, row in ipairs(vf.vgpu and vf.vgpu.creatable or {}) do out[#out + 1] = last_word(row.name) or row.name end
   return out
 end
 
+local function is_table(v) return type(v) == "table" end
+
+--- What the card of each PF calls its vGPU types: { [pf address] = { [id]
+--- = name } }, from the creatable lists and type names of the PF and its
+--- VFs now, and then from `previous` (the GPUNode status of the last pass).
+--- Type ids are unique per physical card only, and a full card's lists are
+--- header-only (LAYOUT §5), so names seen before fill the gaps.
+--- @return table
+function M.card_names(inventory, previous)
+  local names = {}
+  local function add(fn, overwrite)
+    if not is_table(fn) or not is_table(fn.vgpu) then return end
+    local pf = fn.physicalFunction or fn.address
+    if type(pf) ~= "string" then return end
+    local t = names[pf] or {}
+    names[pf] = t
+    for _, row in ipairs(is_table(fn.vgpu.creatable) and fn.vgpu.creatable or {}) do
+      if math.type(row.id) == "integer" and type(row.name) == "string" and (overwrite or t[row.id] == nil) then
+        t[row.id] = row.name
+      end
+    end
+    local ty, tn = fn.vgpu.type, fn.vgpu.typeName
+    if math.type(ty) == "integer" and ty ~= 0 and type(tn) == "string" and (overwrite or t[ty] == nil) then
+      t[ty] = tn
+    end
+  end
+  for _, fn in ipairs(inventory and inventory.functions or {}) do add(fn, true) end
+  if is_table(previous) and is_table(previous.functions) then
+    for _, fn in ipairs(previous.functions) do add(fn, false) end
+  end
+  return names
+end
+
+-- id of profile `wanted` on a card (names from M.card_names), or nil
+local function card_id(names, wanted)
+  local best
+  for id, name in pairs(names or {}) do
+    if M.profile_matches(name, wanted) and (best == nil or id < best) then best = id end
+  end
+  return best
+end
+
+local function trim(s) return type(s) == "string" and s:match("^%s*(.-)%s*$") or s end
+
 --- What the layout wants, per VF of each listed GPU, and what it cannot
---- act on.
+--- act on. Malformed entries (which the CRD's schema keeps out of a real
+--- API server) are reported, never raised.
 --- @return table wants     { [vf address] = {pf, index, profile|nil, field} }
 --- @return table errors    { {field, address, reason, message} }
 --- @return table short     { [pf address] = {want = n, have = m} } (VFs missing)
 function M.desired(inventory, spec)
   local idx = M.index(inventory)
   local wants, errors, short = {}, {}, {}
-  for i, g in ipairs(spec and spec.gpus or {}) do
+  local function bad(field, address, reason, message)
+    errors[#errors + 1] = { field = field, address = address, reason = reason, message = message }
+  end
+  local gpus = is_table(spec) and spec.gpus or nil
+  if not is_table(gpus) then gpus = {} end
+  for i, g in ipairs(gpus) do
     local field = ("spec.gpus[%d]"):format(i - 1)
-    local fn = idx[g.address]
-    if not fn then
-      errors[#errors + 1] = { field = field .. ".address", address = g.address, reason = "NoSuchGPU",
-        message = ("%s: no NVIDIA PCI function %s on this node"):format(field, tostring(g.address)) }
+    local fn = is_table(g) and type(g.address) == "string" and idx[g.address] or nil
+    if not is_table(g) or type(g.address) ~= "string" or (g.mode ~= "VGPU" and g.mode ~= "Passthrough") then
+      bad(field, is_table(g) and type(g.address) == "string" and g.address or nil, "InvalidSpec",
+        ("%s: needs an address and mode VGPU or Passthrough"):format(field))
+    elseif not fn then
+      bad(field .. ".address", g.address, "NoSuchGPU", ("%s: no NVIDIA PCI function %s on this node"):format(field, g.address))
     elseif fn.physicalFunction or fn.role ~= "GPU" then
-      errors[#errors + 1] = { field = field .. ".address", address = g.address, reason = "NotAGPU",
-        message = ("%s: %s is %s, not a GPU's physical function"):format(field, g.address,
-          fn.physicalFunction and ("a VF of " .. fn.physicalFunction) or ("a " .. tostring(fn.role) .. " function")) }
+      bad(field .. ".address", g.address, "NotAGPU", ("%s: %s is %s, not a GPU's physical function"):format(field,
+        g.address, fn.physicalFunction and ("a VF of " .. fn.physicalFunction) or ("a " .. tostring(fn.role) .. " function")))
     else
       local need = g.mode == "Passthrough" and "vfio-pci" or "nvidia"
       if fn.driver ~= need then
-        errors[#errors + 1] = { field = field .. ".mode", address = g.address, reason = "DriverMismatch",
-          message = ("%s: %s is bound to %s; mode %s needs %s (the agent does not rebind drivers)"):format(
-            field, g.address, fn.driver or "no driver", tostring(g.mode), need) }
+        bad(field .. ".mode", g.address, "DriverMismatch",
+          ("%s: %s is bound to %s; mode %s needs %s (the agent does not rebind drivers)"):format(
+            field, g.address, fn.driver or "no driver", g.mode, need))
       end
       local per = {}
       local top = -1
       if g.mode == "VGPU" then
-        if g.profile and g.count then
-          for k = 0, g.count - 1 do per[k] = { profile = g.profile, field = field .. ".profile" } end
+        local profile, count = trim(g.profile), g.count
+        if profile ~= nil or count ~= nil then
+          if type(profile) ~= "string" or profile == "" or math.type(count) ~= "integer" or count < 1 then
+            bad(field .. ".profile", g.address, "InvalidSpec",
+              ("%s: profile (a name) and count (at least 1) go together"):format(field))
+          else
+            for k = 0, count - 1 do per[k] = { profile = profile, field = field .. ".profile" } end
+          end
         end
-        for j, v in ipairs(g.vfs or {}) do
-          per[v.index] = { profile = (v.profile ~= "" and v.profile) or nil, field = ("%s.vfs[%d]"):format(field, j - 1) }
+        local vfs = g.vfs
+        if vfs ~= nil and not is_table(vfs) then
+          bad(field .. ".vfs", g.address, "InvalidSpec", ("%s.vfs: not a list"):format(field))
+          vfs = {}
+        end
+        for j, v in ipairs(vfs or {}) do
+          local vf_field = ("%s.vfs[%d]"):format(field, j - 1)
+          local pr = is_table(v) and trim(v.profile) or nil
+          if not is_table(v) or math.type(v.index) ~= "integer" or v.index < 0 or type(pr) ~= "string" then
+            bad(vf_field, g.address, "InvalidSpec", ("%s: needs an index (0 or more) and a profile (\"\" for none)"):format(vf_field))
+          else
+            per[v.index] = { profile = pr ~= "" and pr or nil, field = vf_field }
+          end
         end
         for k, p in pairs(per) do if p.profile and k > top then top = k end end
       end
-      local vfs = fn.virtualFunctions or {}
-      if top >= #vfs then short[fn.address] = { want = top + 1, have = #vfs } end
-      for k, a in ipairs(vfs) do
-        local p = per[k - 1]
-        wants[a] = { pf = fn.address, index = k - 1, profile = p and p.profile, field = p and p.field or field }
+      -- VFs by their virtfn index (vfIndex), as the spec names them
+      local by_index = {}
+      for k, a in ipairs(fn.virtualFunctions or {}) do
+        local vf = idx[a]
+        local n = vf and math.type(vf.vfIndex) == "integer" and vf.vfIndex or (k - 1)
+        if vf then by_index[n] = a end
+      end
+      local have = #(fn.virtualFunctions or {})
+      if top >= 0 then
+        local total = is_table(fn.sriov) and fn.sriov.totalVFs or nil
+        if not is_table(fn.sriov) then
+          bad(field, g.address, "NotSRIOV", ("%s: %s has no SR-IOV; its vGPUs would be VFs (LAYOUT §4)"):format(field, g.address))
+        elseif math.type(total) == "integer" and top >= total then
+          bad(field, g.address, "TooManyVFs", ("%s: the layout names VF %d; %s supports %d VFs"):format(field, top, g.address, total))
+        elseif by_index[top] == nil or top >= have then
+          short[fn.address] = { want = top + 1, have = have }
+          bad(field, g.address, "MissingVFs", ("%s: the layout names VF %d; %d VFs are enabled on %s"):format(field, top,
+            have, g.address))
+        end
+      end
+      for n, a in pairs(by_index) do
+        local p = per[n]
+        wants[a] = { pf = fn.address, index = n, profile = p and p.profile, field = p and p.field or field }
       end
     end
   end
@@ -130,32 +204,53 @@ end
 --- Clears come first; while any clear is written this round, sets wait for
 --- the next round (the creatable lists change once a type is removed).
 --- A VF a process holds is never written (DESIGN §7): its change is
---- pending. A profile the VF cannot take is refused, naming the creatable
---- ones, unless a sibling VF of the same GPU has a pending change (then it
---- waits for that VF: its capacity may be what is missing).
+--- pending. A VF whose current type cannot be named (no list of its card,
+--- now or in `previous`, names it), or not read, is left alone and
+--- reported. A VF is cleared only for a profile its card is known to offer,
+--- so a misspelt profile is refused without deleting anything. A profile the
+--- VF cannot take is refused, naming the creatable ones, unless a sibling VF
+--- of the same GPU has a pending change (then it waits for that VF: its
+--- capacity may be what is missing).
+--- @param previous table|nil the GPUNode status of the last pass (names of
+---   types the card no longer lists)
 --- @return table { writes = { {address, pf, index, from, to, profile} },
 ---   pending = { {address, physicalFunction, vfIndex, fromType, toType,
 ---   fromProfile, toProfile, reason, message} }, refused = { {address,
 ---   physicalFunction, vfIndex, profile, creatable, message} },
 ---   errors = {...}, short = {...} }
-function M.plan(inventory, spec, in_use)
-  in_use = in_use or {}
+function M.plan(inventory, spec, in_use, previous)
+  in_use = is_table(in_use) and in_use or {}
   local idx = M.index(inventory)
+  local names = M.card_names(inventory, previous)
   local wants, errors, short = M.desired(inventory, spec)
   local clears, sets, pending, refused, unset = {}, {}, {}, {}, {}
   local pending_pf = {}
 
+  local function short_name(card, id, fallback)
+    local n = card[id]
+    return n and last_word(n) or fallback
+  end
+
   local function wait(vf, w, to, to_profile, reason, message)
     pending[#pending + 1] = { address = vf.address, physicalFunction = w.pf, vfIndex = w.index,
-      fromType = vf.vgpu.type or 0, toType = to, fromProfile = vf.vgpu.profile, toProfile = to_profile,
-      reason = reason, message = message }
+      fromType = vf.vgpu.type, toType = to, fromProfile = vf.vgpu.profile or short_name(names[w.pf] or {}, vf.vgpu.type),
+      toProfile = to_profile, reason = reason, message = message }
     pending_pf[w.pf] = true
+  end
+
+  local function refuse(vf, w, why)
+    local creatable = creatable_names(vf)
+    refused[#refused + 1] = { address = vf.address, physicalFunction = w.pf, vfIndex = w.index,
+      profile = w.profile, creatable = arr(creatable),
+      message = ("VF %s (vf %d of %s) cannot take profile %s%s; creatable: %s"):format(vf.address, w.index, w.pf,
+        w.profile, why or "", #creatable > 0 and table.concat(creatable, ", ") or "none") }
   end
 
   for _, a in ipairs(sorted_keys(wants)) do
     local w, vf = wants[a], idx[a]
+    local card = names[w.pf] or {}
     if not vf then goto next end
-    if not vf.vgpu then
+    if not is_table(vf.vgpu) then
       if w.profile then
         errors[#errors + 1] = { field = w.field, address = a, reason = "NoVGPUSupport",
           message = ("%s: VF %s has no nvidia/ directory (is the NVIDIA vGPU host driver bound?)"):format(w.field, a) }
@@ -163,25 +258,42 @@ function M.plan(inventory, spec, in_use)
       goto next
     end
     do
-      local cur = vf.vgpu.type or 0
-      local ok = false
-      if w.profile == nil then
-        ok = cur == 0
-      elseif cur ~= 0 then
-        ok = M.profile_matches(vf.vgpu.typeName, w.profile) or card_id(idx, idx[w.pf], w.profile) == cur
+      local cur = vf.vgpu.type
+      if math.type(cur) ~= "integer" then
+        errors[#errors + 1] = { field = w.field, address = a, reason = "UnknownType",
+          message = ("VF %s: nvidia/current_vgpu_type cannot be read; the VF is left as it is"):format(a) }
+        goto next
       end
-      if not ok then
+      local want_id = w.profile and card_id(card, w.profile)
+      if w.profile == nil then
         if cur ~= 0 then
-          -- the current type must go first (to 0), then the new one is set
           if in_use[a] then
-            wait(vf, w, w.profile and (card_id(idx, idx[w.pf], w.profile) or 0) or 0, w.profile, "InUse",
-              ("VF %s (vf %d of %s) keeps %s: %s"):format(a, w.index, w.pf, vf.vgpu.profile or tostring(cur), in_use[a]))
+            wait(vf, w, 0, nil, "InUse", ("VF %s (vf %d of %s) keeps %s: %s"):format(a, w.index, w.pf,
+              short_name(card, cur, tostring(cur)), in_use[a]))
           else
-            clears[#clears + 1] = { address = a, pf = w.pf, index = w.index, from = cur, to = 0, profile = w.profile }
+            clears[#clears + 1] = { address = a, pf = w.pf, index = w.index, from = cur, to = 0 }
           end
-        else
-          unset[#unset + 1] = { vf = vf, w = w }
         end
+      elseif cur ~= 0 then
+        local cur_name = vf.vgpu.typeName or card[cur]
+        if cur_name == nil then
+          if want_id ~= cur then
+            errors[#errors + 1] = { field = w.field, address = a, reason = "UnknownType",
+              message = ("VF %s carries type %d, which no creatable list of its card names; it is left as it is"):format(a, cur) }
+          end
+        elseif not M.profile_matches(cur_name, w.profile) then
+          if want_id == nil then
+            refuse(vf, w, (" (no function of %s offers it)"):format(w.pf))
+          elseif in_use[a] then
+            wait(vf, w, want_id, last_word(card[want_id]), "InUse",
+              ("VF %s (vf %d of %s) keeps %s: %s"):format(a, w.index, w.pf, last_word(cur_name), in_use[a]))
+          else
+            -- the current type goes first (to 0); the new one is set next round
+            clears[#clears + 1] = { address = a, pf = w.pf, index = w.index, from = cur, to = 0 }
+          end
+        end
+      else
+        unset[#unset + 1] = { vf = vf, w = w, want_id = want_id }
       end
     end
     ::next::
@@ -189,32 +301,30 @@ function M.plan(inventory, spec, in_use)
 
   for _, u in ipairs(unset) do
     local vf, w = u.vf, u.w
+    local card = names[w.pf] or {}
     local id = creatable_id(vf, w.profile)
     if in_use[vf.address] then
-      wait(vf, w, id or card_id(idx, idx[w.pf], w.profile) or 0, w.profile, "InUse",
+      wait(vf, w, id or u.want_id or 0, w.profile, "InUse",
         ("VF %s (vf %d of %s) gets %s once free: %s"):format(vf.address, w.index, w.pf, w.profile, in_use[vf.address]))
     elseif id then
       if #clears == 0 then
-        sets[#sets + 1] = { address = vf.address, pf = w.pf, index = w.index, from = 0, to = id, profile = w.profile }
+        sets[#sets + 1] = { address = vf.address, pf = w.pf, index = w.index, from = 0, to = id,
+          profile = short_name(card, id, w.profile) }
       end
     elseif #clears > 0 then
       -- decided after the clears of this round, on fresh creatable lists
     elseif pending_pf[w.pf] then
-      wait(vf, w, card_id(idx, idx[w.pf], w.profile) or 0, w.profile, "WaitsForVF",
+      wait(vf, w, u.want_id or 0, w.profile, "WaitsForVF",
         ("VF %s (vf %d of %s) cannot take %s until a held VF of the same GPU changes"):format(
           vf.address, w.index, w.pf, w.profile))
     else
-      local names = creatable_names(vf)
-      refused[#refused + 1] = { address = vf.address, physicalFunction = w.pf, vfIndex = w.index,
-        profile = w.profile, creatable = arr(names),
-        message = ("VF %s (vf %d of %s) cannot take profile %s; creatable: %s"):format(vf.address, w.index, w.pf,
-          w.profile, #names > 0 and table.concat(names, ", ") or "none") }
+      refuse(vf, w)
     end
   end
 
   local writes = {}
   for _, c in ipairs(clears) do writes[#writes + 1] = c end
-  for _, s in ipairs(sets) do writes[#writes + 1] = s end
+  for _, st in ipairs(sets) do writes[#writes + 1] = st end
   return { writes = writes, pending = pending, refused = refused, errors = errors, short = short }
 end
 
@@ -259,7 +369,10 @@ function M.status(a)
   for _, fn in ipairs(a.inventory and a.inventory.functions or {}) do
     present[fn.address] = true
     local f = copy(fn)
-    if in_use[fn.address] then f.inUse = true end
+    -- a message beginning "cannot tell" is the agent failing closed (it
+    -- could not read every process's fds): not known to be held
+    local held = in_use[fn.address]
+    if held and not tostring(held):match("^cannot tell") then f.inUse = true end
     if fn.role == "GPU" then
       local s = plan.short[fn.address]
       if not fn.driver then

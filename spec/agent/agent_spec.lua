@@ -266,6 +266,31 @@ describe("cozygpu agent", function()
     assert.matches(("pid %d %%(qemu%%-kvm%%) holds /dev/vfio/devices/vfio3"):format(pid), p[1].message)
   end)
 
+  it("fails closed when it cannot read a process's fds: nothing changes, every change pending", function()
+    set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
+    assert.equal(0, select(2, once()))
+    assert.same({ 1155, 0, 0, 0 }, types())
+    -- a VM's QEMU runs as another user: its /proc/<pid>/fd is 0500 and owned
+    -- by it. Here: a directory of mode 000, read by an agent without the
+    -- capabilities that bypass permissions (as without CAP_DAC_READ_SEARCH).
+    local pid = tree:hold(VF[0])
+    os.execute("chmod 000 " .. H.q(("%s/%d/fd"):format(tree.proc, pid)))
+    set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-48Q", count = 1 } } }
+    local _, err, code = H.run({ "agent", "--once", "--node", NODE, "--kubeconfig", kubeconfig, "--sysfs", tree.root,
+      "--proc", tree.proc, "--pci-ids", S.pci_ids() },
+      "setpriv --inh-caps=-all --bounding-set=-dac_override,-dac_read_search env ")
+    os.execute("chmod 700 " .. H.q(("%s/%d/fd"):format(tree.proc, pid)))
+    assert.equal(0, code, err)
+    assert.same({ 1155, 0, 0, 0 }, types())
+    local gn = gpunode()
+    assert.is_true(gn.status.layout.pending)
+    local p = gn.status.layout.pendingChanges[1]
+    assert.same({ VF[0], "InUse" }, { p.address, p.reason })
+    assert.matches("cannot tell whether a VM holds it %(.*/fd: Permission denied%)", p.message)
+    -- not known to be held, so not marked in use
+    assert.is_nil(fn_of(gn, VF[0]).inUse)
+  end)
+
   it("refuses a profile the VF cannot take, naming it and the creatable ones, and writes nothing for it", function()
     tree:set_creatable(VF[2], { { 1147, "NVIDIA L40S-1Q" }, { 1148, "NVIDIA L40S-2Q" } })
     set_spec { gpus = { { address = PF, mode = "VGPU", vfs = { { index = 2, profile = "L40S-24Q" } } } } }
@@ -331,6 +356,50 @@ describe("cozygpu agent", function()
     assert.truthy(P.wait_exit(pid, 10))
     local lines = H.json_lines(P.read(log))
     assert.equal("shutting down", lines[#lines].msg)
+    os.remove(log)
+  end)
+
+  it("puts writes whose status write failed into the next status it writes", function()
+    local log = os.tmpname()
+    local pid = P.spawn({ H.bin, "agent", "--node", NODE, "--kubeconfig", kubeconfig, "--sysfs", tree.root,
+      "--proc", tree.proc, "--pci-ids", S.pci_ids(), "--interval", "300ms" }, log,
+      H.asan and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil)
+    assert.truthy(P.wait_until(function()
+      local gn = gpunode()
+      return gn and gn.status and gn.status.bootID
+    end, 15), P.read(log))
+    -- the next three status writes fail (one pass: a try and two retries)
+    d:fail { method = "PUT", path = GN_PATH .. "/status", status = 500, count = 3 }
+    set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
+    assert.truthy(P.wait_until(function()
+      local w = gpunode().status.layout.lastWrites
+      return w and #w == 1 and w[1].address == VF[0] and w[1].toType == 1155
+    end, 15), P.read(log))
+    assert.same({ 1155, 0, 0, 0 }, types())
+    P.stop(pid)
+    os.remove(log)
+  end)
+
+  it("stops within seconds on SIGTERM even while the API server makes it wait", function()
+    local log = os.tmpname()
+    local pid = P.spawn({ H.bin, "agent", "--node", NODE, "--kubeconfig", kubeconfig, "--sysfs", tree.root,
+      "--proc", tree.proc, "--pci-ids", S.pci_ids(), "--interval", "300ms" }, log,
+      H.asan and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil)
+    assert.truthy(P.wait_until(function()
+      local gn = gpunode()
+      return gn and gn.status and gn.status.bootID
+    end, 15), P.read(log))
+    -- every status write is told to come back in 30 s
+    d:fail { method = "PUT", path = GN_PATH .. "/status", status = 429, retryAfter = 30, count = -1 }
+    set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
+    assert.truthy(P.wait_until(function() return tree:vgpu(VF[0]) == 1155 end, 10))
+    P.sleep(0.5) -- the status PUT is now waiting out its Retry-After
+    local t0 = os.time()
+    P.kill(pid, "TERM")
+    assert.truthy(P.wait_exit(pid, 10), "the agent did not stop")
+    assert.is_true(os.time() - t0 <= 7)
+    assert.matches("shutting down", P.read(log))
+    d:clear()
     os.remove(log)
   end)
 

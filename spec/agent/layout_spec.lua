@@ -86,7 +86,7 @@ describe("layout.plan", function()
     local inv = l40s(2, { [0] = 1147 })
     local p = layout.plan(inv, vgpu_spec("L40S-24Q", 2), {})
     -- round 1: only the clear; VF 1's set waits for fresh creatable lists
-    assert.same({ { address = vf_addr(0), pf = PF, index = 0, from = 1147, to = 0, profile = "L40S-24Q" } }, p.writes)
+    assert.same({ { address = vf_addr(0), pf = PF, index = 0, from = 1147, to = 0 } }, p.writes)
     assert.same({}, p.refused)
     -- round 2, after the clear
     inv.functions[2].vgpu = { type = 0, creatable = CATALOG }
@@ -147,6 +147,68 @@ describe("layout.plan", function()
     assert.same({}, p.writes)
     assert.same({}, p.refused)
     assert.same({ "InUse", "WaitsForVF" }, { p.pending[1].reason, p.pending[2].reason })
+  end)
+
+  it("keeps a full card as it is: the names of its types come from the previous status", function()
+    -- every list is header-only once the card is full (LAYOUT §5), so the
+    -- current types cannot be named from sysfs alone
+    local inv = l40s(2, { [0] = 1155, [1] = 1155 }, { [0] = {}, [1] = {} })
+    for i = 2, 3 do inv.functions[i].vgpu.typeName, inv.functions[i].vgpu.profile = nil, nil end
+    local before = { functions = l40s(2).functions } -- the last pass saw the full catalog
+    local p = layout.plan(inv, vgpu_spec("L40S-24Q", 2), {}, before)
+    assert.same({}, p.writes)
+    assert.same({}, p.refused)
+    assert.same({}, p.errors)
+    -- with a VM on VF 0 nothing is pending either
+    p = layout.plan(inv, vgpu_spec("L40S-24Q", 2), { [vf_addr(0)] = "pid 3 holds /dev/vfio/41" }, before)
+    assert.same({}, p.pending)
+    -- and without any name for 1155 the VFs are left alone, and said so
+    p = layout.plan(inv, vgpu_spec("L40S-24Q", 2), {})
+    assert.same({}, p.writes)
+    assert.same({ "UnknownType", "UnknownType" }, { p.errors[1].reason, p.errors[2].reason })
+    assert.equal("VF 0000:41:00.4 carries type 1155, which no creatable list of its card names; it is left as it is",
+      p.errors[1].message)
+  end)
+
+  it("refuses a profile its card does not offer without deleting the VF's vGPU first", function()
+    local p = layout.plan(l40s(1, { [0] = 1155 }), vgpu_spec("L40S-24G", 1), {})
+    assert.same({}, p.writes)
+    assert.equal(1, #p.refused)
+    assert.matches("^VF 0000:41:00.4 %(vf 0 of 0000:41:00.0%) cannot take profile L40S%-24G %(no function of 0000:41:00.0 offers it%); creatable: L40S%-1Q",
+      p.refused[1].message)
+    -- held: refused too, not pending (nothing would ever apply it)
+    p = layout.plan(l40s(1, { [0] = 1155 }), vgpu_spec("L40S-24G", 1), { [vf_addr(0)] = "pid 3 holds /dev/vfio/41" })
+    assert.same({}, p.pending)
+    assert.equal(1, #p.refused)
+  end)
+
+  it("names VFs by their virtfn index, trims profile names, and reports malformed entries instead of failing", function()
+    -- VF 1 is missing (a gap in the virtfn links): index 2 is still 0000:41:00.6
+    local inv = l40s(3)
+    table.remove(inv.functions[1].virtualFunctions, 2)
+    table.remove(inv.functions, 3)
+    local p = layout.plan(inv, vgpu_spec(nil, nil, { { index = 2, profile = " L40S-24Q " } }), {})
+    assert.same({ { address = vf_addr(2), pf = PF, index = 2, from = 0, to = 1155, profile = "L40S-24Q" } }, p.writes)
+    p = layout.plan(l40s(1), { gpus = { { address = PF, mode = "VGPU", vfs = json.null },
+      { address = PF, mode = "VGPU", vfs = { { index = "1", profile = "x" } } }, { mode = "VGPU" } } }, {})
+    local reasons = {}
+    for _, e in ipairs(p.errors) do reasons[#reasons + 1] = e.field .. " " .. e.reason end
+    assert.same({ "spec.gpus[0].vfs InvalidSpec", "spec.gpus[1].vfs[0] InvalidSpec", "spec.gpus[2] InvalidSpec" }, reasons)
+  end)
+
+  it("says when the layout names VFs that are not enabled, or a GPU without SR-IOV", function()
+    local p = layout.plan(l40s(2), vgpu_spec(nil, nil, { { index = 9, profile = "L40S-4Q" } }), {})
+    assert.same({ [PF] = { want = 10, have = 2 } }, p.short)
+    assert.same({ "spec.gpus[0]", "MissingVFs", "spec.gpus[0]: the layout names VF 9; 2 VFs are enabled on 0000:41:00.0" },
+      { p.errors[1].field, p.errors[1].reason, p.errors[1].message })
+    p = layout.plan(l40s(2), vgpu_spec("L40S-1Q", 40), {})
+    assert.same({ "TooManyVFs" }, { p.errors[1].reason })
+    assert.same({}, p.short)
+    local inv = l40s(0)
+    inv.functions[1].sriov, inv.functions[1].virtualFunctions = nil, nil
+    p = layout.plan(inv, vgpu_spec("L40S-1Q", 1), {})
+    assert.same({ "NotSRIOV" }, { p.errors[1].reason })
+    assert.same({}, p.short)
   end)
 
   it("reports layout entries it cannot act on, with the field", function()
