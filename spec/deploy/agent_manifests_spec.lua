@@ -33,24 +33,39 @@ describe("deploy/60-agent.yaml", function()
     for k in pairs(f) do assert.truthy(help:find("--" .. k .. " ", 1, true), "--" .. k .. " not in agent --help") end
   end)
 
-  it("mounts exactly /sys (written: current_vgpu_type) and /proc (read-only)", function()
+  it("mounts /sys and /proc read-only, and only /sys/devices (where current_vgpu_type is) writable", function()
     local vols = {}
     for _, v in ipairs(pod.volumes) do vols[v.name] = v.hostPath and v.hostPath.path end
-    assert.same({ sys = "/sys", proc = "/proc" }, vols)
+    assert.same({ sys = "/sys", ["sys-devices"] = "/sys/devices", proc = "/proc" }, vols)
     local mounts = {}
     for _, m in ipairs(c.volumeMounts) do mounts[m.name] = { m.mountPath, m.readOnly == true } end
-    assert.same({ sys = { "/host/sys", false }, proc = { "/host/proc", true } }, mounts)
+    assert.same({ sys = { "/host/sys", true }, ["sys-devices"] = { "/host/sys/devices", false },
+      proc = { "/host/proc", true } }, mounts)
     assert.is_nil(pod.hostPID)
     assert.is_nil(pod.hostNetwork)
   end)
 
-  it("is not privileged: root with SYS_PTRACE only, nothing else added", function()
+  it("is not privileged: root with DAC_READ_SEARCH and SYS_PTRACE only (to read QEMU's fds)", function()
     local sc = c.securityContext
     assert.is_not_true(sc.privileged)
     assert.equal(0, sc.runAsUser)
     assert.is_false(sc.allowPrivilegeEscalation)
     assert.same({ "ALL" }, sc.capabilities.drop)
-    assert.same({ "SYS_PTRACE" }, sc.capabilities.add)
+    assert.same({ "DAC_READ_SEARCH", "SYS_PTRACE" }, sc.capabilities.add)
+  end)
+
+  it("lives in its own namespace, whose Pod Security level admits it (privileged)", function()
+    local ns = objs["Namespace/cozy-gpu-agent"]
+    assert.equal("privileged", ns.metadata.labels["pod-security.kubernetes.io/enforce"])
+    for key, o in pairs(objs) do
+      if o.kind ~= "Namespace" and o.kind ~= "ClusterRole" and o.kind ~= "ClusterRoleBinding" then
+        assert.equal("cozy-gpu-agent", o.metadata.namespace, key)
+      end
+    end
+    -- the restricted level of cozy-gpu would refuse this pod: host paths and
+    -- added capabilities are not even baseline
+    local ctl_ns = load("deploy/00-namespace.yaml")["Namespace/cozy-gpu"]
+    assert.equal("restricted", ctl_ns.metadata.labels["pod-security.kubernetes.io/enforce"])
   end)
 
   it("runs on GPU nodes whatever their taints, as the agent's ServiceAccount", function()
@@ -60,7 +75,7 @@ describe("deploy/60-agent.yaml", function()
     assert.equal(3, #terms)
     local b = objs["ClusterRoleBinding/cozygpu-agent"]
     assert.same({ kind = "ClusterRole", name = "cozygpu-agent", apiGroup = "rbac.authorization.k8s.io" }, b.roleRef)
-    assert.same({ { kind = "ServiceAccount", name = "cozygpu-agent", namespace = "cozy-gpu" } }, b.subjects)
+    assert.same({ { kind = "ServiceAccount", name = "cozygpu-agent", namespace = "cozy-gpu-agent" } }, b.subjects)
   end)
 
   it("grants GPUNode read/create/patch, its status update and Node get, without wildcards", function()

@@ -90,7 +90,9 @@ describe("deploy/ manifests", function()
       if CLUSTER_SCOPED[o.kind] then
         assert.is_nil(o.metadata.namespace, o.__file .. ": " .. o.kind)
       else
-        assert.are.equal(NS, o.metadata.namespace, o.__file .. ": " .. o.kind .. " " .. o.metadata.name)
+        -- the node agent runs in its own namespace (deploy/60-agent.yaml)
+        local want = o.__file:match("60%-agent%.yaml$") and "cozy-gpu-agent" or NS
+        assert.are.equal(want, o.metadata.namespace, o.__file .. ": " .. o.kind .. " " .. o.metadata.name)
       end
     end
   end)
