@@ -40,7 +40,6 @@ typedef struct fn_pci {
     unsigned cls;               /* base class and subclass, 0x0302 */
     int rev;                    /* -1: unknown */
     int subsys_vendor, subsys_device; /* -1: unknown */
-    int numa;                   /* -1: unknown */
     long long iommu;            /* -1: no group */
     char *driver;               /* owned; NULL: unbound */
     char *name;                 /* owned; NULL: not in the database */
@@ -58,7 +57,9 @@ typedef struct fn_sys {
     long long total_vfs, num_vfs;
     vf_link *vfs;               /* owned, sorted by n */
     size_t nvfs;
-    char physfn[64];            /* "" when not a VF */
+    int has_numa;
+    long long numa;             /* numa_node, when has_numa */
+    char physfn[64];            /* "" when not a VF (or physfn names no PCI address) */
     long long vf_index;         /* -1: unknown */
     int has_nvidia;             /* nvidia/ directory present */
     int has_type;
@@ -71,6 +72,9 @@ typedef struct scan_state {
     jmp_buf jb;                 /* libpci's error callback returns here */
     char msg[1024];             /* libpci's fatal message */
     unsigned long warnings;     /* libpci warnings so far */
+    int strict;                 /* linux-sysfs: libpci reads files under devdir */
+    const char *devdir;         /* <root>/bus/pci/devices */
+    char *buf;                  /* INVENTORY_MAX_ATTR + 1 bytes, for read_attr */
     fn_pci *fns;
     size_t n, cap;
 } scan_state;
