@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -302,20 +303,35 @@ static int absent_errno(int e)
 
 /* Reads <dir>/<name> into buf (size INVENTORY_MAX_ATTR + 1), NUL-terminated
  * with trailing whitespace removed. *found is 0 when the file does not
- * exist. Any other failure is COZY_ERR_IO naming the file. */
+ * exist. Any other failure is COZY_ERR_IO naming the file, and so is a file
+ * that is not a regular file: sysfs attributes are regular files, and a
+ * FIFO or a device in a tree must not block the scan (the open is
+ * non-blocking and nothing is read from such a file). A NUL byte in the
+ * contents reads as 0xff, an invalid byte (json_text makes it U+FFFD; no
+ * number contains it), so nothing after it is cut off. */
 static cozy_result read_attr(const char *dir, const char *name, char *buf, int *found, cozy_err *err)
 {
     char path[INVENTORY_MAX_PATH];
     cozy_result rc;
+    struct stat st;
     *found = 0;
     buf[0] = 0;
     if((rc = join(path, sizeof path, dir, name, err)) != COZY_OK)
         return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if(fd < 0) {
         if(absent_errno(errno))
             return COZY_OK;
         return cozy_fail(err, COZY_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    if(fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return cozy_fail(err, COZY_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    if(!S_ISREG(st.st_mode)) {
+        close(fd);
+        return cozy_fail(err, COZY_ERR_IO, "%s: not a regular file", path);
     }
     size_t len = 0;
     for(;;) {
@@ -336,6 +352,9 @@ static cozy_result read_attr(const char *dir, const char *name, char *buf, int *
         }
     }
     close(fd);
+    for(size_t i = 0; i < len; i++)
+        if(buf[i] == 0)
+            buf[i] = (char)0xff;
     while(len && (buf[len - 1] == '\n' || buf[len - 1] == ' ' || buf[len - 1] == '\t' || buf[len - 1] == '\r'))
         len--;
     buf[len] = 0;
@@ -343,22 +362,177 @@ static cozy_result read_attr(const char *dir, const char *name, char *buf, int *
     return COZY_OK;
 }
 
-/* Parses a whole decimal (leading/trailing blanks allowed). */
-static int parse_ll(const char *s, long long *v)
+/* A file libpci opens itself (blocking) must not be a FIFO or a device:
+ * COZY_ERR_IO naming it when <dir>/<name> exists and is not a regular
+ * file. An absent file is left to libpci (an error for a mandatory one). */
+static cozy_result check_regular(const char *dir, const char *name, cozy_err *err)
 {
-    char *end;
+    char path[INVENTORY_MAX_PATH];
+    cozy_result rc;
+    struct stat st;
+    if((rc = join(path, sizeof path, dir, name, err)) != COZY_OK)
+        return rc;
+    if(stat(path, &st) != 0) {
+        if(absent_errno(errno))
+            return COZY_OK;
+        return cozy_fail(err, COZY_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    if(!S_ISREG(st.st_mode))
+        return cozy_fail(err, COZY_ERR_IO, "%s: not a regular file", path);
+    return COZY_OK;
+}
+
+/* Parses a whole decimal number as the kernel prints one ("%u", or "%d"
+ * when `sign` allows a leading '-'): digits only, blanks around allowed, no
+ * '+', no overflow. 0 when `s` is anything else. */
+static int parse_dec(const char *s, int sign, long long *v)
+{
     while(*s == ' ' || *s == '\t')
         s++;
-    if(!*s)
+    int neg = sign && *s == '-';
+    if(neg)
+        s++;
+    if(*s < '0' || *s > '9')
         return 0;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    while(*end == ' ' || *end == '\t' || *end == '\n')
-        end++;
-    if(*end || errno)
+    long long x = 0;
+    for(; *s >= '0' && *s <= '9'; s++) {
+        if(x > (LLONG_MAX - (*s - '0')) / 10)
+            return 0;
+        x = x * 10 + (*s - '0');
+    }
+    while(*s == ' ' || *s == '\t' || *s == '\n')
+        s++;
+    if(*s)
+        return 0;
+    *v = neg ? -x : x;
+    return 1;
+}
+
+/* Parses a 16-bit id as the kernel prints one ("0x%04x"): "0x" then one to
+ * four hex digits. 0 when `s` is anything else. */
+static int parse_hex_id(const char *s, unsigned *v)
+{
+    while(*s == ' ' || *s == '\t')
+        s++;
+    if(s[0] != '0' || (s[1] != 'x' && s[1] != 'X'))
+        return 0;
+    s += 2;
+    unsigned x = 0;
+    int n = 0;
+    for(;; s++, n++) {
+        int d;
+        if(*s >= '0' && *s <= '9')
+            d = *s - '0';
+        else if(*s >= 'a' && *s <= 'f')
+            d = *s - 'a' + 10;
+        else if(*s >= 'A' && *s <= 'F')
+            d = *s - 'A' + 10;
+        else
+            break;
+        if(n == 4)
+            return 0;
+        x = x << 4 | (unsigned)d;
+    }
+    if(n == 0 || *s)
         return 0;
     *v = x;
     return 1;
+}
+
+/* Whether `s` is a PCI address in the kernel's form ("%04x:%02x:%02x.%d",
+ * lowercase): the only basenames virtfn<N> and physfn links may have. */
+static int is_pci_address(const char *s)
+{
+    unsigned dom, bus, dev, fn;
+    char tail, canon[32];
+    if(strlen(s) >= sizeof canon || sscanf(s, "%x:%x:%x.%u%c", &dom, &bus, &dev, &fn, &tail) != 4)
+        return 0;
+    if(dom > 0x7fffffff || bus > 0xff || dev > 0x1f || fn > 7)
+        return 0;
+    snprintf(canon, sizeof canon, "%04x:%02x:%02x.%u", dom, bus, dev, fn);
+    return strcmp(canon, s) == 0;
+}
+
+/* The length of the well-formed UTF-8 sequence at s (n bytes left), or 0
+ * when none starts there (a stray or truncated byte, an overlong form, a
+ * surrogate, a code point past U+10FFFF, or NUL). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0], cp, min;
+    size_t len;
+    if(c == 0)
+        return 0;
+    if(c < 0x80)
+        return 1;
+    if(c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        cp = c & 0x1f;
+        min = 0x80;
+    } else if(c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        cp = c & 0x0f;
+        min = 0x800;
+    } else if(c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        cp = c & 0x07;
+        min = 0x10000;
+    } else
+        return 0;
+    if(n < len)
+        return 0;
+    for(size_t i = 1; i < len; i++) {
+        if((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if(cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A JSON string of n bytes of text read from the tree. jansson refuses
+ * text that is not UTF-8 (and the field would silently vanish), so every
+ * byte that does not belong to a well-formed UTF-8 sequence becomes U+FFFD
+ * (docs/gpunode.md). NULL only when out of memory. */
+static json_t *json_text(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t bad = 0;
+    for(size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if(l)
+            i += l;
+        else {
+            bad++;
+            i++;
+        }
+    }
+    if(!bad)
+        return json_stringn(s, n);
+    char *b = malloc(n + 2 * bad + 1);
+    if(!b)
+        return NULL;
+    size_t o = 0;
+    for(size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if(l) {
+            memcpy(b + o, s + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(b + o, "\xef\xbf\xbd", 3); /* U+FFFD */
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(b, o);
+    free(b);
+    return j;
+}
+
+static json_t *json_text0(const char *s)
+{
+    return json_text(s, strlen(s));
 }
 
 /* The basename of the target of link <dir>/<name> into out; *found 0 when
