@@ -83,6 +83,12 @@ typedef struct scan_state {
 /* libpci's callbacks take no context pointer, hence one per thread. */
 static _Thread_local scan_state *tl_scan;
 
+/* direct reads (below), used by the libpci phase too */
+static cozy_result join(char *buf, size_t size, const char *dir, const char *name, cozy_err *err);
+static cozy_result read_attr(const char *dir, const char *name, char *buf, int *found, cozy_err *err);
+static cozy_result check_regular(const char *dir, const char *name, cozy_err *err);
+static int parse_hex_id(const char *s, unsigned *v);
+
 static void on_pci_error(char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void on_pci_error(char *fmt, ...)
 {
@@ -182,11 +188,63 @@ static cozy_result check_entries(const char *devdir, cozy_err *err)
     return rc;
 }
 
+/* the files libpci's linux-sysfs method opens (blocking) for what we ask
+ * of it: the identity of every function, then the rest of an NVIDIA one
+ * (`config` when `revision` or the subsystem files are absent) */
+static const char *const ident_files[] = {"vendor", "device", "class", NULL};
+static const char *const nvidia_files[] = {"revision", "config", NULL};
+
+/* linux-sysfs only: refuses a function whose files libpci would open
+ * (`files`) when one is a FIFO, a device or a directory, before libpci
+ * blocks on it. */
+static cozy_result check_pci_files(const scan_state *s, const struct pci_dev *d, const char *const *files,
+                                   cozy_err *err)
+{
+    char dir[INVENTORY_MAX_PATH], addr[32];
+    cozy_result rc;
+    snprintf(addr, sizeof addr, "%04x:%02x:%02x.%u", (unsigned)d->domain, d->bus, d->dev, d->func);
+    if((rc = join(dir, sizeof dir, s->devdir, addr, err)) != COZY_OK)
+        return rc;
+    for(; *files; files++)
+        if((rc = check_regular(dir, *files, err)) != COZY_OK)
+            return rc;
+    return COZY_OK;
+}
+
+/* linux-sysfs only: the subsystem ids from `subsystem_vendor` and
+ * `subsystem_device` ("0x%04x"). *have 0 when `subsystem_vendor` is absent
+ * (libpci then reads both from config space); else *sv and *sd are the two
+ * ids, or -1 when either file is absent or not such an id (libpci would
+ * report the missing half as 0). */
+static cozy_result read_subsys(const scan_state *s, const char *addr, int *have, int *sv, int *sd, cozy_err *err)
+{
+    char dir[INVENTORY_MAX_PATH];
+    cozy_result rc;
+    int found;
+    unsigned v, d;
+    *have = 0;
+    *sv = *sd = -1;
+    if((rc = join(dir, sizeof dir, s->devdir, addr, err)) != COZY_OK ||
+       (rc = read_attr(dir, "subsystem_vendor", s->buf, &found, err)) != COZY_OK || !found)
+        return rc;
+    *have = 1;
+    if(!parse_hex_id(s->buf, &v))
+        return COZY_OK;
+    if((rc = read_attr(dir, "subsystem_device", s->buf, &found, err)) != COZY_OK)
+        return rc;
+    if(found && parse_hex_id(s->buf, &d)) {
+        *sv = (int)v;
+        *sd = (int)d;
+    }
+    return COZY_OK;
+}
+
 /* Copies one NVIDIA function out of libpci. Every libpci call (each may
  * longjmp) happens before anything is allocated. */
 static cozy_result copy_function(struct pci_access *a, struct pci_dev *d, scan_state *s, cozy_err *err)
 {
     fn_pci f;
+    cozy_result rc;
     memset(&f, 0, sizeof f);
     f.domain = (unsigned)d->domain;
     f.bus = d->bus;
@@ -196,21 +254,31 @@ static cozy_result copy_function(struct pci_access *a, struct pci_dev *d, scan_s
     f.vendor = d->vendor_id;
     f.device = d->device_id;
     f.cls = d->device_class;
+    if(s->strict && (rc = check_pci_files(s, d, nvidia_files, err)) != COZY_OK)
+        return rc;
 
     /* without a `revision` file libpci reads config space, and warns when
      * that is unreadable too (fake trees): then the revision is unknown */
     unsigned long w = s->warnings;
     pci_fill_info(d, PCI_FILL_CLASS_EXT);
     f.rev = s->warnings == w ? d->rev_id : -1;
-    w = s->warnings;
-    int known = pci_fill_info(d, PCI_FILL_SUBSYS);
-    if((known & PCI_FILL_SUBSYS) && s->warnings == w) {
-        f.subsys_vendor = d->subsys_vendor_id;
-        f.subsys_device = d->subsys_id;
-    } else
-        f.subsys_vendor = f.subsys_device = -1;
-    pci_fill_info(d, PCI_FILL_NUMA_NODE | PCI_FILL_IOMMU_GROUP | PCI_FILL_DRIVER);
-    f.numa = d->numa_node;
+    /* both subsystem ids or neither: from their two files when
+     * `subsystem_vendor` exists, else libpci's values from config space */
+    int have = 0;
+    if(s->strict && (rc = read_subsys(s, f.addr, &have, &f.subsys_vendor, &f.subsys_device, err)) != COZY_OK)
+        return rc;
+    if(!have) {
+        w = s->warnings;
+        int known = pci_fill_info(d, PCI_FILL_SUBSYS);
+        if((known & PCI_FILL_SUBSYS) && s->warnings == w) {
+            f.subsys_vendor = d->subsys_vendor_id;
+            f.subsys_device = d->subsys_id;
+        } else
+            f.subsys_vendor = f.subsys_device = -1;
+    }
+    /* numa_node is read with the SR-IOV files (read_sys): libpci takes
+     * garbage for node 0 */
+    pci_fill_info(d, PCI_FILL_IOMMU_GROUP | PCI_FILL_DRIVER);
     f.iommu = -1;
     const char *group = pci_get_string_property(d, PCI_FILL_IOMMU_GROUP);
     if(group && *group) {
@@ -271,6 +339,8 @@ static cozy_result read_pci(scan_state *s, const char *pcidir, int method, const
     pci_init(a);
     pci_scan_bus(a);
     for(struct pci_dev *d = a->devices; d; d = d->next) {
+        if(s->strict && (rc = check_pci_files(s, d, ident_files, err)) != COZY_OK)
+            break;
         pci_fill_info(d, PCI_FILL_IDENT | PCI_FILL_CLASS);
         if(d->vendor_id != INVENTORY_VENDOR_NVIDIA)
             continue;
@@ -443,6 +513,7 @@ static int parse_hex_id(const char *s, unsigned *v)
  * lowercase): the only basenames virtfn<N> and physfn links may have. */
 static int is_pci_address(const char *s)
 {
+    _Static_assert(sizeof((vf_link *)0)->addr >= 32 && sizeof((fn_sys *)0)->physfn >= 32, "room for an address");
     unsigned dom, bus, dev, fn;
     char tail, canon[32];
     if(strlen(s) >= sizeof canon || sscanf(s, "%x:%x:%x.%u%c", &dom, &bus, &dev, &fn, &tail) != 4)
@@ -571,7 +642,10 @@ static int cmp_vf_link(const void *a, const void *b)
 }
 
 /* The virtfn<N> links of function directory `dir`, sorted by N. *missing
- * is set when the directory itself does not exist. */
+ * is set when the directory itself does not exist. Only links the kernel
+ * could have made count: N as "%u" writes it (no leading zero, so no two
+ * links share an N), the target's basename a PCI address, the target an
+ * existing directory (a dangling link is a VF going away). */
 static cozy_result read_virtfns(const char *dir, vf_link **out, size_t *nout, int *missing, cozy_err *err)
 {
     *out = NULL;
@@ -590,19 +664,31 @@ static cozy_result read_virtfns(const char *dir, vf_link **out, size_t *nout, in
     cozy_result rc = COZY_OK;
     struct dirent *e;
     while((e = readdir(d))) {
-        if(strncmp(e->d_name, "virtfn", 6) != 0 || e->d_name[6] < '0' || e->d_name[6] > '9')
+        const char *num = e->d_name + 6;
+        if(strncmp(e->d_name, "virtfn", 6) != 0 || num[0] < '0' || num[0] > '9' || (num[0] == '0' && num[1]))
             continue;
         char *end;
         errno = 0;
-        unsigned long idx = strtoul(e->d_name + 6, &end, 10);
-        if(*end || errno)
+        unsigned long idx = strtoul(num, &end, 10);
+        if(*end || errno || idx > UINT_MAX)
             continue;
         int found;
-        char addr[64];
+        char addr[INVENTORY_MAX_PATH], path[INVENTORY_MAX_PATH];
         if((rc = read_link_base(dir, e->d_name, addr, sizeof addr, &found, err)) != COZY_OK)
             break;
-        if(!found)
-            continue; /* the VF went away between readdir and readlink */
+        if(!found || !is_pci_address(addr))
+            continue; /* the VF went away between readdir and readlink, or not a VF link */
+        struct stat st;
+        if((rc = join(path, sizeof path, dir, e->d_name, err)) != COZY_OK)
+            break;
+        if(stat(path, &st) != 0) {
+            if(absent_errno(errno) || errno == ELOOP)
+                continue; /* dangling */
+            rc = cozy_fail(err, COZY_ERR_IO, "%s: %s", path, strerror(errno));
+            break;
+        }
+        if(!S_ISDIR(st.st_mode))
+            continue;
         if(n == cap) {
             size_t ncap = cap ? cap * 2 : 16;
             vf_link *p = realloc(v, ncap * sizeof *p);
@@ -614,7 +700,7 @@ static cozy_result read_virtfns(const char *dir, vf_link **out, size_t *nout, in
             cap = ncap;
         }
         v[n].n = idx;
-        memcpy(v[n].addr, addr, sizeof addr);
+        memcpy(v[n].addr, addr, strlen(addr) + 1); /* a PCI address: fits */
         n++;
     }
     closedir(d);
@@ -662,7 +748,7 @@ static json_t *parse_creatable(const char *text)
             continue;
         json_t *row = json_object();
         json_object_set_new(row, "id", json_integer(id));
-        json_object_set_new(row, "name", json_stringn(q, (size_t)(end - q)));
+        json_object_set_new(row, "name", json_text(q, (size_t)(end - q)));
         json_array_append_new(arr, row);
     }
     return arr;
@@ -703,11 +789,20 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The sorted entry names of directory `path` as a JSON array of strings;
- * *found 0 when it does not exist. */
-static cozy_result list_dir(const char *path, json_t **out, int *found, cozy_err *err)
+static void free_names(char **names, size_t n)
+{
+    for(size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* The entry names of directory `path` (without those starting with '.'),
+ * sorted bytewise, as they are (to build paths; json_text them for the
+ * output); *found 0 when it does not exist. */
+static cozy_result list_dir(const char *path, char ***out, size_t *nout, int *found, cozy_err *err)
 {
     *out = NULL;
+    *nout = 0;
     *found = 0;
     DIR *d = opendir(path);
     if(!d) {
@@ -739,17 +834,26 @@ static cozy_result list_dir(const char *path, json_t **out, int *found, cozy_err
         n++;
     }
     closedir(d);
-    if(rc == COZY_OK) {
-        if(n > 1)
-            qsort(names, n, sizeof *names, cmp_str);
-        *out = json_array();
-        for(size_t i = 0; i < n; i++)
-            json_array_append_new(*out, json_string(names[i]));
-        *found = 1;
+    if(rc != COZY_OK) {
+        free_names(names, n);
+        return rc;
     }
-    for(size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    if(n > 1)
+        qsort(names, n, sizeof *names, cmp_str);
+    *out = names;
+    *nout = n;
+    *found = 1;
+    return COZY_OK;
+}
+
+/* An optional text file of an mdev type into o[key] (omitted when absent). */
+static cozy_result mdev_text(json_t *o, const char *tdir, const char *file, const char *key, char *buf,
+                             cozy_err *err)
+{
+    int found;
+    cozy_result rc = read_attr(tdir, file, buf, &found, err);
+    if(rc == COZY_OK && found)
+        json_object_set_new(o, key, json_text0(buf));
     return rc;
 }
 
@@ -759,64 +863,59 @@ static cozy_result read_mdev(const char *dir, char *buf, json_t **out, cozy_err 
 {
     char base[INVENTORY_MAX_PATH], tdir[INVENTORY_MAX_PATH], path[INVENTORY_MAX_PATH];
     cozy_result rc;
-    json_t *types = NULL;
+    char **types = NULL;
+    size_t nt = 0;
     int found;
     *out = NULL;
     if((rc = join(base, sizeof base, dir, "mdev_supported_types", err)) != COZY_OK)
         return rc;
-    if((rc = list_dir(base, &types, &found, err)) != COZY_OK || !found)
+    if((rc = list_dir(base, &types, &nt, &found, err)) != COZY_OK || !found)
         return rc;
-    size_t nt = json_array_size(types);
     mdev_entry *ents = calloc(nt ? nt : 1, sizeof *ents);
     if(!ents) {
-        json_decref(types);
+        free_names(types, nt);
         return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
     }
     size_t n = 0;
     for(size_t i = 0; i < nt && rc == COZY_OK; i++) {
-        const char *type = json_string_value(json_array_get(types, i));
+        const char *type = types[i];
         struct stat st;
         if((rc = join(tdir, sizeof tdir, base, type, err)) != COZY_OK)
             break;
         if(stat(tdir, &st) != 0 || !S_ISDIR(st.st_mode))
             continue;
         json_t *o = json_object();
-        json_object_set_new(o, "type", json_string(type));
-        if((rc = read_attr(tdir, "name", buf, &found, err)) != COZY_OK) {
+        json_object_set_new(o, "type", json_text0(type));
+        if((rc = mdev_text(o, tdir, "name", "name", buf, err)) != COZY_OK) {
             json_decref(o);
             break;
         }
-        if(found)
-            json_object_set_new(o, "name", json_string(buf));
         if((rc = read_attr(tdir, "available_instances", buf, &found, err)) != COZY_OK) {
             json_decref(o);
             break;
         }
         long long v;
-        if(found && parse_ll(buf, &v))
+        if(found && parse_dec(buf, 0, &v))
             json_object_set_new(o, "availableInstances", json_integer(v));
-        if((rc = read_attr(tdir, "device_api", buf, &found, err)) != COZY_OK) {
+        if((rc = mdev_text(o, tdir, "device_api", "deviceAPI", buf, err)) != COZY_OK ||
+           (rc = mdev_text(o, tdir, "description", "description", buf, err)) != COZY_OK) {
             json_decref(o);
             break;
         }
-        if(found)
-            json_object_set_new(o, "deviceAPI", json_string(buf));
-        if((rc = read_attr(tdir, "description", buf, &found, err)) != COZY_OK) {
-            json_decref(o);
-            break;
-        }
-        if(found)
-            json_object_set_new(o, "description", json_string(buf));
-        json_t *devs = NULL;
+        char **devs = NULL;
+        size_t nd = 0;
         if((rc = join(path, sizeof path, tdir, "devices", err)) != COZY_OK ||
-           (rc = list_dir(path, &devs, &found, err)) != COZY_OK) {
+           (rc = list_dir(path, &devs, &nd, &found, err)) != COZY_OK) {
             json_decref(o);
             break;
         }
-        if(devs && json_array_size(devs))
-            json_object_set_new(o, "devices", devs);
-        else
-            json_decref(devs);
+        if(nd) {
+            json_t *a = json_array();
+            for(size_t k = 0; k < nd; k++)
+                json_array_append_new(a, json_text0(devs[k]));
+            json_object_set_new(o, "devices", a);
+        }
+        free_names(devs, nd);
         ents[n].type = (char *)type;
         ents[n].obj = o;
         n++;
@@ -831,7 +930,7 @@ static cozy_result read_mdev(const char *dir, char *buf, json_t **out, cozy_err 
     for(size_t i = 0; i < n; i++)
         json_decref(ents[i].obj);
     free(ents);
-    json_decref(types);
+    free_names(types, nt);
     return rc;
 }
 
@@ -854,20 +953,30 @@ static cozy_result read_sys(const char *devdir, const fn_pci *f, int strict, cha
             return cozy_fail(err, COZY_ERR_IO, "%s: the function vanished during the scan", dir);
         return COZY_OK;
     }
+    /* numbers the kernel prints with "%u" ("%d" for numa_node): anything
+     * else is garbage and omitted, as a negative node is */
+    if((rc = read_attr(dir, "numa_node", buf, &found, err)) != COZY_OK)
+        return rc;
+    if(found && parse_dec(buf, 1, &v) && v >= 0) {
+        x->has_numa = 1;
+        x->numa = v;
+    }
     if((rc = read_attr(dir, "sriov_totalvfs", buf, &found, err)) != COZY_OK)
         return rc;
-    if(found && parse_ll(buf, &v)) {
+    if(found && parse_dec(buf, 0, &v)) {
         x->has_total = 1;
         x->total_vfs = v;
     }
     if((rc = read_attr(dir, "sriov_numvfs", buf, &found, err)) != COZY_OK)
         return rc;
-    if(found && parse_ll(buf, &v)) {
+    if(found && parse_dec(buf, 0, &v)) {
         x->has_num = 1;
         x->num_vfs = v;
     }
-    if((rc = read_link_base(dir, "physfn", x->physfn, sizeof x->physfn, &found, err)) != COZY_OK)
+    if((rc = read_link_base(dir, "physfn", sub, sizeof sub, &found, err)) != COZY_OK)
         return rc;
+    if(found && is_pci_address(sub)) /* else no PF named: not a VF */
+        memcpy(x->physfn, sub, strlen(sub) + 1);
 
     if((rc = join(sub, sizeof sub, dir, "nvidia", err)) != COZY_OK)
         return rc;
@@ -876,7 +985,7 @@ static cozy_result read_sys(const char *devdir, const fn_pci *f, int strict, cha
         x->has_nvidia = 1;
         if((rc = read_attr(sub, "current_vgpu_type", buf, &found, err)) != COZY_OK)
             return rc;
-        if(found && parse_ll(buf, &v)) {
+        if(found && parse_dec(buf, 0, &v)) {
             x->has_type = 1;
             x->vgpu_type = v;
         }
@@ -986,16 +1095,17 @@ static json_t *build_function(const fn_pci *fns, const fn_sys *xs, size_t n, siz
         json_object_set_new(o, "revision", hex_string((unsigned)f->rev, 2));
     json_object_set_new(o, "class", hex_string(f->cls, 4));
     json_object_set_new(o, "role", json_string(role));
-    if(f->name) {
-        json_object_set_new(o, "name", json_string(f->name));
-        json_object_set_new(o, "model", model_of(f->name));
+    json_t *name = f->name ? json_text0(f->name) : NULL;
+    if(name) {
+        json_object_set_new(o, "name", name);
+        json_object_set_new(o, "model", model_of(json_string_value(name)));
     }
     if(f->driver)
-        json_object_set_new(o, "driver", json_string(f->driver));
+        json_object_set_new(o, "driver", json_text0(f->driver));
     if(f->iommu >= 0)
         json_object_set_new(o, "iommuGroup", json_integer(f->iommu));
-    if(f->numa >= 0)
-        json_object_set_new(o, "numaNode", json_integer(f->numa));
+    if(x->has_numa)
+        json_object_set_new(o, "numaNode", json_integer(x->numa));
     if(x->has_total) {
         json_t *s = json_object();
         json_object_set_new(s, "totalVFs", json_integer(x->total_vfs));
@@ -1127,6 +1237,9 @@ cozy_result inventory_scan(const inventory_options *o, json_t **out, cozy_err *e
         rc = cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
         goto out;
     }
+    s->strict = strict;
+    s->devdir = devdir;
+    s->buf = buf;
     if((rc = read_pci(s, pcidir, method, ids, err)) != COZY_OK)
         goto out;
     if(s->n > 1)

@@ -2,13 +2,21 @@
  * (DESIGN.md §7; the output is the contract in docs/gpunode.md).
  *
  * Sources: libpci (linux-sysfs method by default, pointed at
- * <root>/bus/pci) for identity, class, revision, subsystem, NUMA node,
- * IOMMU group, driver and the PCI ID database names; direct reads of
- * <root>/bus/pci/devices/<BDF>/ for SR-IOV (sriov_totalvfs, sriov_numvfs,
- * virtfn<N>, physfn), vendor-specific VFIO vGPU (nvidia/current_vgpu_type,
- * nvidia/creatable_vgpu_types) and mediated-device parents
- * (mdev_supported_types/<type>/{name,description,available_instances,
- * device_api,devices/}). File formats: ../shared/fixtures/sysfs/LAYOUT.md.
+ * <root>/bus/pci) for identity, class, revision, IOMMU group, driver, the
+ * PCI ID database names, and the subsystem ids from config space when there
+ * is no subsystem_vendor file; direct reads of <root>/bus/pci/devices/<BDF>/
+ * for numa_node, subsystem_vendor/subsystem_device (linux-sysfs), SR-IOV
+ * (sriov_totalvfs, sriov_numvfs, virtfn<N>, physfn), vendor-specific VFIO
+ * vGPU (nvidia/current_vgpu_type, nvidia/creatable_vgpu_types) and
+ * mediated-device parents (mdev_supported_types/<type>/{name,description,
+ * available_instances,device_api,devices/}). File formats:
+ * ../shared/fixtures/sysfs/LAYOUT.md.
+ *
+ * Hostile trees (docs/gpunode.md): a file that is not a regular file is
+ * never read (direct reads open non-blocking and fstat; the files libpci
+ * opens are checked first) but fails the scan; numbers that are not what
+ * the kernel prints are omitted; virtfn/physfn links that name no PCI
+ * address are ignored; text that is not UTF-8 gets U+FFFD for each bad byte.
  *
  * The scan holds no state between calls (every call opens and closes its
  * own libpci handle), so the agent may call it every few seconds in one
@@ -52,7 +60,9 @@ typedef struct inventory_options {
  *                   pci_ids cannot be read, or libpci cannot parse it;
  *                   a function could not be read while being scanned (its
  *                   directory vanished, a mandatory file such as `vendor` is
- *                   missing, or an optional file exists but read() failed);
+ *                   missing, or an optional file exists but read() failed
+ *                   or it is not a regular file: a FIFO, a device, a
+ *                   directory);
  *                   an entry under bus/pci/devices is not a PCI address;
  *   COZY_ERR_INTERNAL  out of memory.
  * The agent retries a failed scan on its next pass. */

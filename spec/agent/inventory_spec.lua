@@ -816,4 +816,280 @@ describe("inventory", function()
       assert.are.equal("0000:08:00.0", fns[1].address)
     end)
   end)
+
+  describe("hostile trees", function()
+    -- Trees no kernel writes, as a broken driver, a bug or an attacker with
+    -- write access to a fake root could leave them. The scan never blocks
+    -- and never invents a value: docs/gpunode.md, "Errors" and "Hostile
+    -- trees".
+    local lfs = require "lfs"
+
+    -- the binary under a time limit (a scan that blocks exits 124), with
+    -- the exit status, stdout and stderr
+    local function run_bounded(t)
+      local out, err = os.tmpname(), os.tmpname()
+      local env = H.asan and "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 " or ""
+      local _, _, code = os.execute(("timeout 20 env %s%s inventory --sysfs %s --output json --pci-ids %s >%s 2>%s")
+        :format(env, H.q(H.bin), H.q(t.root), H.q(IDS), H.q(out), H.q(err)))
+      local o, e = H.read(out), H.read(err)
+      os.remove(out) os.remove(err)
+      return code, o, e
+    end
+
+    local function mkfifo(path)
+      os.remove(path)
+      assert(os.execute("mkfifo " .. H.q(path)), "mkfifo " .. path)
+      assert.are.equal("named pipe", lfs.symlinkattributes(path, "mode"))
+    end
+
+    local function symlink(target, path)
+      os.remove(path)
+      assert(os.execute(("ln -s %s %s"):format(H.q(target), H.q(path))))
+    end
+
+    -- how the scan names a file: through bus/pci/devices/<BDF>, as libpci does
+    local function named(t, bdf, file) return ("%s/bus/pci/devices/%s/%s"):format(t.root, bdf, file) end
+
+    -- functions by address: the T4 0000:3b:00.0 first, then the L40S PF
+    -- 0000:41:00.0 and its VFs 0000:41:00.4, .5, ... (the NIC is not NVIDIA)
+    local function l40s(vfs)
+      return build { functions = {
+        { address = "0000:41:00.0", device = "26b9", subsystem = "10de:1851", driver = "nvidia", iommu = 45, numa = 0,
+          sriov = { total = 32, vfs = vfs or 2, iommu = 46, vgpu = { creatable = "l40s-full-catalog.txt" } } },
+        { address = "0000:3b:00.0", device = "1eb8", subsystem = "10de:12a2", driver = "nvidia", iommu = 5,
+          mdev = { types = { { type = "nvidia-222", name = "GRID T4-1B", description = "d", available = 16 } } } },
+        { address = "0000:19:00.0", vendor = "15b3", device = "101d", class = "020000", driver = "mlx5_core", iommu = 31 },
+      } }
+    end
+
+    -- a FIFO (or a directory) where an attribute should be: an optional
+    -- file that exists but cannot be read, so the scan fails naming it —
+    -- at once, for the files read directly and for those libpci opens
+    -- (checked before libpci blocks on them), NVIDIA or not
+    local CASES = {
+      { "0000:41:00.4", "nvidia/current_vgpu_type" },
+      { "0000:41:00.5", "nvidia/creatable_vgpu_types" },
+      { "0000:3b:00.0", "mdev_supported_types/nvidia-222/name" },
+      { "0000:3b:00.0", "mdev_supported_types/nvidia-222/available_instances" },
+      { "0000:41:00.0", "sriov_numvfs" },
+      { "0000:41:00.0", "numa_node" },
+      { "0000:41:00.0", "vendor" },
+      { "0000:41:00.4", "revision" },
+      { "0000:41:00.4", "config" },
+      { "0000:41:00.4", "subsystem_vendor" },
+      { "0000:41:00.4", "subsystem_device" },
+      { "0000:19:00.0", "class" }, -- not NVIDIA: libpci still reads its identity
+    }
+    for _, c in ipairs(CASES) do
+      it(("fails, without blocking, naming a FIFO in place of %s"):format(c[2]), function()
+        local t = l40s()
+        mkfifo(t:path(c[1], c[2]))
+        local path = named(t, c[1], c[2])
+        local code, out, err = run_bounded(t)
+        assert.are_not.equal(124, code, "the scan blocked on " .. path)
+        assert.are.equal(2, code, err)
+        assert.are.equal("", out)
+        assert.truthy(err:find(path .. ": not a regular file", 1, true), err)
+        local r, msg = H.core.inventory { sysfs = t.root, pci_ids = IDS }
+        assert.is_nil(r)
+        assert.truthy(tostring(msg):find(path .. ": not a regular file", 1, true), msg)
+      end)
+    end
+
+    it("fails naming a directory in place of current_vgpu_type", function()
+      local t = l40s()
+      os.remove(t:path("0000:41:00.4", "nvidia/current_vgpu_type"))
+      assert(lfs.mkdir(t:path("0000:41:00.4", "nvidia/current_vgpu_type")))
+      local path = named(t, "0000:41:00.4", "nvidia/current_vgpu_type")
+      local code, out, err = run_bounded(t)
+      assert.are.equal(2, code, err)
+      assert.are.equal("", out)
+      assert.truthy(err:find(path .. ": not a regular file", 1, true), err)
+    end)
+
+    it("replaces bytes that are not UTF-8 with U+FFFD, keeping every row, its id and its name", function()
+      local t = l40s()
+      -- 0xff never occurs in UTF-8; "\xc3(" is a lead byte without its
+      -- continuation; "\xe2\x82" a sequence cut short (two bytes, two
+      -- U+FFFD); "\xc0\xaf" an overlong '/'; a NUL byte counts as invalid
+      t:set_creatable("0000:41:00.4", "ID    : vGPU Name\n1155  : NVIDIA L40S-\xff24Q\n1156  : NVIDIA L40S-48Q\n")
+      t:set_vgpu("0000:41:00.4", 1155)
+      t:write("0000:3b:00.0", "mdev_supported_types/nvidia-222/name", "GRID \xc3(T4-1B\n")
+      t:write("0000:3b:00.0", "mdev_supported_types/nvidia-222/description", "num_heads=4\0x, \xe2\x82\n")
+      t:write("0000:3b:00.0", "mdev_supported_types/nvidia-222/device_api", "vfio\xc0\xafpci\n")
+      -- valid UTF-8 is kept as it is
+      t:set_creatable("0000:41:00.5", "ID    : vGPU Name\n7  : caf\xc3\xa9 \xe2\x82\xac\n")
+      local fail = "\u{FFFD}"
+      for _, inv in ipairs { inventory_bin(t), inventory_lua(t) } do
+        local fns = inv.functions
+        assert.are.equal("0000:41:00.4", fns[3].address)
+        assert.are.same({ type = 1155, typeName = "NVIDIA L40S-" .. fail .. "24Q", profile = "L40S-" .. fail .. "24Q",
+          creatable = { { id = 1155, name = "NVIDIA L40S-" .. fail .. "24Q" }, { id = 1156, name = "NVIDIA L40S-48Q" } } },
+          fns[3].vgpu)
+        assert.are.same({ type = 0, creatable = { { id = 7, name = "caf\u{e9} \u{20ac}" } } }, fns[4].vgpu)
+        assert.are.same({ { type = "nvidia-222", name = "GRID " .. fail .. "(T4-1B", availableInstances = 16,
+          deviceAPI = "vfio" .. fail .. fail .. "pci", description = "num_heads=4" .. fail .. "x, " .. fail .. fail } },
+          fns[1].mdevTypes)
+      end
+    end)
+
+    it("keeps an mdev type whose directory name is not UTF-8, and its devices", function()
+      local t = build { functions = {
+        { address = "0000:3b:00.0", device = "1eb8", subsystem = "10de:12a2", driver = "nvidia", iommu = 5,
+          mdev = { types = {
+            { type = "nvidia-222", name = "GRID T4-1B", description = "d", available = 16 },
+            { type = "odd-\xff", name = "X", description = "x", available = 1 },
+          } } },
+      } }
+      assert(lfs.mkdir(t:path("0000:3b:00.0", "mdev_supported_types/nvidia-222/devices/uuid-\xfe")))
+      assert.are.same({
+        { type = "nvidia-222", name = "GRID T4-1B", availableInstances = 16, deviceAPI = "vfio-pci", description = "d",
+          devices = { "uuid-\u{FFFD}" } },
+        { type = "odd-\u{FFFD}", name = "X", availableInstances = 1, deviceAPI = "vfio-pci", description = "x" },
+      }, inventory_bin(t).functions[1].mdevTypes)
+    end)
+
+    it("omits numaNode when numa_node is not a signed decimal (libpci would say node 0)", function()
+      local t = build { functions = {
+        { address = "0000:08:00.0", device = "1eb8", subsystem = "10de:12a2", numa = 0 },
+        { address = "0000:09:00.0", device = "1eb8", subsystem = "10de:12a2", numa = 0 },
+        { address = "0000:0a:00.0", device = "1eb8", subsystem = "10de:12a2", numa = 0 },
+        { address = "0000:0b:00.0", device = "1eb8", subsystem = "10de:12a2", numa = 0 },
+        { address = "0000:0c:00.0", device = "1eb8", subsystem = "10de:12a2", numa = 0 },
+        { address = "0000:0d:00.0", device = "1eb8", subsystem = "10de:12a2", numa = 0 },
+      } }
+      t:write("0000:08:00.0", "numa_node", "abc\n")
+      t:write("0000:09:00.0", "numa_node", "1x\n")
+      t:write("0000:0a:00.0", "numa_node", "")
+      t:write("0000:0b:00.0", "numa_node", "+1\n")
+      t:write("0000:0c:00.0", "numa_node", "-5\n")
+      t:write("0000:0d:00.0", "numa_node", "3\n")
+      local T4 = function(extra) return ident("1eb8", "0302", "GPU", { "10de", "12a2" }, extra) end
+      local want = { functions = {
+        T4 { address = "0000:08:00.0", counted = true }, T4 { address = "0000:09:00.0", counted = true },
+        T4 { address = "0000:0a:00.0", counted = true }, T4 { address = "0000:0b:00.0", counted = true },
+        T4 { address = "0000:0c:00.0", counted = true }, T4 { address = "0000:0d:00.0", numaNode = 3, counted = true },
+      } }
+      assert.are.same(want, inventory_bin(t))
+      assert.are.same(want, inventory_lua(t))
+    end)
+
+    it("omits vgpu.type when current_vgpu_type is negative or not a plain decimal", function()
+      local t = l40s(4)
+      t:write("0000:41:00.4", "nvidia/current_vgpu_type", "-5\n")
+      t:write("0000:41:00.5", "nvidia/current_vgpu_type", "+1155\n")
+      t:write("0000:41:00.6", "nvidia/current_vgpu_type", "0x483\n")
+      t:write("0000:41:00.7", "nvidia/current_vgpu_type", "1155\n")
+      local fns = inventory_lua(t).functions
+      assert.are.same({ "0000:41:00.4", "0000:41:00.5", "0000:41:00.6", "0000:41:00.7" },
+        { fns[3].address, fns[4].address, fns[5].address, fns[6].address })
+      for i = 3, 5 do assert.are.same({ creatable = rows(L40S) }, fns[i].vgpu, fns[i].address) end
+      assert.are.same({ type = 1155, typeName = "NVIDIA L40S-24Q", profile = "L40S-24Q", creatable = rows(L40S) },
+        fns[6].vgpu)
+    end)
+
+    it("omits sriov counts and availableInstances that are negative or not decimal", function()
+      local t = l40s()
+      t:write("0000:41:00.0", "sriov_numvfs", "-2\n")
+      t:write("0000:3b:00.0", "mdev_supported_types/nvidia-222/available_instances", "-1\n")
+      local fns = inventory_lua(t).functions
+      assert.are.same({ totalVFs = 32 }, fns[2].sriov)
+      assert.is_nil(fns[1].mdevTypes[1].availableInstances)
+      t:write("0000:41:00.0", "sriov_totalvfs", "many\n")
+      assert.is_nil(inventory_lua(t).functions[2].sriov)
+    end)
+
+    it("lists only virtfn<N> links the kernel could have made", function()
+      -- three real VFs; then: a dangling virtfn3 (its VF gone), virtfn03
+      -- (the kernel writes virtfn%u: never a leading zero) pointing at VF 1,
+      -- virtfn4 to an existing directory whose name is no PCI address,
+      -- virtfn5 to a regular file named like a VF, virtfn6 looping on itself,
+      -- virtfn7 to a name longer than any PCI address
+      local t = l40s(3)
+      local pf = t:path("0000:41:00.0")
+      symlink("../0000:41:00.7", pf .. "/virtfn3")
+      symlink("../0000:41:00.5", pf .. "/virtfn03")
+      assert(lfs.mkdir(t.base .. "/not-a-vf"))
+      symlink("../../../../not-a-vf", pf .. "/virtfn4")
+      assert.are.equal("directory", lfs.attributes(pf .. "/virtfn4", "mode"))
+      S.write(t.base .. "/0000:41:01.0", "")
+      symlink(t.base .. "/0000:41:01.0", pf .. "/virtfn5")
+      symlink("virtfn6", pf .. "/virtfn6")
+      symlink("../" .. ("a"):rep(300), pf .. "/virtfn7")
+      local fns = inventory_bin(t).functions
+      assert.are.equal("0000:41:00.0", fns[2].address)
+      assert.are.same({ "0000:41:00.4", "0000:41:00.5", "0000:41:00.6" }, fns[2].virtualFunctions)
+      assert.are.same({ 0, 1, 2 }, { fns[3].vfIndex, fns[4].vfIndex, fns[5].vfIndex })
+      assert.are.equal(5, #fns)
+    end)
+
+    it("a physfn link that names no PCI address gives no physicalFunction (not a VF)", function()
+      local t = l40s(3)
+      symlink("physfn", t:path("0000:41:00.4", "physfn"))           -- a loop: basename "physfn"
+      symlink("../../../../elsewhere", t:path("0000:41:00.5", "physfn"))
+      symlink("../" .. ("0"):rep(300), t:path("0000:41:00.6", "physfn"))
+      local fns = inventory_bin(t).functions
+      assert.are.same({ "0000:41:00.4", "0000:41:00.5", "0000:41:00.6" }, { fns[3].address, fns[4].address, fns[5].address })
+      for i = 3, 5 do
+        assert.is_nil(fns[i].physicalFunction, fns[i].address)
+        assert.is_nil(fns[i].vfIndex, fns[i].address)
+        assert.is_true(fns[i].counted) -- each in its own group
+      end
+      -- the PF still lists what its virtfn links point at
+      assert.are.same({ "0000:41:00.4", "0000:41:00.5", "0000:41:00.6" }, fns[2].virtualFunctions)
+    end)
+
+    it("does not list a function whose vendor file is garbage (libpci reads it as vendor 0000)", function()
+      local t = l40s(2)
+      t:write("0000:3b:00.0", "vendor", "zzz\n")
+      local code, out, err = run_bounded(t)
+      assert.are.equal(0, code, err)
+      local inv = assert(H.json.decode(out))
+      local addrs = {}
+      for _, f in ipairs(inv.functions) do addrs[#addrs + 1] = f.address end
+      assert.are.same({ "0000:41:00.0", "0000:41:00.4", "0000:41:00.5" }, addrs)
+    end)
+
+    it("reports both subsystem ids or neither, never half of them", function()
+      local t = build { functions = {
+        { address = "0000:08:00.0", device = "1eb8", subsystem = "10de:12a2" },
+        { address = "0000:09:00.0", device = "1eb8", subsystem = "10de:12a2" },
+        { address = "0000:0a:00.0", device = "1eb8", subsystem = "10de:12a2" },
+        { address = "0000:0b:00.0", device = "1eb8", subsystem = "10de:12a2" },
+        { address = "0000:0c:00.0", device = "1eb8", subsystem = "10de:12a2" },
+        { address = "0000:0d:00.0", device = "1eb8", subsystem = "10de:12a2" },
+      } }
+      -- 08: subsystem_device and config missing
+      os.remove(t:path("0000:08:00.0", "subsystem_device"))
+      os.remove(t:path("0000:08:00.0", "config"))
+      -- 09: subsystem_device missing, config there (libpci does not read it then)
+      os.remove(t:path("0000:09:00.0", "subsystem_device"))
+      -- 0a: garbage in a subsystem file
+      t:write("0000:0a:00.0", "subsystem_vendor", "zzz\n")
+      t:write("0000:0b:00.0", "subsystem_device", "0x12a2x\n")
+      -- 0c: no subsystem files: both from config space (the builder wrote
+      -- 10de:12a2 at 0x2c)
+      os.remove(t:path("0000:0c:00.0", "subsystem_vendor"))
+      os.remove(t:path("0000:0c:00.0", "subsystem_device"))
+      -- 0d: no subsystem files and no config space
+      os.remove(t:path("0000:0d:00.0", "subsystem_vendor"))
+      os.remove(t:path("0000:0d:00.0", "subsystem_device"))
+      os.remove(t:path("0000:0d:00.0", "config"))
+      local T4 = function(extra)
+        local o = ident("1eb8", "0302", "GPU", { "10de", "12a2" }, extra)
+        if extra.subsystemVendorID == false then o.subsystemVendorID, o.subsystemDeviceID = nil, nil end
+        return o
+      end
+      local want = { functions = {
+        T4 { address = "0000:08:00.0", subsystemVendorID = false, counted = true },
+        T4 { address = "0000:09:00.0", subsystemVendorID = false, counted = true },
+        T4 { address = "0000:0a:00.0", subsystemVendorID = false, counted = true },
+        T4 { address = "0000:0b:00.0", subsystemVendorID = false, counted = true },
+        T4 { address = "0000:0c:00.0", counted = true },
+        T4 { address = "0000:0d:00.0", subsystemVendorID = false, counted = true },
+      } }
+      assert.are.same(want, inventory_bin(t))
+      assert.are.same(want, inventory_lua(t))
+    end)
+  end)
 end)

@@ -191,6 +191,23 @@ describe("cozygpu inventory", function()
       rm(root)
     end)
 
+    it("is an error naming the file, in bounded time, when an attribute is a FIFO (not a hang)", function()
+      local root = board()
+      local fifo = root .. "/devices/pci0000:00/0000:41:00.4/nvidia/current_vgpu_type"
+      os.remove(fifo)
+      sh("mkfifo " .. H.q(fifo))
+      local e = os.tmpname()
+      local env = H.asan and "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 " or ""
+      local _, _, code = os.execute(("timeout 20 env %s%s inventory --sysfs %s --pci-ids %s >/dev/null 2>%s")
+        :format(env, H.q(H.bin), H.q(root), H.q(IDS), H.q(e)))
+      local err = H.read(e)
+      os.remove(e)
+      assert.are_not.equal(124, code, "the scan blocked on the FIFO")
+      assert.are.equal(2, code, err)
+      assert.matches(root .. "/bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type: not a regular file", err, 1, true)
+      rm(root)
+    end)
+
     it("refuses an entry of bus/pci/devices that is not a PCI address", function()
       local root = board()
       H.write(root .. "/bus/pci/devices/stray", "")
