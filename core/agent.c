@@ -476,6 +476,24 @@ static void log_news(const json_t *now, const json_t *before)
     }
 }
 
+/* Pushes layout.plan(inv, spec, in_use, prev) on A->L. */
+static cozy_result run_plan(agent *A, const json_t *inv, const json_t *spec, const json_t *in_use, const json_t *prev,
+                            cozy_err *err)
+{
+    lua_State *L = A->L;
+    push_layout_fn(A, "plan");
+    luajson_push(L, inv);
+    push_json_or_nil(L, spec);
+    luajson_push(L, in_use);
+    push_json_or_nil(L, prev);
+    if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
+        cozy_result rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return rc;
+    }
+    return COZY_OK;
+}
+
 static cozy_result scan(agent *A, json_t **inv, cozy_err *err)
 {
     inventory_options io = {.sysfs_root = A->f.sysfs, .pci_method = A->f.pci_method, .pci_ids = A->f.pci_ids};
@@ -532,15 +550,8 @@ static cozy_result pass(agent *A, cozy_err *err)
     int unconverged = 0, plan_idx = 0;
     for(int round = 0;; round++) {
         lua_settop(L, top);
-        push_layout_fn(A, "plan");
-        luajson_push(L, inv);
-        push_json_or_nil(L, spec);
-        luajson_push(L, in_use);
-        push_json_or_nil(L, prev);
-        if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
-            rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
+        if((rc = run_plan(A, inv, spec, in_use, prev, err)) != COZY_OK)
             goto out;
-        }
         plan_idx = lua_gettop(L);
         lua_getfield(L, plan_idx, "writes");
         json_t *ws = luajson_to_json(L, -1, err);
@@ -602,15 +613,8 @@ static cozy_result pass(agent *A, cozy_err *err)
         if(any_failure) {
             /* plan once more on what the node has now, without writing again */
             lua_settop(L, top);
-            push_layout_fn(A, "plan");
-            luajson_push(L, inv);
-            push_json_or_nil(L, spec);
-            luajson_push(L, in_use);
-            push_json_or_nil(L, prev);
-            if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
-                rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
+            if((rc = run_plan(A, inv, spec, in_use, prev, err)) != COZY_OK)
                 goto out;
-            }
             plan_idx = lua_gettop(L);
             break;
         }

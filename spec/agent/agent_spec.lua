@@ -93,6 +93,21 @@ local function fn_of(gn, addr)
   for _, f in ipairs(gn.status.functions) do if f.address == addr then return f end end
 end
 
+-- Starts `cozygpu agent` as a loop; waits for its first status. Returns
+-- pid, log path.
+local function start_loop(interval, extra)
+  local log = os.tmpname()
+  local argv = { H.bin, "agent", "--node", NODE, "--kubeconfig", kubeconfig, "--sysfs", tree.root,
+    "--proc", tree.proc, "--pci-ids", S.pci_ids(), "--interval", interval }
+  for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+  local pid = P.spawn(argv, log, H.asan and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil)
+  assert.truthy(P.wait_until(function()
+    local gn = gpunode()
+    return gn and gn.status and gn.status.bootID
+  end, 15), P.read(log))
+  return pid, log
+end
+
 before_each(function()
   d = D.start()
   kubeconfig = d:kubeconfig()
@@ -337,15 +352,7 @@ describe("cozygpu agent", function()
   end)
 
   it("runs as a loop: applies a spec change from the watch at once, and stops on SIGTERM", function()
-    local log = os.tmpname()
-    local argv = { H.bin, "agent", "--node", NODE, "--kubeconfig", kubeconfig, "--sysfs", tree.root,
-      "--proc", tree.proc, "--pci-ids", S.pci_ids(), "--interval", "1h", "--log-format", "json" }
-    local pid = P.spawn(argv, log, H.asan and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil)
-    local created = P.wait_until(function()
-      local gn = gpunode()
-      return gn and gn.status and gn.status.bootID
-    end, 15)
-    assert.truthy(created, P.read(log))
+    local pid, log = start_loop("1h", { "--log-format", "json" })
     set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
     -- with an interval of an hour, only the watch can bring the change
     local applied = P.wait_until(function() return tree:vgpu(VF[0]) == 1155 end, 10)
@@ -360,14 +367,7 @@ describe("cozygpu agent", function()
   end)
 
   it("puts writes whose status write failed into the next status it writes", function()
-    local log = os.tmpname()
-    local pid = P.spawn({ H.bin, "agent", "--node", NODE, "--kubeconfig", kubeconfig, "--sysfs", tree.root,
-      "--proc", tree.proc, "--pci-ids", S.pci_ids(), "--interval", "300ms" }, log,
-      H.asan and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil)
-    assert.truthy(P.wait_until(function()
-      local gn = gpunode()
-      return gn and gn.status and gn.status.bootID
-    end, 15), P.read(log))
+    local pid, log = start_loop("300ms")
     -- the next three status writes fail (one pass: a try and two retries)
     d:fail { method = "PUT", path = GN_PATH .. "/status", status = 500, count = 3 }
     set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
@@ -381,14 +381,7 @@ describe("cozygpu agent", function()
   end)
 
   it("stops within seconds on SIGTERM even while the API server makes it wait", function()
-    local log = os.tmpname()
-    local pid = P.spawn({ H.bin, "agent", "--node", NODE, "--kubeconfig", kubeconfig, "--sysfs", tree.root,
-      "--proc", tree.proc, "--pci-ids", S.pci_ids(), "--interval", "300ms" }, log,
-      H.asan and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil)
-    assert.truthy(P.wait_until(function()
-      local gn = gpunode()
-      return gn and gn.status and gn.status.bootID
-    end, 15), P.read(log))
+    local pid, log = start_loop("300ms")
     -- every status write is told to come back in 30 s
     d:fail { method = "PUT", path = GN_PATH .. "/status", status = 429, retryAfter = 30, count = -1 }
     set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
