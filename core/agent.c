@@ -543,6 +543,10 @@ static cozy_result pass(agent *A, cozy_err *err)
         log_write(LOG_INFO, "agent", "the node rebooted since the last pass; re-applying the layout", "previousBootID",
                   prev_boot, "bootID", boot_id, NULL);
 
+    /* names of the cards' types seen before are carried within one boot
+       only: a reboot may bring another driver, with other ids */
+    const json_t *prev_names = (!prev_boot || !boot_id[0] || strcmp(prev_boot, boot_id) == 0) ? prev : NULL;
+
     /* rounds */
     push_layout_fn(A, "MAX_ROUNDS");
     int max_rounds = (int)lua_tointeger(L, -1);
@@ -550,7 +554,7 @@ static cozy_result pass(agent *A, cozy_err *err)
     int unconverged = 0, plan_idx = 0;
     for(int round = 0;; round++) {
         lua_settop(L, top);
-        if((rc = run_plan(A, inv, spec, in_use, prev, err)) != COZY_OK)
+        if((rc = run_plan(A, inv, spec, in_use, prev_names, err)) != COZY_OK)
             goto out;
         plan_idx = lua_gettop(L);
         lua_getfield(L, plan_idx, "writes");
@@ -613,7 +617,7 @@ static cozy_result pass(agent *A, cozy_err *err)
         if(any_failure) {
             /* plan once more on what the node has now, without writing again */
             lua_settop(L, top);
-            if((rc = run_plan(A, inv, spec, in_use, prev, err)) != COZY_OK)
+            if((rc = run_plan(A, inv, spec, in_use, prev_names, err)) != COZY_OK)
                 goto out;
             plan_idx = lua_gettop(L);
             break;

@@ -17,11 +17,17 @@ local json = require "cozygpu.json"
 
 local M = {}
 
---- Most rounds of writes in one pass (decision 0011): clear, then set, and
---- room for a set that waited on a sibling's clear.
-M.MAX_ROUNDS = 4
+--- Most rounds of writes in one pass (decision 0011): one round of clears,
+--- then at most one set per GPU per round (each set changes what the card
+--- can still create, so the next one is planned on lists read again), for
+--- up to 256 VFs per GPU, and one spare.
+M.MAX_ROUNDS = 258
+
+--- Longest LayoutApplied message (characters); metav1.Condition allows 32768.
+M.MAX_MESSAGE = 4096
 
 local function arr(t) return json.array(t or {}) end
+local function is_table(v) return type(v) == "table" end
 
 local function last_word(s) return type(s) == "string" and s:match("(%S+)%s*$") or nil end
 
@@ -38,10 +44,13 @@ function M.profile_matches(full, wanted)
 end
 
 --- Index of an inventory: address -> function.
---- @return table<string, table>
+--- @param inventory table { functions = { FUNCTION... } } (docs/gpunode.md); nil is empty
+--- @return table<string, table> the inventory's own function tables (not copies)
 function M.index(inventory)
   local idx = {}
-  for _, fn in ipairs(inventory and inventory.functions or {}) do idx[fn.address] = fn end
+  for _, fn in ipairs(is_table(inventory) and is_table(inventory.functions) and inventory.functions or {}) do
+    if is_table(fn) and type(fn.address) == "string" then idx[fn.address] = fn end
+  end
   return idx
 end
 
@@ -60,35 +69,45 @@ local function creatable_names(vf)
   return out
 end
 
-local function is_table(v) return type(v) == "table" end
-
 --- What the card of each PF calls its vGPU types: { [pf address] = { [id]
---- = name } }, from the creatable lists and type names of the PF and its
---- VFs now, and then from `previous` (the GPUNode status of the last pass).
---- Type ids are unique per physical card only, and a full card's lists are
---- header-only (LAYOUT §5), so names seen before fill the gaps.
+--- = name } }. Type ids are unique per physical card only, and once a card
+--- is configured its lists shrink, down to the header on a full card
+--- (fixtures/sysfs/LAYOUT.md §5: a name for an id in use is resolved from
+--- sibling functions of the same PF). So the names come from the creatable
+--- lists and type names of the PF and its VFs now, then from `previous`:
+--- its `layout.knownTypes` and the type names of its functions. The caller
+--- passes `previous` only from the same boot (a reboot may bring another
+--- driver, with other ids).
+--- @param inventory table docs/gpunode.md
+--- @param previous table|nil a GPUNode status this function's output went into
 --- @return table
 function M.card_names(inventory, previous)
   local names = {}
+  local function put(pf, id, name, overwrite)
+    if type(pf) ~= "string" or math.type(id) ~= "integer" or id == 0 or type(name) ~= "string" then return end
+    local t = names[pf] or {}
+    names[pf] = t
+    if overwrite or t[id] == nil then t[id] = name end
+  end
   local function add(fn, overwrite)
     if not is_table(fn) or not is_table(fn.vgpu) then return end
     local pf = fn.physicalFunction or fn.address
-    if type(pf) ~= "string" then return end
-    local t = names[pf] or {}
-    names[pf] = t
     for _, row in ipairs(is_table(fn.vgpu.creatable) and fn.vgpu.creatable or {}) do
-      if math.type(row.id) == "integer" and type(row.name) == "string" and (overwrite or t[row.id] == nil) then
-        t[row.id] = row.name
+      if is_table(row) then put(pf, row.id, row.name, overwrite) end
+    end
+    put(pf, fn.vgpu.type, fn.vgpu.typeName, overwrite)
+  end
+  for _, fn in ipairs(is_table(inventory) and is_table(inventory.functions) and inventory.functions or {}) do
+    add(fn, true)
+  end
+  if is_table(previous) then
+    local known = is_table(previous.layout) and previous.layout.knownTypes
+    for _, k in ipairs(is_table(known) and known or {}) do
+      for _, row in ipairs(is_table(k) and is_table(k.types) and k.types or {}) do
+        if is_table(row) then put(k.physicalFunction, row.id, row.name, false) end
       end
     end
-    local ty, tn = fn.vgpu.type, fn.vgpu.typeName
-    if math.type(ty) == "integer" and ty ~= 0 and type(tn) == "string" and (overwrite or t[ty] == nil) then
-      t[ty] = tn
-    end
-  end
-  for _, fn in ipairs(inventory and inventory.functions or {}) do add(fn, true) end
-  if is_table(previous) and is_table(previous.functions) then
-    for _, fn in ipairs(previous.functions) do add(fn, false) end
+    for _, fn in ipairs(is_table(previous.functions) and previous.functions or {}) do add(fn, false) end
   end
   return names
 end
@@ -105,8 +124,15 @@ end
 local function trim(s) return type(s) == "string" and s:match("^%s*(.-)%s*$") or s end
 
 --- What the layout wants, per VF of each listed GPU, and what it cannot
---- act on. Malformed entries (which the CRD's schema keeps out of a real
---- API server) are reported, never raised.
+--- act on (decision 0011: VGPU puts `profile` on VFs 0..count-1 and
+--- `vfs[]` per virtfn index, every other VF of the GPU carries no vGPU;
+--- Passthrough carries none on any VF; a GPU not listed is not touched).
+--- A GPU whose driver does not fit its mode (vfio-pci for Passthrough,
+--- nvidia for VGPU, fixtures/sysfs/LAYOUT.md §7) is reported and left
+--- alone. Malformed entries (which the CRD's schema keeps out of a real API
+--- server) are reported, never raised.
+--- @param inventory table docs/gpunode.md
+--- @param spec table|nil GPUNode.spec
 --- @return table wants     { [vf address] = {pf, index, profile|nil, field} }
 --- @return table errors    { {field, address, reason, message} }
 --- @return table short     { [pf address] = {want = n, have = m} } (VFs missing)
@@ -131,9 +157,10 @@ function M.desired(inventory, spec)
         g.address, fn.physicalFunction and ("a VF of " .. fn.physicalFunction) or ("a " .. tostring(fn.role) .. " function")))
     else
       local need = g.mode == "Passthrough" and "vfio-pci" or "nvidia"
-      if fn.driver ~= need then
+      local mismatch = fn.driver ~= need
+      if mismatch then
         bad(field .. ".mode", g.address, "DriverMismatch",
-          ("%s: %s is bound to %s; mode %s needs %s (the agent does not rebind drivers)"):format(
+          ("%s: %s is bound to %s; mode %s needs %s (the agent does not rebind drivers, and leaves this GPU as it is)"):format(
             field, g.address, fn.driver or "no driver", g.mode, need))
       end
       local per = {}
@@ -141,9 +168,9 @@ function M.desired(inventory, spec)
       if g.mode == "VGPU" then
         local profile, count = trim(g.profile), g.count
         if profile ~= nil or count ~= nil then
-          if type(profile) ~= "string" or profile == "" or math.type(count) ~= "integer" or count < 1 then
+          if type(profile) ~= "string" or profile == "" or math.type(count) ~= "integer" or count < 1 or count > 256 then
             bad(field .. ".profile", g.address, "InvalidSpec",
-              ("%s: profile (a name) and count (at least 1) go together"):format(field))
+              ("%s: profile (a name) and count (1 to 256) go together"):format(field))
           else
             for k = 0, count - 1 do per[k] = { profile = profile, field = field .. ".profile" } end
           end
@@ -156,8 +183,8 @@ function M.desired(inventory, spec)
         for j, v in ipairs(vfs or {}) do
           local vf_field = ("%s.vfs[%d]"):format(field, j - 1)
           local pr = is_table(v) and trim(v.profile) or nil
-          if not is_table(v) or math.type(v.index) ~= "integer" or v.index < 0 or type(pr) ~= "string" then
-            bad(vf_field, g.address, "InvalidSpec", ("%s: needs an index (0 or more) and a profile (\"\" for none)"):format(vf_field))
+          if not is_table(v) or math.type(v.index) ~= "integer" or v.index < 0 or v.index > 255 or type(pr) ~= "string" then
+            bad(vf_field, g.address, "InvalidSpec", ("%s: needs an index (0 to 255) and a profile (\"\" for none)"):format(vf_field))
           else
             per[v.index] = { profile = pr ~= "" and pr or nil, field = vf_field }
           end
@@ -184,9 +211,11 @@ function M.desired(inventory, spec)
             have, g.address))
         end
       end
-      for n, a in pairs(by_index) do
-        local p = per[n]
-        wants[a] = { pf = fn.address, index = n, profile = p and p.profile, field = p and p.field or field }
+      if not mismatch then
+        for n, a in pairs(by_index) do
+          local p = per[n]
+          wants[a] = { pf = fn.address, index = n, profile = p and p.profile, field = p and p.field or field }
+        end
       end
     end
   end
@@ -200,24 +229,38 @@ local function sorted_keys(t)
   return ks
 end
 
---- One round of the plan: what to write now, what waits, what is refused.
---- Clears come first; while any clear is written this round, sets wait for
---- the next round (the creatable lists change once a type is removed).
---- A VF a process holds is never written (DESIGN §7): its change is
---- pending. A VF whose current type cannot be named (no list of its card,
---- now or in `previous`, names it), or not read, is left alone and
---- reported. A VF is cleared only for a profile its card is known to offer,
---- so a misspelt profile is refused without deleting anything. A profile the
---- VF cannot take is refused, naming the creatable ones, unless a sibling VF
---- of the same GPU has a pending change (then it waits for that VF: its
---- capacity may be what is missing).
---- @param previous table|nil the GPUNode status of the last pass (names of
----   types the card no longer lists)
---- @return table { writes = { {address, pf, index, from, to, profile} },
+--- One round of the plan: what to write now, what waits, what is refused
+--- (DESIGN §7, decision 0011; the sysfs rules are fixtures/sysfs/LAYOUT.md
+--- §5: writing an id creates the vGPU, 0 removes it, and a VF's creatable
+--- list is what it can take now).
+--- - Clears come first; while any clear is written this round, sets wait
+---   for the next round (the creatable lists change once a type is gone).
+--- - At most one set per GPU per round: each set changes what the card can
+---   still create, so the next is planned on lists read again.
+--- - A VF a process holds is never written: its change is pending
+---   (`InUse`). While a GPU has such a VF, its other VFs are not cleared
+---   either (`WaitsForVF`): on a card whose vGPUs must all be of one type
+---   the new profile cannot come before the VM ends, and the old vGPUs stay
+---   usable meanwhile.
+--- - A VF whose current type cannot be named (no list of its card, now or
+---   in `previous`, names it) or read is left alone and reported.
+--- - A VF is cleared only for a profile its card is known to offer, so a
+---   misspelt profile is refused without deleting anything.
+--- - A profile the VF cannot take is refused, naming the creatable ones,
+---   unless the GPU has a pending change (then it waits: the held VF's
+---   capacity may be what is missing).
+--- @param inventory table docs/gpunode.md
+--- @param spec table|nil GPUNode.spec
+--- @param in_use table|nil { [address] = why } (module header)
+--- @param previous table|nil the GPUNode status of the last pass of the
+---   same boot (names of types the card no longer lists: M.card_names)
+--- @return table { writes = { {address, pf, index, from, to, profile?} },
 ---   pending = { {address, physicalFunction, vfIndex, fromType, toType,
 ---   fromProfile, toProfile, reason, message} }, refused = { {address,
 ---   physicalFunction, vfIndex, profile, creatable, message} },
----   errors = {...}, short = {...} }
+---   errors = { {field?, address?, reason, message} },
+---   short = { [pf address] = {want, have} } } (see M.desired)
+--- Raises only on a bug; malformed input is reported in `errors`.
 function M.plan(inventory, spec, in_use, previous)
   in_use = is_table(in_use) and in_use or {}
   local idx = M.index(inventory)
@@ -271,7 +314,7 @@ function M.plan(inventory, spec, in_use, previous)
             wait(vf, w, 0, nil, "InUse", ("VF %s (vf %d of %s) keeps %s: %s"):format(a, w.index, w.pf,
               short_name(card, cur, tostring(cur)), in_use[a]))
           else
-            clears[#clears + 1] = { address = a, pf = w.pf, index = w.index, from = cur, to = 0 }
+            clears[#clears + 1] = { vf = vf, w = w, address = a, pf = w.pf, index = w.index, from = cur, to = 0 }
           end
         end
       elseif cur ~= 0 then
@@ -289,7 +332,8 @@ function M.plan(inventory, spec, in_use, previous)
               ("VF %s (vf %d of %s) keeps %s: %s"):format(a, w.index, w.pf, last_word(cur_name), in_use[a]))
           else
             -- the current type goes first (to 0); the new one is set next round
-            clears[#clears + 1] = { address = a, pf = w.pf, index = w.index, from = cur, to = 0 }
+            clears[#clears + 1] = { vf = vf, w = w, address = a, pf = w.pf, index = w.index, from = cur, to = 0,
+              to_id = want_id, cur_name = cur_name }
           end
         end
       else
@@ -299,6 +343,24 @@ function M.plan(inventory, spec, in_use, previous)
     ::next::
   end
 
+  -- a held VF of a GPU holds back the GPU's clears
+  for _, u in ipairs(unset) do
+    if in_use[u.vf.address] then pending_pf[u.w.pf] = true end
+  end
+  local kept = {}
+  for _, c in ipairs(clears) do
+    if pending_pf[c.pf] then
+      local card = names[c.pf] or {}
+      wait(c.vf, c.w, c.to_id or 0, c.w.profile and last_word(card[c.to_id] or c.w.profile), "WaitsForVF",
+        ("VF %s (vf %d of %s) keeps %s until the held VF of the same GPU is free"):format(c.address, c.index, c.pf,
+          last_word(c.cur_name or card[c.from]) or tostring(c.from)))
+    else
+      kept[#kept + 1] = { address = c.address, pf = c.pf, index = c.index, from = c.from, to = 0 }
+    end
+  end
+  clears = kept
+
+  local set_pf = {}
   for _, u in ipairs(unset) do
     local vf, w = u.vf, u.w
     local card = names[w.pf] or {}
@@ -307,7 +369,8 @@ function M.plan(inventory, spec, in_use, previous)
       wait(vf, w, id or u.want_id or 0, w.profile, "InUse",
         ("VF %s (vf %d of %s) gets %s once free: %s"):format(vf.address, w.index, w.pf, w.profile, in_use[vf.address]))
     elseif id then
-      if #clears == 0 then
+      if #clears == 0 and not set_pf[w.pf] then
+        set_pf[w.pf] = true
         sets[#sets + 1] = { address = vf.address, pf = w.pf, index = w.index, from = 0, to = id,
           profile = short_name(card, id, w.profile) }
       end
@@ -358,17 +421,25 @@ end
 ---   pendingChanges, refused, errors, lastWrites}, conditions (Healthy,
 ---   LayoutApplied; lastTransitionTime kept while the status is the same)
 function M.status(a)
-  local prev = a.previous or {}
+  local prev = is_table(a.previous) and a.previous or {}
   local in_use = a.in_use or {}
   local plan = a.plan or { pending = {}, refused = {}, errors = {}, short = {} }
   local now = a.now
   local functions = arr()
   local present = {}
   local unhealthy = {}
+  -- names of the cards' types, kept from the last pass of this boot
+  local same_boot = prev.bootID == nil or prev.bootID == a.boot_id
+  local names = M.card_names(a.inventory, same_boot and prev or nil)
 
   for _, fn in ipairs(a.inventory and a.inventory.functions or {}) do
     present[fn.address] = true
     local f = copy(fn)
+    -- a type the VF's own list no longer names: the card's name for it
+    if is_table(f.vgpu) and math.type(f.vgpu.type) == "integer" and f.vgpu.type ~= 0 and f.vgpu.typeName == nil then
+      local n = (names[fn.physicalFunction or fn.address] or {})[f.vgpu.type]
+      if n then f.vgpu.typeName, f.vgpu.profile = n, last_word(n) end
+    end
     -- a message beginning "cannot tell" is the agent failing closed (it
     -- could not read every process's fds): not known to be held
     local held = in_use[fn.address]
@@ -426,6 +497,18 @@ function M.status(a)
     for _, w in ipairs(prev.layout.lastWrites) do last[#last + 1] = copy(w) end
   end
 
+  -- every type each present card was seen to offer this boot, so that a
+  -- full card's types can still be named (M.card_names)
+  local known = arr()
+  for _, pf in ipairs(sorted_keys(names)) do
+    local f = M.index(a.inventory)[pf]
+    if f and not f.physicalFunction then
+      local types = arr()
+      for _, id in ipairs(sorted_keys(names[pf])) do types[#types + 1] = { id = id, name = names[pf][id] } end
+      if #types > 0 then known[#known + 1] = { physicalFunction = pf, types = types } end
+    end
+  end
+
   local gen = a.generation
   local conds = arr()
   if #unhealthy == 0 then
@@ -433,7 +516,7 @@ function M.status(a)
   else
     conds[1] = condition(prev.conditions, "Healthy", "False", "Unhealthy", table.concat(unhealthy, "; "), gen, now)
   end
-  local gpus = a.spec and a.spec.gpus or {}
+  local gpus = is_table(a.spec) and is_table(a.spec.gpus) and a.spec.gpus or {}
   if #gpus == 0 then
     conds[2] = condition(prev.conditions, "LayoutApplied", "True", "NoLayout", "no layout is declared in spec.gpus", gen, now)
   else
@@ -442,15 +525,28 @@ function M.status(a)
     for _, r in ipairs(refused) do msgs[#msgs + 1] = r.message end
     for _, p in ipairs(pending) do msgs[#msgs + 1] = p.message end
     local reason = #errors > 0 and "Failed" or #refused > 0 and "Refused" or #pending > 0 and "Pending" or "Applied"
+    -- metav1.Condition caps message at 32768 characters; the lists above
+    -- hold every detail, the condition a summary
+    local msg = table.concat(msgs, "; ")
+    if #msg > M.MAX_MESSAGE then
+      local n, used, cut = 0, 0, {}
+      for _, m in ipairs(msgs) do
+        if used + #m + 2 > M.MAX_MESSAGE - 64 then break end
+        cut[#cut + 1] = m
+        used, n = used + #m + 2, n + 1
+      end
+      msg = ("%s; and %d more (status.layout)"):format(table.concat(cut, "; "), #msgs - n)
+    end
     conds[2] = condition(prev.conditions, "LayoutApplied", reason == "Applied" and "True" or "False", reason,
-      reason == "Applied" and "the declared layout is in place" or table.concat(msgs, "; "), gen, now)
+      reason == "Applied" and "the declared layout is in place" or msg, gen, now)
   end
 
   return {
     observedGeneration = gen,
     bootID = a.boot_id,
     functions = functions,
-    layout = { pending = #pending > 0, pendingChanges = pending, refused = refused, errors = errors, lastWrites = last },
+    layout = { pending = #pending > 0, pendingChanges = pending, refused = refused, errors = errors, lastWrites = last,
+      knownTypes = known },
     conditions = conds,
   }
 end

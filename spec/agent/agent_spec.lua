@@ -195,6 +195,11 @@ describe("cozygpu agent", function()
     end
     assert.same({ 1155, "NVIDIA L40S-24Q", "L40S-24Q" },
       { fn_of(gn, VF[0]).vgpu.type, fn_of(gn, VF[0]).vgpu.typeName, fn_of(gn, VF[0]).vgpu.profile })
+    -- the card's catalog is kept (the API server did not prune it): the 23
+    -- types of fixtures/sysfs/creatable_vgpu_types/l40s-full-catalog.txt
+    local k = gn.status.layout.knownTypes
+    assert.same({ 1, PF, 23 }, { #k, k[1].physicalFunction, #k[1].types })
+    assert.same({ id = 1155, name = "NVIDIA L40S-24Q" }, k[1].types[11])
     assert.equal(2, select(2, logs:gsub("set the vGPU type of a VF", "")))
 
     -- re-apply: nothing to write, nothing logged, status untouched
@@ -237,21 +242,25 @@ describe("cozygpu agent", function()
     set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-48Q", count = 1 } } }
     local logs, code = once()
     assert.equal(0, code, logs)
-    -- VF 0 untouched (held); VF 1 is free and loses its vGPU
-    assert.same({ 1155, 0, 0, 0 }, types())
+    -- VF 0 untouched (held); VF 1 keeps its vGPU too while the GPU has a
+    -- held VF (decision 0011: the old vGPUs stay usable until the change can
+    -- be made whole)
+    assert.same({ 1155, 1155, 0, 0 }, types())
     local gn = gpunode()
     assert.is_true(gn.status.layout.pending)
     local p = gn.status.layout.pendingChanges
-    assert.equal(1, #p)
+    assert.equal(2, #p)
     assert.same({ VF[0], PF, 0, 1155, 1156, "L40S-24Q", "L40S-48Q", "InUse" },
       { p[1].address, p[1].physicalFunction, p[1].vfIndex, p[1].fromType, p[1].toType, p[1].fromProfile,
         p[1].toProfile, p[1].reason })
     assert.matches(("pid %d %%(qemu%%-kvm%%) holds /dev/vfio/41"):format(pid), p[1].message)
+    assert.same({ VF[1], 1155, 0, "WaitsForVF" }, { p[2].address, p[2].fromType, p[2].toType, p[2].reason })
     assert.is_true(fn_of(gn, VF[0]).inUse)
+    assert.is_nil(fn_of(gn, VF[1]).inUse)
     assert.same({ "False", "Pending" }, { cond(gn, "LayoutApplied").status, cond(gn, "LayoutApplied").reason })
     assert.matches("layout change pending", logs)
 
-    -- the VM stops: the change goes through (clear, then set)
+    -- the VM stops: the change goes through (clears, then the set)
     tree:release(pid)
     logs, code = once()
     assert.equal(0, code, logs)
@@ -259,9 +268,9 @@ describe("cozygpu agent", function()
     gn = gpunode()
     assert.is_false(gn.status.layout.pending)
     assert.same({}, gn.status.layout.pendingChanges)
-    local w = gn.status.layout.lastWrites
-    assert.same({ { VF[0], 1155, 0 }, { VF[0], 0, 1156 } },
-      { { w[1].address, w[1].fromType, w[1].toType }, { w[2].address, w[2].fromType, w[2].toType } })
+    local w = {}
+    for _, x in ipairs(gn.status.layout.lastWrites) do w[#w + 1] = { x.address, x.fromType, x.toType } end
+    assert.same({ { VF[0], 1155, 0 }, { VF[1], 1155, 0 }, { VF[0], 0, 1156 } }, w)
   end)
 
   it("sees a VF held through its VFIO cdev too", function()

@@ -61,12 +61,15 @@ describe("layout.profile_matches", function()
 end)
 
 describe("layout.plan", function()
-  it("sets the declared VFs from their creatable lists, by id, and leaves the rest empty", function()
-    local p = layout.plan(l40s(4), vgpu_spec("L40S-24Q", 2), {})
-    assert.same({
-      { address = vf_addr(0), pf = PF, index = 0, from = 0, to = 1155, profile = "L40S-24Q" },
-      { address = vf_addr(1), pf = PF, index = 1, from = 0, to = 1155, profile = "L40S-24Q" },
-    }, p.writes)
+  it("sets the declared VFs from their creatable lists, by id, one per GPU per round, and leaves the rest empty", function()
+    local inv = l40s(4)
+    local p = layout.plan(inv, vgpu_spec("L40S-24Q", 2), {})
+    -- each set changes what the card can still create: one now, the next
+    -- on lists read again
+    assert.same({ { address = vf_addr(0), pf = PF, index = 0, from = 0, to = 1155, profile = "L40S-24Q" } }, p.writes)
+    inv.functions[2].vgpu.type = 1155
+    p = layout.plan(inv, vgpu_spec("NVIDIA L40S-24Q", 2), {})
+    assert.same({ { address = vf_addr(1), pf = PF, index = 1, from = 0, to = 1155, profile = "L40S-24Q" } }, p.writes)
     assert.same({}, p.pending)
     assert.same({}, p.refused)
     assert.same({}, p.errors)
@@ -88,20 +91,25 @@ describe("layout.plan", function()
     -- round 1: only the clear; VF 1's set waits for fresh creatable lists
     assert.same({ { address = vf_addr(0), pf = PF, index = 0, from = 1147, to = 0 } }, p.writes)
     assert.same({}, p.refused)
-    -- round 2, after the clear
+    -- round 2, after the clear: the first of the two sets
     inv.functions[2].vgpu = { type = 0, creatable = CATALOG }
     p = layout.plan(inv, vgpu_spec("L40S-24Q", 2), {})
-    assert.same({ vf_addr(0), vf_addr(1) }, addresses(p.writes))
+    assert.same({ vf_addr(0) }, addresses(p.writes))
   end)
 
   it("removes the vGPU of a VF the layout no longer names, and of every VF in Passthrough mode", function()
     local p = layout.plan(l40s(3, { [2] = 1155 }), vgpu_spec("L40S-24Q", 2), {})
     assert.same({ { address = vf_addr(2), pf = PF, index = 2, from = 1155, to = 0 } }, p.writes)
     local inv = l40s(2, { [0] = 1155 })
+    inv.functions[1].driver = "vfio-pci"
     p = layout.plan(inv, { gpus = { { address = PF, mode = "Passthrough" } } }, {})
-    assert.same({ vf_addr(0) }, addresses(p.writes))
-    assert.equal(0, p.writes[1].to)
-    -- and says the PF is bound to the wrong driver for passthrough
+    assert.same({ { address = vf_addr(0), pf = PF, index = 0, from = 1155, to = 0 } }, p.writes)
+    assert.same({}, p.errors)
+  end)
+
+  it("leaves a GPU whose driver does not fit its mode as it is, and says so", function()
+    local p = layout.plan(l40s(2, { [0] = 1155 }), { gpus = { { address = PF, mode = "Passthrough" } } }, {})
+    assert.same({}, p.writes)
     assert.equal(1, #p.errors)
     assert.equal("DriverMismatch", p.errors[1].reason)
     assert.equal("spec.gpus[0].mode", p.errors[1].field)
@@ -114,6 +122,7 @@ describe("layout.plan", function()
     -- VF 1 is free and empty: it is set now; VF 0 waits
     assert.same({ vf_addr(1) }, addresses(p.writes))
     assert.equal(1, #p.pending)
+    -- (the pending change is checked below)
     local c = p.pending[1]
     assert.same({ vf_addr(0), PF, 0, 1147, 1155, "L40S-1Q", "L40S-24Q", "InUse" },
       { c.address, c.physicalFunction, c.vfIndex, c.fromType, c.toType, c.fromProfile, c.toProfile, c.reason })
@@ -122,6 +131,23 @@ describe("layout.plan", function()
     p = layout.plan(l40s(1, { [0] = 1155 }), vgpu_spec("L40S-24Q", 1), { [vf_addr(0)] = "pid 1 holds /dev/vfio/41" })
     assert.same({}, p.writes)
     assert.same({}, p.pending)
+  end)
+
+  it("while a VM holds a VF of a GPU, clears none of the GPU's other VFs: they wait, still usable", function()
+    -- a card in equal-size mode: VF 0 and VF 1 on 24Q, VF 0 held; the new
+    -- layout is 12Q on all four, which the card can offer only once VF 0 is free
+    local inv = l40s(4, { [0] = 1155, [1] = 1155 }, { [0] = { CATALOG[2] }, [1] = { CATALOG[2] }, [2] = {}, [3] = {} })
+    local p = layout.plan(inv, vgpu_spec("L40S-12Q", 4), { [vf_addr(0)] = "pid 9 holds /dev/vfio/41" },
+      { layout = { knownTypes = { { physicalFunction = PF, types = { { id = 1153, name = "NVIDIA L40S-12Q" } } } } } })
+    assert.same({}, p.writes)
+    assert.same({}, p.refused)
+    local r = {}
+    for _, c in ipairs(p.pending) do r[#r + 1] = c.address .. " " .. c.reason end
+    assert.same({ vf_addr(0) .. " InUse", vf_addr(1) .. " WaitsForVF", vf_addr(2) .. " WaitsForVF",
+      vf_addr(3) .. " WaitsForVF" }, r)
+    assert.equal("VF 0000:41:00.5 (vf 1 of 0000:41:00.0) keeps L40S-24Q until the held VF of the same GPU is free",
+      p.pending[2].message)
+    assert.same({ 1155, 1153 }, { p.pending[2].fromType, p.pending[2].toType })
   end)
 
   it("refuses a profile the VF cannot take, naming it and the creatable ones", function()
@@ -235,7 +261,7 @@ describe("layout.status", function()
   local NOW, LATER = "2026-11-30T08:00:00Z", "2026-11-30T08:05:00Z"
 
   local function status(inv, spec, in_use, previous, now, writes)
-    local plan = layout.plan(inv, spec, in_use)
+    local plan = layout.plan(inv, spec, in_use, previous) -- same boot ("b1"), as the agent does
     local s = layout.status { inventory = inv, spec = spec, generation = 3, plan = plan, writes = writes,
       in_use = in_use, previous = previous, now = now or NOW, boot_id = "b1" }
     -- what the API server stores and gives back
@@ -255,7 +281,8 @@ describe("layout.status", function()
     assert.same({ status = "Healthy" }, s.functions[1].health)
     assert.is_true(s.functions[2].inUse)
     assert.is_nil(s.functions[3].inUse)
-    assert.same({ pending = false, pendingChanges = {}, refused = {}, errors = {}, lastWrites = {} }, s.layout)
+    assert.same({ pending = false, pendingChanges = {}, refused = {}, errors = {}, lastWrites = {},
+      knownTypes = { { physicalFunction = PF, types = CATALOG } } }, s.layout)
     assert.same({ type = "Healthy", status = "True", reason = "AllHealthy",
       message = "every GPU function is present and has a driver", observedGeneration = 3, lastTransitionTime = NOW },
       cond(s, "Healthy"))
@@ -298,6 +325,37 @@ describe("layout.status", function()
     -- and across another pass (an agent restart reads it back)
     local again = status(l40s(1), nil, {}, after, "2026-11-30T09:00:00Z")
     assert.same(after, again)
+  end)
+
+  it("keeps the names of a full card's types across passes of one boot, and forgets them on a reboot", function()
+    local full = l40s(2, { [0] = 1156 }, { [0] = {}, [1] = {} })
+    for i = 2, 3 do full.functions[i].vgpu.typeName, full.functions[i].vgpu.profile = nil, nil end
+    local s = status(l40s(2), vgpu_spec("L40S-48Q", 1), {}) -- the card before: every list full
+    for pass = 1, 3 do
+      s = status(full, vgpu_spec("L40S-48Q", 1), {}, s, LATER)
+      local vf0 = s.functions[2]
+      assert.same({ 1156, "NVIDIA L40S-48Q", "L40S-48Q" }, { vf0.vgpu.type, vf0.vgpu.typeName, vf0.vgpu.profile },
+        "pass " .. pass)
+      assert.same({ { physicalFunction = PF, types = CATALOG } }, s.layout.knownTypes)
+      assert.same({ "True", "Applied" }, { cond(s, "LayoutApplied").status, cond(s, "LayoutApplied").reason })
+    end
+    -- another boot: the ids may be another driver's; nothing is carried
+    local plan = layout.plan(full, vgpu_spec("L40S-48Q", 1), {})
+    local r = json.decode(json.encode(layout.status { inventory = full, spec = vgpu_spec("L40S-48Q", 1), generation = 3,
+      plan = plan, in_use = {}, previous = s, now = LATER, boot_id = "b2" }))
+    assert.same({}, r.layout.knownTypes)
+    assert.is_nil(r.functions[2].vgpu.typeName)
+  end)
+
+  it("caps the LayoutApplied message, the lists keeping every detail", function()
+    local inv = l40s(64)
+    local vfs = {}
+    for i = 0, 63 do vfs[#vfs + 1] = { index = i, profile = "L40S-" .. i .. "X" } end
+    local s = status(inv, vgpu_spec(nil, nil, vfs), {})
+    assert.equal(64, #s.layout.refused)
+    local m = cond(s, "LayoutApplied").message
+    assert.is_true(#m <= layout.MAX_MESSAGE, #m)
+    assert.matches("; and %d+ more %(status%.layout%)$", m)
   end)
 
   it("does not change while nothing changes: same conditions' times, last writes carried", function()
