@@ -36,6 +36,7 @@
 #include "controller.h"
 #include "inventory.h"
 #include "kube.h"
+#include "lease.h"
 #include "log.h"
 #include "luajson.h"
 #include "watch.h"
@@ -47,7 +48,7 @@
 #endif
 
 typedef struct agent_flags {
-    const char *node, *sysfs, *proc, *pci_ids, *pci_method, *library;
+    const char *node, *sysfs, *proc, *pci_ids, *pci_method, *library, *ns, *identity;
     const char *kubeconfig, *context, *server;
     long interval_ms, resync_ms;
     int once;
@@ -64,6 +65,9 @@ typedef struct agent {
     char *checked_owner_uid; /* GPUNode uid whose owner reference was checked */
     time_t owner_checked_at;
     json_t *backlog; /* writes done but not yet in a stored status */
+    lease_elector *lease; /* one writer per node: Lease cozygpu-agent-<node> */
+    char lease_name[254];
+    int said_not_holder;
     volatile sig_atomic_t stopping;
 } agent;
 
@@ -94,6 +98,11 @@ static void usage(FILE *f)
           "  --context NAME       kubeconfig context\n"
           "  --server URL         API server URL, overriding the kubeconfig's\n"
           "  --resync DURATION    relist the GPUNode this often (default 10m)\n"
+          "  --namespace NS       namespace of the node's Lease cozygpu-agent-<node>, which\n"
+          "                       makes one agent the node's only writer and is its\n"
+          "                       heartbeat (default: $POD_NAMESPACE, else cozy-gpu-agent)\n"
+          "  --identity ID        this agent's name in the Lease (default: $POD_NAME, else\n"
+          "                       HOSTNAME-PID)\n"
           "  --log-format json|text, --log-level debug|info|warn|error\n"
           "\n"
           "exit status: 0 after SIGTERM/SIGINT or a good --once pass, 1 when the --once\n"
@@ -502,6 +511,13 @@ static cozy_result scan(agent *A, json_t **inv, cozy_err *err)
 
 static cozy_result pass(agent *A, cozy_err *err)
 {
+    if(!lease_is_leader(A->lease)) {
+        if(!A->said_not_holder)
+            log_write(LOG_WARN, "agent", "another agent holds the node's Lease; waiting", "lease", A->lease_name, NULL);
+        A->said_not_holder = 1;
+        return COZY_OK;
+    }
+    A->said_not_holder = 0;
     lua_State *L = A->L;
     int top = lua_gettop(L);
     cozy_result rc = COZY_OK;
@@ -572,6 +588,11 @@ static cozy_result pass(agent *A, cozy_err *err)
             unconverged = 1;
             json_decref(ws);
             break;
+        }
+        if(!lease_is_leader(A->lease)) {
+            json_decref(ws);
+            rc = cozy_fail(err, COZY_ERR_IO, "lost the node's Lease %s; stopping this pass", A->lease_name);
+            goto out;
         }
         int any_failure = 0;
         size_t i;
@@ -668,6 +689,10 @@ static cozy_result pass(agent *A, cozy_err *err)
         json_array_clear(A->backlog);
         goto out;
     }
+    if(!lease_is_leader(A->lease)) {
+        rc = cozy_fail(err, COZY_ERR_IO, "lost the node's Lease %s; the status is not written", A->lease_name);
+        goto out;
+    }
     {
         json_t *obj = json_deep_copy(gn);
         json_object_set(obj, "status", status);
@@ -713,6 +738,24 @@ static void on_gpunode(void *ctx, kube_informer *inf, const char *type, const js
         pthread_kill(A_self->main_thread, SIGUSR2);
 }
 
+static void on_lease(void *ctx, int leading)
+{
+    (void)ctx;
+    log_write(LOG_INFO, "agent", leading ? "holds the node's Lease" : "lost the node's Lease", NULL);
+    if(A_self)
+        pthread_kill(A_self->main_thread, SIGUSR2);
+}
+
+/* Starts the node's Lease elector (client-go leaderelection defaults:
+ * 15 s duration, 10 s renew deadline, 2 s retry). */
+static cozy_result start_lease(agent *A, cozy_err *err)
+{
+    lease_options lo = {.namespace_ = A->f.ns, .name = A->lease_name, .identity = A->f.identity,
+                        .lease_duration_ms = 15000, .renew_deadline_ms = 10000, .retry_period_ms = 2000,
+                        .on_change = on_lease};
+    return lease_start(&A->lease, A->client, &lo, err);
+}
+
 /* Waits for SIGTERM/SIGINT: asks the main thread to stop (it finishes the
  * file write in progress; every write is one write(2)), and exits the
  * process after AGENT_STOP_GRACE_S if a request to the API server still
@@ -744,6 +787,7 @@ int agent_main(int argc, char **argv)
         {"kubeconfig", required_argument, 0, 'k'}, {"context", required_argument, 0, 'c'},
         {"server", required_argument, 0, 'S'},     {"resync", required_argument, 0, 'r'},
         {"log-format", required_argument, 0, 'F'}, {"log-level", required_argument, 0, 'l'},
+        {"namespace", required_argument, 0, 'N'},  {"identity", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
     };
     agent A = {.f = {.node = getenv("NODE_NAME"), .sysfs = "/sys", .proc = "/proc", .library = COZYGPU_LIBDIR,
@@ -764,6 +808,8 @@ int agent_main(int argc, char **argv)
         case 'k': A.f.kubeconfig = optarg; break;
         case 'c': A.f.context = optarg; break;
         case 'S': A.f.server = optarg; break;
+        case 'N': A.f.ns = optarg; break;
+        case 'I': A.f.identity = optarg; break;
         case 't':
         case 'r': {
             long ms;
@@ -801,6 +847,28 @@ int agent_main(int argc, char **argv)
     }
     if(!A.f.node || !*A.f.node) {
         fprintf(stderr, "cozygpu agent: --node is required (or set NODE_NAME)\n");
+        return 2;
+    }
+    if(!A.f.ns) {
+        const char *e = getenv("POD_NAMESPACE");
+        A.f.ns = e && *e ? e : "cozy-gpu-agent";
+    }
+    char id_buf[320];
+    if(!A.f.identity) {
+        const char *e = getenv("POD_NAME");
+        char host[256] = "agent";
+        if(gethostname(host, sizeof host - 1) != 0)
+            snprintf(host, sizeof host, "agent");
+        snprintf(id_buf, sizeof id_buf, "%s-%ld", host, (long)getpid());
+        A.f.identity = e && *e ? e : id_buf;
+    }
+    if(!*A.f.ns || !*A.f.identity) {
+        fprintf(stderr, "cozygpu agent: --namespace and --identity must not be empty\n");
+        return 2;
+    }
+    if(snprintf(A.lease_name, sizeof A.lease_name, "cozygpu-agent-%s", A.f.node) >= (int)sizeof A.lease_name) {
+        fprintf(stderr, "cozygpu agent: --node %s: too long for the Lease name cozygpu-agent-<node> (253 characters)\n",
+                A.f.node);
         return 2;
     }
     log_setup(json_logs, lvl);
@@ -848,7 +916,22 @@ int agent_main(int argc, char **argv)
     log_write(LOG_INFO, "agent", "starting", "node", A.f.node, "sysfs", A.f.sysfs, "proc", A.f.proc, "server",
               kube_client_server(A.client), NULL);
 
+    A_self = &A;
+    if(start_lease(&A, &err) != COZY_OK) {
+        fprintf(stderr, "cozygpu agent: %s\n", err.msg);
+        goto out;
+    }
     if(A.f.once) {
+        /* one pass, as the node's only writer: wait for the Lease as long as
+           a holder's record stays valid (15 s) and a retry */
+        struct timespec step = {0, 50000000L};
+        for(int i = 0; i < 17000 / 50 && !lease_is_leader(A.lease); i++)
+            nanosleep(&step, NULL);
+        if(!lease_is_leader(A.lease)) {
+            log_write(LOG_ERROR, "agent", "another agent holds the node's Lease", "lease", A.lease_name, NULL);
+            status = 1;
+            goto out;
+        }
         if(pass(&A, &err) != COZY_OK) {
             log_write(LOG_ERROR, "agent", "the pass failed", "error", err.msg, NULL);
             status = 1;
@@ -857,7 +940,6 @@ int agent_main(int argc, char **argv)
         goto out;
     }
 
-    A_self = &A;
     char fsel[512];
     snprintf(fsel, sizeof fsel, "metadata.name=%s", A.f.node);
     A.watcher = kube_watcher_new(A.client, A.f.resync_ms / 1000);
@@ -899,6 +981,7 @@ int agent_main(int argc, char **argv)
 out:
     if(A.watcher)
         kube_watcher_free(A.watcher); /* stops and joins the watch thread */
+    lease_stop(A.lease, 1);           /* released: a successor takes over at once */
     A_self = NULL;
     kube_client_free(A.client);
     if(A.L)

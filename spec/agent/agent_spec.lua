@@ -114,6 +114,10 @@ before_each(function()
   local crd = assert(H.core.manifests("deploy/crds/gpunodes.cozystack.io.yaml"))[1].object
   local _, st = api("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
   assert.equal(201, st)
+  -- the agent's namespace, where each node's Lease lives (deploy/60-agent.yaml)
+  _, st = api("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
+    metadata = { name = "cozy-gpu-agent" } })
+  assert.equal(201, st)
   local node
   node, st = api("POST", "/api/v1/nodes", { apiVersion = "v1", kind = "Node", metadata = { name = NODE } })
   assert.equal(201, st)
@@ -370,8 +374,10 @@ describe("cozygpu agent", function()
     assert.truthy(P.wait_until(function() return gpunode().status.observedGeneration == gen end, 10))
     P.kill(pid, "TERM")
     assert.truthy(P.wait_exit(pid, 10))
-    local lines = H.json_lines(P.read(log))
-    assert.equal("shutting down", lines[#lines].msg)
+    local msgs = {}
+    for _, l in ipairs(H.json_lines(P.read(log))) do msgs[l.msg] = true end
+    assert.is_true(msgs["shutting down"])
+    assert.is_true(msgs["released the lease"])
     os.remove(log)
   end)
 
@@ -405,34 +411,64 @@ describe("cozygpu agent", function()
     os.remove(log)
   end)
 
-  it("sends only requests its ClusterRole (deploy/60-agent.yaml) allows", function()
+  it("sends only requests its ClusterRole and Role (deploy/60-agent.yaml) allow", function()
     assert.equal(0, select(2, once()))
     set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
     assert.equal(0, select(2, once()))
-    local rules
+    local cluster, ns_rules, ns_of_role
     for _, doc in ipairs(assert(H.core.manifests("deploy/60-agent.yaml"))) do
-      if doc.object.kind == "ClusterRole" then rules = doc.object.rules end
+      if doc.object.kind == "ClusterRole" then cluster = doc.object.rules end
+      if doc.object.kind == "Role" then ns_rules, ns_of_role = doc.object.rules, doc.object.metadata.namespace end
     end
-    local VERB = { GET = "get", POST = "create", PUT = "update", PATCH = "patch", DELETE = "delete" }
-    local reqs = agent_requests()
-    assert.is_true(#reqs >= 4)
-    for _, r in ipairs(reqs) do
-      local group, rest = r.path:match("^/apis/([^/]+)/[^/]+/(.*)$")
-      if not group then group, rest = "", r.path:match("^/api/v1/(.*)$") end
-      local res, name, sub = rest:match("^([^/]+)/?([^/]*)/?([^/]*)$")
-      local verb = VERB[r.method]
-      if r.method == "GET" and name == "" then verb = r.watch and "watch" or "list" end
-      local resource = sub ~= "" and (res .. "/" .. sub) or res
-      local ok = false
-      for _, rule in ipairs(rules) do
+    local function allows(rules, group, resource, verb)
+      for _, rule in ipairs(rules or {}) do
         local g, rs, vs = {}, {}, {}
         for _, x in ipairs(rule.apiGroups) do g[x] = true end
         for _, x in ipairs(rule.resources) do rs[x] = true end
         for _, x in ipairs(rule.verbs) do vs[x] = true end
-        if g[group] and rs[resource] and vs[verb] then ok = true end
+        if g[group] and rs[resource] and vs[verb] then return true end
       end
+      return false
+    end
+    local VERB = { GET = "get", POST = "create", PUT = "update", PATCH = "patch", DELETE = "delete" }
+    local reqs = agent_requests()
+    assert.is_true(#reqs >= 4)
+    local leases = 0
+    for _, r in ipairs(reqs) do
+      local group, rest = r.path:match("^/apis/([^/]+)/[^/]+/(.*)$")
+      if not group then group, rest = "", r.path:match("^/api/v1/(.*)$") end
+      local ns
+      ns, rest = rest:match("^namespaces/([^/]+)/(.+)$"), rest:match("^namespaces/[^/]+/(.+)$") or rest
+      local res, name, sub = rest:match("^([^/]+)/?([^/]*)/?([^/]*)$")
+      local verb = VERB[r.method]
+      if r.method == "GET" and name == "" then verb = r.watch and "watch" or "list" end
+      local resource = sub ~= "" and (res .. "/" .. sub) or res
+      local ok = allows(cluster, group, resource, verb) or (ns == ns_of_role and allows(ns_rules, group, resource, verb))
+      if resource == "leases" then leases = leases + 1 end
       assert.is_true(ok, ("%s %s (%s %s/%s) is not granted"):format(r.method, r.path, verb, group, resource))
     end
+    assert.is_true(leases >= 2) -- the node's Lease was taken and released
+  end)
+
+  it("is the node's only writer: a second agent waits while the first holds the node's Lease", function()
+    local pid, log = start_loop("200ms", { "--identity", "agent-a" })
+    local lease = api("GET", "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu-agent/leases/cozygpu-agent-" .. NODE)
+    assert.equal("agent-a", lease.spec.holderIdentity)
+    set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
+    assert.truthy(P.wait_until(function() return tree:vgpu(VF[0]) == 1155 end, 10))
+    -- a second agent for the same node (a debugging run, a wrong NODE_NAME)
+    local logs, code = once { "--identity", "agent-b" }
+    assert.equal(1, code)
+    assert.matches("another agent holds the node's Lease", logs)
+    assert.is_nil(logs:find("wrote the GPUNode status", 1, true))
+    -- the first stops and releases the Lease: the second takes it at once
+    P.kill(pid, "TERM")
+    assert.truthy(P.wait_exit(pid, 10))
+    lease = api("GET", "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu-agent/leases/cozygpu-agent-" .. NODE)
+    assert.equal("", lease.spec.holderIdentity or "")
+    logs, code = once { "--identity", "agent-b" }
+    assert.equal(0, code, logs)
+    os.remove(log)
   end)
 
   it("refuses bad flags and an unusable sysfs root with exit 2, naming them", function()

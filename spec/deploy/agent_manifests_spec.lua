@@ -27,7 +27,9 @@ describe("deploy/60-agent.yaml", function()
     end
     assert.same({ node = "$(NODE_NAME)", sysfs = "/host/sys", proc = "/host/proc", interval = "30s",
       ["log-format"] = "json" }, f)
-    assert.same({ { name = "NODE_NAME", valueFrom = { fieldRef = { fieldPath = "spec.nodeName" } } } }, c.env)
+    assert.same({ { name = "NODE_NAME", valueFrom = { fieldRef = { fieldPath = "spec.nodeName" } } },
+      { name = "POD_NAME", valueFrom = { fieldRef = { fieldPath = "metadata.name" } } },
+      { name = "POD_NAMESPACE", valueFrom = { fieldRef = { fieldPath = "metadata.namespace" } } } }, c.env)
     -- every flag is one the binary documents
     local help = H.run { "agent", "--help" }
     for k in pairs(f) do assert.truthy(help:find("--" .. k .. " ", 1, true), "--" .. k .. " not in agent --help") end
@@ -52,6 +54,7 @@ describe("deploy/60-agent.yaml", function()
     assert.is_false(sc.allowPrivilegeEscalation)
     assert.same({ "ALL" }, sc.capabilities.drop)
     assert.same({ "DAC_READ_SEARCH", "SYS_PTRACE" }, sc.capabilities.add)
+    assert.same({ type = "Unconfined" }, sc.appArmorProfile)
   end)
 
   it("lives in its own namespace, whose Pod Security level admits it (privileged)", function()
@@ -96,6 +99,12 @@ describe("deploy/60-agent.yaml", function()
       ["cozystack.io/gpunodes/status"] = { "update" },
       ["/nodes"] = { "get" },
     }, got)
+    -- and in its namespace, the nodes' Leases
+    local role = objs["Role/cozygpu-agent"]
+    assert.same({ { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, verbs = { "get", "create", "update" } } },
+      role.rules)
+    assert.same({ kind = "Role", name = "cozygpu-agent", apiGroup = "rbac.authorization.k8s.io" },
+      objs["RoleBinding/cozygpu-agent"].roleRef)
   end)
 end)
 
