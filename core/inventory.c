@@ -710,6 +710,19 @@ static cozy_result read_virtfns(const char *dir, vf_link **out, size_t *nout, in
     }
     if(n > 1)
         qsort(v, n, sizeof *v, cmp_vf_link);
+    /* links the kernel never makes: to the PF itself, or a second link to a
+       VF already listed (the lower index, met first, stays) */
+    const char *self = strrchr(dir, '/');
+    self = self ? self + 1 : dir;
+    size_t kept = 0;
+    for(size_t i = 0; i < n; i++) {
+        int dup = strcmp(v[i].addr, self) == 0;
+        for(size_t j = 0; j < kept && !dup; j++)
+            dup = strcmp(v[j].addr, v[i].addr) == 0;
+        if(!dup)
+            v[kept++] = v[i];
+    }
+    n = kept;
     *out = v;
     *nout = n;
     return COZY_OK;

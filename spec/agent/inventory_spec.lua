@@ -1023,6 +1023,17 @@ describe("inventory", function()
       assert.are.equal(5, #fns)
     end)
 
+    it("ignores a virtfn link to the PF itself and a second link to a listed VF", function()
+      local t = l40s(3)
+      local pf = t:path("0000:41:00.0")
+      symlink("../0000:41:00.0", pf .. "/virtfn3")   -- the PF itself
+      symlink("../0000:41:00.5", pf .. "/virtfn4")   -- VF 1 again
+      local fns = inventory_bin(t).functions
+      assert.are.same({ "0000:41:00.4", "0000:41:00.5", "0000:41:00.6" }, fns[2].virtualFunctions)
+      assert.are.same({ 0, 1, 2 }, { fns[3].vfIndex, fns[4].vfIndex, fns[5].vfIndex })
+      assert.is_nil(fns[2].vfIndex)
+    end)
+
     it("a physfn link that names no PCI address gives no physicalFunction (not a VF)", function()
       local t = l40s(3)
       symlink("physfn", t:path("0000:41:00.4", "physfn"))           -- a loop: basename "physfn"
