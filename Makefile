@@ -24,14 +24,22 @@ DEB_PACKAGES := gcc make pkg-config lua5.4 liblua5.4-dev lua-busted \
 # kubectl is not a Debian package; deps checks for it but does not install it.
 DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))
 
-CORE_SRC := core/luajson.c core/yamlload.c core/manifest.c core/config.c \
-	core/engine.c core/review.c core/policytest.c core/result.c
-HOST_SRC := core/inventory.c
-CTRL_SRC := core/log.c core/metrics.c core/kube.c core/kubeconfig.c core/watch.c \
-	core/webhook.c core/lease.c core/controller.c core/agent.c
-CORE_HDR := $(wildcard core/*.h)
+# core/ is layered (README "Layout"; spec/core/layers_spec.lua checks it):
+# every folder is one layer and includes only itself and the layers below.
+LAYERS := base format engine admission kube server host controller agent cli
+layer_src = $(sort $(wildcard $(patsubst %,core/%/*.c,$(1))))
+CORE_HDR  := $(wildcard core/*/*.h)
+# the binary: every layer but the specs' Lua module
+BIN_SRC := $(filter-out core/cli/luamod.c,$(call layer_src,$(LAYERS)))
+# the C core as a Lua module for specs: no network side, no controller or agent
+MOD_SRC := $(call layer_src,base format engine admission host) core/cli/luamod.c
+# the policy engine alone (bench/engine.c)
+ENGINE_SRC := $(call layer_src,base format engine)
 
 BUILD      ?= build
+# One object per source file, compiled once with every layer's flags;
+# -MMD keeps the header dependencies (build/obj/**/*.d).
+objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 ASAN_BUILD := build-asan
 SAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -57,9 +65,9 @@ ENGINE_BENCH := $(BUILD)/bin/cozygpu-engine-bench
 include bench/bench.mk
 
 # the policy engine alone, per phase (bench/engine.c)
-$(ENGINE_BENCH): bench/engine.c $(CORE_SRC) $(CORE_HDR)
+$(ENGINE_BENCH): bench/engine.c $(call objs,$(ENGINE_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(DIRS) -Icore -o $@ bench/engine.c $(CORE_SRC) $(PKG_LIBS) -lm
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) -Icore -o $@ $^ $(PKG_LIBS) -lpthread -lm
 
 
 # the policies ConfigMap, generated from policies/ (docs/decisions/0007)
@@ -74,25 +82,31 @@ $(POLICIES_CM): deploy/gen-policies-configmap.lua $(POLICY_SRC)
 	lua5.4 deploy/gen-policies-configmap.lua -o $@ policies
 policies-configmap: $(POLICIES_CM)
 
-# test driver for the API client and watches (spec/kube); it counts watch
-# restarts itself, so metrics.c is not linked
-$(KUBE_CHECK): core/tests/kube_check.c core/kube.c core/kubeconfig.c core/watch.c core/log.c core/yamlload.c \
-		core/result.c core/kube.h core/kube_internal.h core/watch.h
+# Objects (see the pattern rule below) of a list of sources.
+ALL_CFLAGS = $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(PKG_CFLAGS) $(NET_CFLAGS) $(HOST_CFLAGS) $(DIRS)
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -o $@ $(filter %.c,$^) \
-		$(shell pkg-config --cflags --libs libcurl jansson yaml-0.1) -lpthread
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# test driver for the API client and watches (spec/kube); it counts watch
+# restarts itself, so base/metrics.c is not linked
+KUBE_CHECK_SRC := spec/kube/kube_check.c core/base/result.c core/base/log.c core/format/yamlload.c \
+	core/kube/kube.c core/kube/kubeconfig.c core/kube/watch.c
+$(KUBE_CHECK): $(call objs,$(KUBE_CHECK_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -o $@ $^ \
+		$(shell pkg-config --libs libcurl jansson yaml-0.1) -lpthread
 
 # the binary: build/bin/cozygpu
-$(BIN): $(CORE_SRC) $(HOST_SRC) $(CTRL_SRC) core/main.c $(CORE_HDR)
+$(BIN): $(call objs,$(BIN_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(NET_CFLAGS) $(HOST_CFLAGS) $(DIRS) -o $@ $(CORE_SRC) $(HOST_SRC) \
-		$(CTRL_SRC) core/main.c $(PKG_LIBS) $(NET_LIBS) $(HOST_LIBS) -lm
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -o $@ $^ $(PKG_LIBS) $(NET_LIBS) $(HOST_LIBS) -lm
 
 # the C core as a Lua module for specs: require "cozygpu.core"
-$(MOD): $(CORE_SRC) $(HOST_SRC) core/luamod.c $(CORE_HDR)
+$(MOD): $(call objs,$(MOD_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) $(HOST_CFLAGS) $(DIRS) -shared -o $@ $(CORE_SRC) $(HOST_SRC) \
-		core/luamod.c $(filter-out -llua5.4,$(PKG_LIBS)) $(HOST_LIBS) -lm
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -shared -o $@ $^ $(filter-out -llua5.4,$(PKG_LIBS)) $(HOST_LIBS) -lpthread -lm
 
 # Install the Debian packages that are missing (needs root, or sudo).
 deps:

@@ -1,5 +1,5 @@
 /* bare.c — the transport limit for the benchmark (cozygpu-bare): a
- * libmicrohttpd TLS server set up like core/webhook.c (TLS 1.2/1.3 priority
+ * libmicrohttpd TLS server set up like core/server/webhook.c (TLS 1.2/1.3 priority
  * string, internal thread pool with epoll, keep-alive) that reads each POST
  * body and answers a fixed AdmissionReview without looking at it. Whatever
  * the webhook costs beyond this is ours.

@@ -4,7 +4,7 @@
 #
 #   $(BUILD)/bin/cozygpu-load     HTTPS load generator (libcurl multi)
 #   $(BUILD)/bin/cozygpu-bare     bare libmicrohttpd TLS server, fixed answer
-#   $(BUILD)/tests/webhook_check  core/webhook.c with a toy review callback
+#   $(BUILD)/tests/webhook_check  core/server/ with a toy review callback
 #                                 (specs in spec/webhook/, bench stand-in)
 #   make bench                    bench/bench.sh against the controller
 #                                 (BENCH_TARGET_CMD / BENCH_ARGS to adjust)
@@ -17,9 +17,9 @@ BUILD   ?= build
 WEBHOOK_PKGS   := libmicrohttpd gnutls jansson
 WEBHOOK_CFLAGS := $(shell pkg-config --cflags $(WEBHOOK_PKGS) 2>/dev/null)
 WEBHOOK_LIBS   := $(shell pkg-config --libs $(WEBHOOK_PKGS) 2>/dev/null) -lpthread -lm
-# the controller links these with the rest of the core
-WEBHOOK_SRC    := core/webhook.c core/metrics.c
-WEBHOOK_HDR    := core/webhook.h core/metrics.h core/log.h core/result.h
+# the webhook server with the base layer (result codes, log, metrics)
+WEBHOOK_SRC    := core/server/webhook.c core/base/metrics.c core/base/log.c core/base/result.c
+WEBHOOK_HDR    := core/server/webhook.h core/base/metrics.h core/base/log.h core/base/result.h
 
 LOAD_PKGS      := libcurl jansson yaml-0.1
 LOAD_CFLAGS    := $(shell pkg-config --cflags $(LOAD_PKGS) 2>/dev/null)
@@ -33,18 +33,18 @@ WEBHOOK_CHECK := $(BUILD)/tests/webhook_check
 
 bench-tools: $(BENCH_LOAD) $(BENCH_BARE) $(WEBHOOK_CHECK)
 
-$(BENCH_LOAD): bench/load.c core/yamlload.c core/yamlload.h
+$(BENCH_LOAD): bench/load.c core/format/yamlload.c core/format/yamlload.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(LOAD_CFLAGS) -o $@ bench/load.c core/yamlload.c $(LOAD_LIBS)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(LOAD_CFLAGS) -o $@ bench/load.c core/format/yamlload.c $(LOAD_LIBS)
 
 $(BENCH_BARE): bench/bare.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(WEBHOOK_CFLAGS) -o $@ bench/bare.c $(WEBHOOK_LIBS)
 
-$(WEBHOOK_CHECK): core/tests/webhook_check.c $(WEBHOOK_SRC) core/log.c core/result.c $(WEBHOOK_HDR)
+$(WEBHOOK_CHECK): spec/webhook/webhook_check.c $(WEBHOOK_SRC) $(WEBHOOK_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(WEBHOOK_CFLAGS) -o $@ core/tests/webhook_check.c \
-		$(WEBHOOK_SRC) core/log.c core/result.c $(WEBHOOK_LIBS)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(WEBHOOK_CFLAGS) -o $@ spec/webhook/webhook_check.c \
+		$(WEBHOOK_SRC) $(WEBHOOK_LIBS)
 
 # Until the controller serves webhooks, the target is the test driver.
 # The controller command gets {cert} {key} {port_file} substituted.

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
-#include "engine.h"
-#include "manifest.h"
+#include "format/config.h"
+#include "engine/engine.h"
+#include "format/manifest.h"
 
 static double now_us(void)
 {

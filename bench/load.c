@@ -16,7 +16,7 @@
  *                Gil Tene, "How NOT to measure latency"; wrk2).
  *
  * Inputs: files or directories of YAML/JSON documents (read as kubectl reads
- * them, core/yamlload.c). An AdmissionReview is sent as it is (a recorded
+ * them, core/format/yamlload.c). An AdmissionReview is sent as it is (a recorded
  * `response` is dropped); any other object is wrapped as a CREATE
  * AdmissionReview v1. --route Kind=/path sends a kind to its own path.
  *
@@ -39,7 +39,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "yamlload.h"
+#include "format/yamlload.h"
 
 #define LOAD_MAX_BODIES 4096
 #define LOAD_MAX_ROUTES 32

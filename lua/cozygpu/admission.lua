@@ -1,6 +1,6 @@
 --- cozygpu.admission — runs the policy bundle over one AdmissionRequest.
 ---
---- Trusted library code, called by the C engine (core/engine.c) with the
+--- Trusted library code, called by the C engine (core/engine/engine.c) with the
 --- `host` table; every policy function runs through host.invoke, which
 --- applies the instruction budget and memory cap and never raises. A policy
 --- that errors, loops or runs out of memory is a refusal naming it (fail

@@ -2,7 +2,7 @@
 --- gets from the declared layout, what waits, what is refused, and the
 --- GPUNode status (DESIGN.md §3 GPUNode, §7; docs/decisions/0011).
 ---
---- Pure functions over plain tables: the C agent (`core/agent.c`) reads the
+--- Pure functions over plain tables: the C agent (`core/agent/agent.c`) reads the
 --- inventory (docs/gpunode.md), finds which functions a process holds
 --- open, calls `plan`, performs the writes, reads again, and finally calls
 --- `status`. Nothing here touches files.

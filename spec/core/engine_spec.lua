@@ -1,4 +1,4 @@
--- The Lua policy host (core/engine.c): sandbox, budgets, fail-closed errors,
+-- The Lua policy host (core/engine/engine.c): sandbox, budgets, fail-closed errors,
 -- override directory (DESIGN.md §9).
 local core, json = H.core, H.json
 

@@ -1,4 +1,4 @@
--- `cozygpu inventory` as a command (core/main.c, core/inventory.c,
+-- `cozygpu inventory` as a command (core/cli/main.c, core/host/inventory.c,
 -- docs/gpunode.md): exit status, messages that name the option or path, the
 -- table layout, and a function that vanishes while being scanned. The exact
 -- inventories of built trees are asserted by the specs in spec/agent/.

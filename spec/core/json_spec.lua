@@ -1,4 +1,4 @@
--- JSON <-> Lua conversion (core/luajson.c): lossless for Kubernetes objects.
+-- JSON <-> Lua conversion (core/engine/luajson.c): lossless for Kubernetes objects.
 local json = H.json
 
 describe("cozygpu.json", function()

@@ -1,4 +1,4 @@
--- Manifests and YAML as kubectl reads them (core/manifest.c, core/yamlload.c,
+-- Manifests and YAML as kubectl reads them (core/format/manifest.c, core/format/yamlload.c,
 -- docs/decisions/0002-yaml-scalars.md).
 local core, json = H.core, H.json
 

@@ -7,11 +7,11 @@
 local core = H.core
 
 local NS = "cozy-gpu"
--- The controller's webhook endpoints (core/webhook.h users; issue 3).
+-- The controller's webhook endpoints (core/server/webhook.h users; issue 3).
 local ENDPOINTS = { ["/validate/vmi"] = true, ["/mutate/vmi"] = true, ["/mutate/launcher"] = true,
   ["/validate/gpuclass"] = true, ["/validate/gpuclaim"] = true, ["/validate/pod"] = true }
 -- The controller's per-review deadline: webhook_options.review_timeout_ms
--- defaults to 8000 (core/webhook.h); the Deployment passes no flag for it.
+-- defaults to 8000 (core/server/webhook.h); the Deployment passes no flag for it.
 -- If one is added, read it here instead.
 local DEFAULT_REVIEW_DEADLINE_MS = 8000
 

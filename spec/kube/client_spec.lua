@@ -1,4 +1,4 @@
---- The API client (core/kube.c): retries with backoff on 5xx and 429
+--- The API client (core/kube/kube.c): retries with backoff on 5xx and 429
 --- (Retry-After honoured), 409 returned to the caller, read-modify-write
 --- with conflict retry, and TLS / bearer-token / client-certificate
 --- authentication from kubeconfig and in-cluster settings, against the API

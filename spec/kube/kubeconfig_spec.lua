@@ -1,4 +1,4 @@
---- kubeconfig and in-cluster configuration (core/kubeconfig.c), through the
+--- kubeconfig and in-cluster configuration (core/kube/kubeconfig.c), through the
 --- test driver `kube_check config`, which prints the resolved settings.
 --- Expected values follow client-go tools/clientcmd (loader.go, client_config.go)
 --- and rest/config.go InClusterConfig.

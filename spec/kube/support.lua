@@ -1,6 +1,6 @@
 --- Shared by the spec/kube specs: start and stop the API double
 --- (build/bin/kube-double, helper A's), talk to its control API, and run the
---- test driver build/bin/kube_check (core/tests/kube_check.c).
+--- test driver build/bin/kube_check (spec/kube/kube_check.c).
 --- KUBE_CHECK=path overrides the driver (e.g. the ASan build).
 local P = require "proc"
 local json = H.json

@@ -1,4 +1,4 @@
---- Informers (core/watch.c) against the API double while a background
+--- Informers (core/kube/watch.c) against the API double while a background
 --- process creates, updates and deletes objects and the double cuts every
 --- watch (clean close, abrupt drop, ERROR 410) and compacts its history.
 --- At the end the driver's caches must equal the double's objects, object by

@@ -1,5 +1,5 @@
--- The admission webhook server (core/webhook.c) through its test driver
--- core/tests/webhook_check.c: TLS versions, routing and request checks as the
+-- The admission webhook server (core/server/webhook.c) through its test driver
+-- spec/webhook/webhook_check.c: TLS versions, routing and request checks as the
 -- API server's webhook client expects them (k8s.io/apiserver
 -- pkg/admission/plugin/webhook: POST application/json AdmissionReview v1,
 -- 3 MiB request limit, response.uid = request.uid, HTTP 200 with a decision),

@@ -1,0 +1,319 @@
+/* policytest.c — `cozygpu policy test` (policytest.h). */
+#include "admission/policytest.h"
+
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/config.h"
+#include "format/manifest.h"
+#include "admission/review.h"
+
+static void resolve(const char *testfile, const char *rel, char *out, size_t n)
+{
+    if(rel[0] == '/') {
+        snprintf(out, n, "%s", rel);
+        return;
+    }
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", testfile);
+    snprintf(out, n, "%s/%s", dirname(tmp), rel);
+}
+
+/* is `want` contained in `have`? */
+static int contained(const json_t *want, const json_t *have)
+{
+    if(json_is_object(want)) {
+        if(!json_is_object(have))
+            return 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)want, k, v) {
+            json_t *h = json_object_get(have, k);
+            if(!h || !contained(v, h))
+                return 0;
+        }
+        return 1;
+    }
+    if(json_is_array(want)) {
+        if(!json_is_array(have) || json_array_size(want) != json_array_size(have))
+            return 0;
+        for(size_t i = 0; i < json_array_size(want); i++)
+            if(!contained(json_array_get(want, i), json_array_get(have, i)))
+                return 0;
+        return 1;
+    }
+    if(json_is_number(want) && json_is_number(have))
+        return json_number_value(want) == json_number_value(have);
+    return json_equal((json_t *)want, (json_t *)have);
+}
+
+static cozy_result load_cluster(const char *testfile, const json_t *list, json_t *objects, cozy_err *err)
+{
+    if(!list)
+        return COZY_OK;
+    if(json_is_string(list)) {
+        char p[PATH_MAX];
+        resolve(testfile, json_string_value(list), p, sizeof p);
+        json_t *recs = json_array();
+        cozy_result rc = manifest_load_path(p, recs, err);
+        size_t i;
+        json_t *r;
+        json_array_foreach(recs, i, r) json_array_append(objects, json_object_get(r, "object"));
+        json_decref(recs);
+        return rc;
+    }
+    if(!json_is_array(list))
+        return cozy_fail(err, COZY_ERR_INPUT, "%s: cluster: must be a path or a list of paths", testfile);
+    size_t i;
+    json_t *item;
+    json_array_foreach(list, i, item) {
+        cozy_result rc = load_cluster(testfile, item, objects, err);
+        if(rc != COZY_OK)
+            return rc;
+    }
+    return COZY_OK;
+}
+
+/* Checks one answer against `expect`. Returns NULL when it matches, else a
+ * static-buffer reason. */
+static const char *check(engine *e, const json_t *expect, const json_t *review, const json_t *object, char *why,
+                         size_t n)
+{
+    const json_t *resp = json_object_get(review, "response");
+    const json_t *allowed = json_object_get(expect, "allowed");
+    const char *msg = json_string_value(json_object_get(json_object_get(resp, "status"), "message"));
+    if(!json_is_boolean(allowed)) {
+        snprintf(why, n, "expect.allowed is required (true or false)");
+        return why;
+    }
+    if(json_is_true(allowed) != json_is_true(json_object_get(resp, "allowed"))) {
+        snprintf(why, n, "expected %s, got %s%s%s", json_is_true(allowed) ? "allowed" : "refused",
+                 json_is_true(json_object_get(resp, "allowed")) ? "allowed" : "refused", msg ? ": " : "",
+                 msg ? msg : "");
+        return why;
+    }
+    const json_t *code = json_object_get(expect, "code");
+    if(code && json_integer_value(code) != json_integer_value(json_object_get(json_object_get(resp, "status"), "code"))) {
+        snprintf(why, n, "expected status code %lld, got %lld", (long long)json_integer_value(code),
+                 (long long)json_integer_value(json_object_get(json_object_get(resp, "status"), "code")));
+        return why;
+    }
+    const char *frag = json_string_value(json_object_get(expect, "message"));
+    if(frag && (!msg || !strstr(msg, frag))) {
+        snprintf(why, n, "message %s%s%s does not contain \"%s\"", msg ? "\"" : "", msg ? msg : "(none)",
+                 msg ? "\"" : "", frag);
+        return why;
+    }
+    const json_t *warns = json_object_get(expect, "warnings");
+    if(warns) {
+        const json_t *got = json_object_get(resp, "warnings");
+        if(json_array_size(warns) == 0 && json_array_size(got) != 0) {
+            snprintf(why, n, "expected no warnings, got \"%s\"", json_string_value(json_array_get(got, 0)));
+            return why;
+        }
+        size_t i, j;
+        json_t *w, *g;
+        json_array_foreach(warns, i, w) {
+            int found = 0;
+            json_array_foreach(got, j, g) if(json_string_value(w) && strstr(json_string_value(g), json_string_value(w)))
+                found = 1;
+            if(!found) {
+                snprintf(why, n, "no warning contains \"%s\"", json_string_value(w) ? json_string_value(w) : "?");
+                return why;
+            }
+        }
+    }
+    json_t *ops = review_decode_patch(resp);
+    const json_t *want_patch = json_object_get(expect, "patch");
+    if(want_patch) {
+        int ok = json_is_null(want_patch) ? ops == NULL : (ops && contained(want_patch, ops) && contained(ops, want_patch));
+        if(!ok) {
+            char *s = ops ? json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+            snprintf(why, n, "patch differs; got %s", s ? s : "no patch");
+            free(s);
+            json_decref(ops);
+            return why;
+        }
+    }
+    const json_t *patched = json_object_get(expect, "patched");
+    if(patched) {
+        json_t *after = NULL;
+        cozy_err err = {{0}};
+        if(!object) {
+            snprintf(why, n, "expect.patched needs an object in the request");
+            json_decref(ops);
+            return why;
+        }
+        if(ops && engine_apply_patch(e, object, ops, &after, &err) != COZY_OK) {
+            snprintf(why, n, "patch does not apply: %s", err.msg);
+            json_decref(ops);
+            return why;
+        }
+        int ok = contained(patched, after ? after : object);
+        json_decref(after);
+        if(!ok) {
+            snprintf(why, n, "patched object does not contain expect.patched");
+            json_decref(ops);
+            return why;
+        }
+    }
+    json_decref(ops);
+    return NULL;
+}
+
+static void run_file(const char *file, const engine_options *base_opt, FILE *out, policytest_counts *c)
+{
+    cozy_err err = {{0}};
+    json_t *recs = json_array();
+    json_t *settings = NULL, *file_objects = json_array();
+    engine *e = NULL;
+    if(manifest_load_file(file, recs, &err) != COZY_OK || json_array_size(recs) != 1) {
+        fprintf(out, "ERROR %s: %s\n", file, err.msg[0] ? err.msg : "expected one test document");
+        c->errors++;
+        goto out;
+    }
+    json_t *doc = json_object_get(json_array_get(recs, 0), "object");
+    const char *k;
+    json_t *v;
+    json_object_foreach(doc, k, v) {
+        if(strcmp(k, "config") && strcmp(k, "cluster") && strcmp(k, "cases")) {
+            fprintf(out, "ERROR %s: unknown key \"%s\" (known: config, cluster, cases)\n", file, k);
+            c->errors++;
+            goto out;
+        }
+    }
+    const char *cfg = json_string_value(json_object_get(doc, "config"));
+    if(cfg) {
+        char p[PATH_MAX];
+        resolve(file, cfg, p, sizeof p);
+        if(config_load_file(p, &settings, &err) != COZY_OK) {
+            fprintf(out, "ERROR %s: config: %s\n", file, err.msg);
+            c->errors++;
+            goto out;
+        }
+    } else {
+        settings = config_defaults();
+    }
+    if(load_cluster(file, json_object_get(doc, "cluster"), file_objects, &err) != COZY_OK) {
+        fprintf(out, "ERROR %s: cluster: %s\n", file, err.msg);
+        c->errors++;
+        goto out;
+    }
+    engine_options opt = *base_opt;
+    json_t *budget = json_object_get(settings, "policyBudget");
+    opt.instructions = json_integer_value(json_object_get(budget, "instructions"));
+    opt.memory_bytes = json_integer_value(json_object_get(budget, "memoryBytes"));
+    if(engine_open(&e, &opt, &err) != COZY_OK) {
+        fprintf(out, "ERROR %s: %s\n", file, err.msg);
+        c->errors++;
+        goto out;
+    }
+    json_t *cases = json_object_get(doc, "cases");
+    if(!json_is_array(cases) || json_array_size(cases) == 0) {
+        fprintf(out, "ERROR %s: cases: needs a non-empty list\n", file);
+        c->errors++;
+        goto out;
+    }
+    size_t i;
+    json_t *tc;
+    json_array_foreach(cases, i, tc) {
+        char label[512], why[2048];
+        const char *name = json_string_value(json_object_get(tc, "name"));
+        snprintf(label, sizeof label, "%s: %s", file, name ? name : "(unnamed case)");
+        const char *reason = NULL;
+        json_t *objects = NULL, *input = NULL, *r1 = NULL, *r2 = NULL, *req = NULL;
+        json_t *inrecs = json_array();
+        /* input */
+        const char *inpath = json_string_value(json_object_get(tc, "input"));
+        if(inpath) {
+            char p[PATH_MAX];
+            resolve(file, inpath, p, sizeof p);
+            if(manifest_load_file(p, inrecs, &err) != COZY_OK)
+                reason = err.msg;
+            else if(json_array_size(inrecs) != 1)
+                reason = "input must hold exactly one document";
+            else
+                input = json_incref(json_object_get(json_array_get(inrecs, 0), "object"));
+        } else if(json_is_object(json_object_get(tc, "object"))) {
+            input = json_incref(json_object_get(tc, "object"));
+        } else {
+            reason = "a case needs input: PATH or object: {...}";
+        }
+        if(!reason && !json_is_object(json_object_get(tc, "expect")))
+            reason = "a case needs expect: {...}";
+        /* snapshot */
+        if(!reason) {
+            if(json_object_get(tc, "cluster")) {
+                objects = json_array();
+                if(load_cluster(file, json_object_get(tc, "cluster"), objects, &err) != COZY_OK)
+                    reason = err.msg;
+            } else {
+                objects = json_incref(file_objects);
+            }
+        }
+        if(!reason && engine_set_cluster(e, objects, settings, &err) != COZY_OK)
+            reason = err.msg;
+        review_options ro = {.username = json_string_value(json_object_get(tc, "user")),
+                             .groups = json_object_get(tc, "groups"),
+                             .phases = ENGINE_BOTH};
+        const char *wh = json_string_value(json_object_get(tc, "webhook"));
+        if(wh && strcmp(wh, "validating") == 0)
+            ro.phases = ENGINE_VALIDATE;
+        else if(wh && strcmp(wh, "mutating") == 0)
+            ro.phases = ENGINE_MUTATE;
+        else if(wh && strcmp(wh, "all") != 0 && !reason)
+            reason = "webhook must be validating, mutating or all";
+        if(!reason && review_document(e, input, label, i + 1, &ro, &r1, &err) != COZY_OK)
+            reason = err.msg;
+        if(!reason && review_document(e, input, label, i + 1, &ro, &r2, &err) != COZY_OK)
+            reason = err.msg;
+        if(!reason && !json_equal(r1, r2))
+            reason = "the second run of the case answered differently (does a policy keep state in globals?)";
+        if(!reason) {
+            const char *av;
+            int judged;
+            review_build_request(input, label, i + 1, &ro, &req, &av, &judged, &err);
+            reason = check(e, json_object_get(tc, "expect"), r1, json_object_get(req, "object"), why, sizeof why);
+        }
+        if(reason) {
+            fprintf(out, "FAIL %s\n     %s\n", label, reason);
+            c->failed++;
+        } else {
+            fprintf(out, "PASS %s\n", label);
+            c->passed++;
+        }
+        json_decref(req);
+        json_decref(r1);
+        json_decref(r2);
+        json_decref(input);
+        json_decref(objects);
+        json_decref(inrecs);
+    }
+out:
+    engine_close(e);
+    json_decref(settings);
+    json_decref(file_objects);
+    json_decref(recs);
+}
+
+policytest_counts policytest_run(const char *const *paths, int npaths, const engine_options *opt, FILE *out)
+{
+    policytest_counts c = {0, 0, 0};
+    for(int i = 0; i < npaths; i++) {
+        json_t *files = NULL;
+        cozy_err err = {{0}};
+        if(manifest_list_files(paths[i], &files, &err) != COZY_OK) {
+            fprintf(out, "ERROR %s\n", err.msg);
+            c.errors++;
+            continue;
+        }
+        size_t k;
+        json_t *f;
+        json_array_foreach(files, k, f) run_file(json_string_value(f), opt, out, &c);
+        json_decref(files);
+    }
+    return c;
+}

@@ -1,0 +1,118 @@
+/* webhook.h — the admission webhook HTTPS server (libmicrohttpd + GnuTLS).
+ *
+ * What the API server expects of a webhook (Kubernetes docs,
+ * "Dynamic Admission Control", and k8s.io/apiserver
+ * pkg/admission/plugin/webhook/request/admissionreview.go): HTTPS, a POST of
+ * an `admission.k8s.io/v1` AdmissionReview with `Content-Type:
+ * application/json`, answered with HTTP 200 and an AdmissionReview of the same
+ * apiVersion whose `response.uid` equals `request.uid`. The API server sends
+ * at most 3 MiB (its request body limit) and waits `timeoutSeconds` (1-30,
+ * default 10).
+ *
+ * This server:
+ *  - speaks TLS 1.2 and 1.3 only ("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2");
+ *  - hands each new handshake the current certificate and key: the files are
+ *    stat()ed (following symlinks, so a Kubernetes Secret volume's `..data`
+ *    swap is seen) at most once a second, on a handshake; when the device,
+ *    inode, size or mtime of either changed the pair is loaded aside and, if
+ *    it loads and the key matches the certificate, replaces the old pair;
+ *    otherwise the old pair keeps serving and a warning is logged (once per
+ *    change of the files);
+ *  - serves one POST path per webhook (405 for other methods, with `Allow`),
+ *    refuses a body above max_body_bytes (413), another Content-Type (415),
+ *    a body that is not JSON or not an `admission.k8s.io/v1` AdmissionReview
+ *    with a `request.uid` (400, with a message saying what is wrong);
+ *  - GET /healthz (200 "ok"), /readyz (200 "ok" while `ready` says so and the
+ *    server is not quiescing, else 503), /metrics (metrics_render());
+ *    anything else is 404;
+ *  - counts cozygpu_admission_reviews_total{webhook,decision} (allowed,
+ *    denied, or error: the callback failed or answered status code 500) and
+ *    observes cozygpu_admission_review_duration_seconds{webhook} (from the
+ *    request line received to the response queued) per review.
+ *
+ * Threads: MHD's internal thread pool (`workers` threads, epoll), each
+ * serving many connections; a review runs on the worker that read it, so a
+ * slow review delays only that worker's other connections. The callback
+ * must therefore be thread-safe; Lua states are the controller's business
+ * (one engine per worker thread).
+ */
+#ifndef COZYGPU_WEBHOOK_H
+#define COZYGPU_WEBHOOK_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "base/result.h"
+
+typedef struct webhook_server webhook_server;
+
+typedef struct webhook_endpoint {
+    const char *path; /* "/validate/vmi"; exact match, no query */
+    const char *name; /* metric and log label: "vmi-validate" */
+    int phase;        /* for the callback: engine_phase (ENGINE_VALIDATE, ENGINE_MUTATE) */
+} webhook_endpoint;
+
+/* Called on an MHD worker thread for each valid review.
+ * review: the AdmissionReview as received (borrowed; apiVersion
+ *   admission.k8s.io/v1, kind AdmissionReview, request an object with a
+ *   non-empty string uid).
+ * deadline: CLOCK_MONOTONIC time by which the answer should be ready
+ *   (review_timeout_ms after the request line arrived).
+ * response: set to a new AdmissionReview (caller of the callback takes the
+ *   reference) with the same apiVersion and kind and response.uid =
+ *   request.uid.
+ * Returns 0, or -1 on an internal error. On -1, or a missing or malformed
+ * response (no response object, wrong uid, no boolean allowed), the server
+ * answers a fail-closed refusal: allowed=false, status.code 500, message
+ * "cozygpu webhook <name>: internal error". */
+typedef int (*webhook_review_fn)(void *ctx, const webhook_endpoint *ep, const json_t *review,
+                                 const struct timespec *deadline, json_t **response);
+
+typedef struct webhook_options {
+    const char *address;                  /* IPv4 or IPv6 literal; NULL: "0.0.0.0" */
+    int port;                             /* 0: any free port (see webhook_port) */
+    const char *cert_file, *key_file;     /* PEM: certificate (chain) and private key */
+    const webhook_endpoint *endpoints;    /* borrowed; must outlive the server */
+    size_t n_endpoints;
+    unsigned workers;                     /* thread pool size; 0: 4 */
+    size_t max_body_bytes;                /* 0: 3 MiB (the API server's limit) */
+    long review_timeout_ms;               /* per-review deadline; <= 0: 8000 (webhook timeoutSeconds 10) */
+    unsigned connection_timeout_s;        /* idle keep-alive connection closed after; 0: 120 */
+    webhook_review_fn review;
+    void *ctx;                            /* for review and ready */
+    int (*ready)(void *ctx);              /* /readyz; NULL: always ready */
+} webhook_options;
+
+/* Loads the certificate pair, binds and starts the worker threads.
+ * o is read during the call only, except endpoints (borrowed) and ctx.
+ * Errors: COZY_ERR_IO when a certificate file cannot be read or does not
+ * load (err names the file and GnuTLS's message) or when the address
+ * cannot be bound; COZY_ERR_USAGE for an invalid address or no endpoints. */
+cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_err *err);
+
+/* The bound TCP port (the chosen one when options.port was 0). */
+int webhook_port(const webhook_server *s);
+
+/* Stops accepting connections: the listening socket is closed, so a new
+ * connection is refused, while connections already open are still served
+ * (their responses then carry `Connection: close`). /readyz answers 503 from
+ * now on. Idempotent. */
+void webhook_quiesce(webhook_server *s);
+
+/* Requests received (request line read) whose response has not yet been
+ * completely sent, on every path. */
+int webhook_in_flight(const webhook_server *s);
+
+/* Graceful drain for SIGTERM: quiesce, then wait until webhook_in_flight is 0
+ * or `grace_ms` passed. Returns the requests still in flight (0: clean). */
+int webhook_drain(webhook_server *s, long grace_ms);
+
+/* Stops the threads, closes every connection and frees the server. Call
+ * after webhook_drain for a graceful stop. NULL is ignored. */
+void webhook_stop(webhook_server *s);
+
+/* Declares the server's metric families (webhook_start does it too). */
+void webhook_declare_metrics(void);
+
+#endif
