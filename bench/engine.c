@@ -104,14 +104,14 @@ int main(int argc, char **argv)
         for(int r = 0; r < rounds; r++)
             json_array_foreach(reqs, j, x)
             {
-                json_t *resp = NULL;
+                engine_verdict v;
                 double t0 = now_us();
-                if(engine_review(e, x, phases[p].phase, &resp, &err) != COZY_OK) {
+                if(engine_review(e, x, phases[p].phase, &v, &err) != COZY_OK) {
                     fprintf(stderr, "cozygpu-engine-bench: %s\n", err.msg);
                     return 1;
                 }
                 t[k++] = now_us() - t0;
-                json_decref(resp);
+                json_decref(v.response);
             }
         qsort(t, n, sizeof *t, cmp_double);
         printf("engine %-8s %zu reviews, median %.1f us, p99 %.1f us\n", phases[p].name, n, t[n / 2],

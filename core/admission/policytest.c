@@ -266,9 +266,9 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
             ro.phases = ENGINE_MUTATE;
         else if(wh && strcmp(wh, "all") != 0 && !reason)
             reason = "webhook must be validating, mutating or all";
-        if(!reason && review_document(e, input, label, i + 1, &ro, &r1, &err) != COZY_OK)
+        if(!reason && review_document(e, input, label, i + 1, &ro, &r1, NULL, &err) != COZY_OK)
             reason = err.msg;
-        if(!reason && review_document(e, input, label, i + 1, &ro, &r2, &err) != COZY_OK)
+        if(!reason && review_document(e, input, label, i + 1, &ro, &r2, NULL, &err) != COZY_OK)
             reason = err.msg;
         if(!reason && !json_equal(r1, r2))
             reason = "the second run of the case answered differently (does a policy keep state in globals?)";

@@ -1,6 +1,7 @@
 /* review.c — inputs to AdmissionRequests, answers to AdmissionReviews
  * (review.h). */
 #include "admission/review.h"
+#include "admission/response.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -215,7 +216,7 @@ cozy_result review_build_request(const json_t *doc, const char *where, unsigned 
 }
 
 cozy_result review_document(engine *e, const json_t *doc, const char *where, unsigned long seq,
-                            const review_options *opt, json_t **out, cozy_err *err)
+                            const review_options *opt, json_t **out, engine_outcome *outcome, cozy_err *err)
 {
     json_t *req = NULL;
     const char *api_version;
@@ -223,14 +224,18 @@ cozy_result review_document(engine *e, const json_t *doc, const char *where, uns
     cozy_result rc = review_build_request(doc, where, seq, opt, &req, &api_version, &judged, err);
     if(rc != COZY_OK)
         return rc;
-    json_t *resp = NULL;
+    engine_verdict v;
     cozy_err eerr = {{0}};
-    if(engine_review(e, req, opt ? opt->phases : ENGINE_BOTH, &resp, &eerr) != COZY_OK) {
+    if(engine_review(e, req, opt ? opt->phases : ENGINE_BOTH, &v, &eerr) != COZY_OK) {
         /* fail closed: the library itself failed */
-        resp = json_pack("{s:O, s:b, s:{s:i, s:s, s:s+}}", "uid", json_object_get(req, "uid"), "allowed", 0,
-                         "status", "code", 500, "reason", "InternalError", "message", "cozygpu internal error: ",
-                         eerr.msg);
+        char msg[sizeof eerr.msg + 32];
+        snprintf(msg, sizeof msg, "cozygpu internal error: %s", eerr.msg);
+        v.response = admission_refusal(req, 500, msg);
+        v.outcome = ENGINE_POLICY_ERROR;
     }
+    json_t *resp = v.response;
+    if(outcome)
+        *outcome = v.outcome;
     if(judged) {
         json_t *meta = json_object_get(json_object_get(req, "object"), "metadata");
         char note[512];
@@ -244,7 +249,7 @@ cozy_result review_document(engine *e, const json_t *doc, const char *where, uns
         }
         json_object_set_new(aa, "gpu.cozystack.io/judged-as", json_string(note));
     }
-    *out = json_pack("{s:s, s:s, s:o}", "apiVersion", api_version, "kind", "AdmissionReview", "response", resp);
+    *out = admission_envelope(api_version, resp);
     json_decref(req);
     return COZY_OK;
 }

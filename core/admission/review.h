@@ -31,13 +31,14 @@ int review_is_response_only(const json_t *doc);
 
 /* Reviews one input document (`doc`, borrowed). `where` names it in
  * messages ("file.yaml, document 2"); `seq` numbers generated uids.
- * On success *out is a new AdmissionReview with `response` (caller owns).
- * Returns COZY_ERR_INPUT when the document is not a valid input (e.g. an
+ * On success *out is a new AdmissionReview with `response` (caller owns)
+ * and *outcome (when not NULL) says what the engine decided (an engine
+ * failure is ENGINE_POLICY_ERROR). Returns COZY_ERR_INPUT when the document is not a valid input (e.g. an
  * AdmissionReview without request.uid), with err naming `where` and the
  * field. An engine failure is answered as a refusal (fail closed), not an
  * error. */
 cozy_result review_document(engine *e, const json_t *doc, const char *where, unsigned long seq,
-                            const review_options *opt, json_t **out, cozy_err *err);
+                            const review_options *opt, json_t **out, engine_outcome *outcome, cozy_err *err);
 
 /* Builds the AdmissionRequest for `doc` (see above) without reviewing it.
  * *judged_vmi is set to 1 when a VirtualMachine was turned into its VMI. */

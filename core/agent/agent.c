@@ -89,7 +89,7 @@ static void usage(FILE *f)
           "                       holds and the boot id (default /proc)\n"
           "  --pci-ids FILE       PCI ID database (default: libpci's)\n"
           "  --pci-method NAME    libpci access method (default linux-sysfs)\n"
-          "  --library DIR        the Lua library with cozygpu/layout.lua (default: the\n"
+          "  --library DIR        the Lua library with runtime/layout.lua (default: the\n"
           "                       installed lua/)\n"
           "  --interval DURATION  between passes besides watch events (default 30s)\n"
           "  --once               one pass, then exit (status 1 when it failed)\n"
@@ -275,7 +275,7 @@ static cozy_result lua_setup(agent *A, cozy_err *err)
     lua_setfield(L, -2, "cozygpu.json");
     lua_pop(L, 2);
     lua_getglobal(L, "require");
-    lua_pushstring(L, "cozygpu.layout");
+    lua_pushstring(L, "runtime.layout");
     if(lua_pcall(L, 1, 1, 0) != LUA_OK)
         return cozy_fail(err, COZY_ERR_POLICY, "--library %s: %s", A->f.library, lua_tostring(L, -1));
     A->layout_ref = luaL_ref(L, LUA_REGISTRYINDEX);

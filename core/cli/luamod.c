@@ -8,11 +8,13 @@
  *   core.config_from(table [, name])  -> settings | nil, message
  *   core.inventory{sysfs=, pci_ids=, pci_method=}
  *                                     -> {functions = {...}} | nil, message (inventory.h)
- *   core.engine{policies=, override=, library=, instructions=, memory=}
+ *   core.engine{policies=, override=, library=, instructions=, memory=,
+ *               sources={[policies ConfigMap key]=text}}  (engine_source_for_key)
  *                                     -> Engine | nil, message
  *   Engine:set_cluster(objects, settings) -> true | nil, message
- *   Engine:review(request [, "validating"|"mutating"|"all"]) -> response | nil, message
- *   Engine:review_document(doc [, {user=, groups=, webhook=}]) -> AdmissionReview | nil, message
+ *   Engine:review(request [, "validating"|"mutating"|"all"]) -> response, outcome, rule | nil, message
+ *     (outcome: engine_outcome_name, "allowed" ... "deadline"; rule: the deciding rule or nil)
+ *   Engine:review_document(doc [, {user=, groups=, webhook=}]) -> AdmissionReview, outcome | nil, message
  *   Engine:fail_alloc_after(n)        test switch (engine.h)
  *   Engine:memory()                   bytes held by the engine's state
  *   Engine:rules()                    number of rules loaded
@@ -133,10 +135,37 @@ static int l_engine(lua_State *L)
     lua_getfield(L, 1, "memory");
     o.memory_bytes = (long long)lua_tointeger(L, -1);
     lua_pop(L, 2);
+    /* sources = {[key] = text, ...}: hoster sources from memory, keyed as
+     * the policies ConfigMap is (engine_source_for_key) */
+    engine_source src[64];
+    char modules[64][256];
+    size_t n = 0;
+    cozy_err err = {{0}};
+    if(lua_getfield(L, 1, "sources") == LUA_TTABLE) {
+        lua_pushnil(L);
+        while(lua_next(L, -2)) {
+            if(n == 64)
+                return luaL_error(L, "sources: at most 64");
+            size_t len = 0;
+            const char *k = lua_tostring(L, -2), *text = luaL_checklstring(L, -1, &len);
+            if(!k || lua_type(L, -2) != LUA_TSTRING)
+                return luaL_error(L, "sources: keys must be strings");
+            cozy_result rc = engine_source_for_key(k, text, len, &src[n], modules[n], sizeof modules[n], &err);
+            lua_pop(L, 1);
+            if(rc != COZY_OK) {
+                lua_pushnil(L);
+                lua_pushstring(L, err.msg);
+                lua_pushstring(L, cozy_strerror(rc));
+                return 3;
+            }
+            n++;
+        }
+        o.override_sources = src;
+        o.n_override_sources = n;
+    }
     engine_box *b = lua_newuserdatauv(L, sizeof *b, 0); /* empty before it acquires */
     b->e = NULL;
     luaL_setmetatable(L, ENGINE_MT);
-    cozy_err err = {{0}};
     if(engine_open(&b->e, &o, &err) != COZY_OK)
         return push_fail(L, err.msg);
     return 1;
@@ -188,13 +217,18 @@ static int l_review(lua_State *L)
     json_t *req = luajson_to_json(L, 2, &err);
     if(!req)
         return luaL_argerror(L, 2, err.msg);
-    json_t *resp = NULL;
-    cozy_result rc = engine_review(e, req, ph, &resp, &err);
+    engine_verdict v;
+    cozy_result rc = engine_review(e, req, ph, &v, &err);
     json_decref(req);
     if(rc != COZY_OK)
         return push_fail(L, err.msg);
-    luajson_push_owned(L, resp);
-    return 1;
+    luajson_push_owned(L, v.response);
+    lua_pushstring(L, engine_outcome_name(v.outcome));
+    if(v.rule[0])
+        lua_pushstring(L, v.rule);
+    else
+        lua_pushnil(L);
+    return 3;
 }
 
 static int l_review_document(lua_State *L)
@@ -217,13 +251,15 @@ static int l_review_document(lua_State *L)
         lua_pop(L, 1);
     }
     json_t *out = NULL;
-    cozy_result rc = review_document(e, doc, "<spec>", 1, &ro, &out, &err);
+    engine_outcome outcome = ENGINE_ALLOWED;
+    cozy_result rc = review_document(e, doc, "<spec>", 1, &ro, &out, &outcome, &err);
     json_decref(doc);
     json_decref(groups);
     if(rc != COZY_OK)
         return push_fail(L, err.msg);
     luajson_push_owned(L, out);
-    return 1;
+    lua_pushstring(L, engine_outcome_name(outcome));
+    return 2;
 }
 
 /* core.inventory([{sysfs=ROOT, pci_ids=FILE, pci_method=NAME}]): the

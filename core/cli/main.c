@@ -235,7 +235,8 @@ static int cmd_review(int argc, char **argv)
                     continue;
                 }
                 ro.notes = json_array();
-                cozy_result rrc = review_document(e, doc, where, ++seq, &ro, &out, &err);
+                engine_outcome outcome = ENGINE_ALLOWED;
+                cozy_result rrc = review_document(e, doc, where, ++seq, &ro, &out, &outcome, &err);
                 size_t ni;
                 json_t *note;
                 json_array_foreach(ro.notes, ni, note) fprintf(stderr, "cozygpu review: note: %s\n", json_string_value(note));
@@ -246,7 +247,7 @@ static int cmd_review(int argc, char **argv)
                     status = 2;
                     continue;
                 }
-                if(!json_is_true(json_object_get(json_object_get(out, "response"), "allowed")))
+                if(outcome != ENGINE_ALLOWED) /* refused, or a policy failed (fail closed) */
                     refused = 1;
                 if(strcmp(output, "table") == 0) {
                     int judged = json_object_get(json_object_get(json_object_get(out, "response"), "auditAnnotations"),

@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "format/config.h"
+#include "admission/response.h"
 #include "engine/engine.h"
 #include "kube/kube.h"
 #include "kube/lease.h"
@@ -140,11 +141,15 @@ static void usage(FILE *f)
 
 /* ---- shared state ------------------------------------------------------- */
 
-/* A policy bundle: the override directory compiled from the ConfigMap. */
+/* A policy bundle: the hoster sources of the ConfigMap, handed to every
+ * engine from memory (docs/decisions/0007, 0009). */
 typedef struct bundle {
     struct bundle *prev, *next; /* every live bundle (ctl.bundles), for the exit */
     unsigned long gen;
-    char *dir;       /* NULL: defaults only */
+    json_t *data;            /* the ConfigMap's data (owned), or NULL: defaults only */
+    engine_source *sources;  /* point into data and modules */
+    char (*modules)[256];    /* module names of lib.* keys */
+    size_t n_sources;
     char *source_rv; /* the ConfigMap's resourceVersion, or NULL */
     int refs;
 } bundle;
@@ -184,20 +189,22 @@ typedef struct ctl {
 
 static ctl *C; /* the one controller of this process (signal-free access) */
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void bundle_free(bundle *b)
 {
-    if(b->dir)
-        nftw(b->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(b->dir);
+    json_decref(b->data);
+    free(b->sources);
+    free(b->modules);
     free(b->source_rv);
     free(b);
+}
+
+/* The engine options of bundle `b`: the controller's, with b's sources. */
+static engine_options bundle_engine_options(const bundle *b)
+{
+    engine_options eo = C->eo;
+    eo.override_sources = b->sources;
+    eo.n_override_sources = b->n_sources;
+    return eo;
 }
 
 static void bundle_unref(bundle *b)
@@ -220,7 +227,7 @@ static void bundle_unref(bundle *b)
 }
 
 /* At exit: the webhook threads are gone with their references, so every
- * bundle left is freed and its directory removed. */
+ * bundle left is freed. */
 static void bundles_free_all(void)
 {
     while(C->bundles) {
@@ -323,8 +330,7 @@ static engine *worker_engine(cozy_err *err)
         return NULL;
     }
     if(!W.e || W.b != b) {
-        engine_options eo = C->eo;
-        eo.override_dir = b->dir;
+        engine_options eo = bundle_engine_options(b);
         engine *e = NULL;
         if(engine_open(&e, &eo, err) != COZY_OK) {
             bundle_unref(b);
@@ -354,8 +360,6 @@ static engine *worker_engine(cozy_err *err)
     return W.e;
 }
 
-static void key_paths(char *msg, const char *dir);
-
 /* The kind (and its API group) each webhook path serves
  * (deploy/50-webhooks.yaml rules). */
 static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
@@ -371,15 +375,6 @@ static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
     return *group = NULL, NULL;
 }
 
-/* A refusal the controller answers itself (not a policy's), as an
- * AdmissionResponse: code 400, `msg`. */
-static json_t *refusal(const json_t *request, int code, const char *msg)
-{
-    return json_pack("{s:O?, s:b, s:{s:i, s:s, s:s}}", "uid", json_object_get(request, "uid"), "allowed", 0,
-                     "status", "code", code, "reason", code == 400 ? "BadRequest" : "InternalError", "message",
-                     msg);
-}
-
 static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
                      json_t **response)
 {
@@ -393,11 +388,11 @@ static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review
                   NULL);
         char msg[1200];
         snprintf(msg, sizeof msg, "cozygpu webhook %s: not serving: %s", ep->name, err.msg);
-        *response = json_pack("{s:s, s:s, s:o}", "apiVersion", "admission.k8s.io/v1", "kind", "AdmissionReview",
-                              "response", refusal(request, 500, msg));
+        *response = admission_envelope(NULL, admission_refusal(request, 500, msg));
         return *response ? 0 : -1;
     }
     json_t *resp = NULL;
+    engine_outcome outcome = ENGINE_REFUSED; /* the controller's own refusals below */
     /* A webhook serves one kind (deploy/50-webhooks.yaml): another kind
      * means the webhook configuration is wrong; refuse rather than let
      * rules that do not match it allow it. */
@@ -413,38 +408,28 @@ static int on_review(void *ctx, const webhook_endpoint *ep, const json_t *review
                  "cozygpu webhook %s serves %s objects (group \"%s\"), not %s (group \"%s\"): check the rules of "
                  "the webhook configuration",
                  ep->name, want, want_group, got ? got : "(no kind)", got_group ? got_group : "");
-        resp = refusal(request, 400, msg);
+        resp = admission_refusal(request, 400, msg);
     } else if(op && (strcmp(op, "CREATE") == 0 || strcmp(op, "UPDATE") == 0) &&
               !json_is_object(json_object_get(request, "object"))) {
         /* the API server always sends the object of a CREATE or UPDATE */
         char msg[300];
         snprintf(msg, sizeof msg, "cozygpu webhook %s: request.object must be an object for %s", ep->name, op);
-        resp = refusal(request, 400, msg);
+        resp = admission_refusal(request, 400, msg);
     } else {
         engine_set_deadline(e, deadline);
-        cozy_result rc = engine_review(e, request, (engine_phase)ep->phase, &resp, &err);
+        engine_verdict v;
+        cozy_result rc = engine_review(e, request, (engine_phase)ep->phase, &v, &err);
         engine_set_deadline(e, NULL);
         if(rc != COZY_OK) {
             log_write(LOG_ERROR, "webhook", "policy engine failed", "webhook", ep->name, "error", err.msg, NULL);
             return -1;
         }
-        /* policy errors name the ConfigMap key, not the bundle directory */
-        json_t *st = json_object_get(resp, "status");
-        const char *m = json_string_value(json_object_get(st, "message"));
-        if(m && W.b && W.b->dir && strstr(m, "cozygpu-bundle-")) {
-            char *buf = strdup(m); /* key_paths only shortens */
-            if(buf) {
-                key_paths(buf, W.b->dir);
-                json_object_set_new(st, "message", json_string(buf));
-                free(buf);
-            }
-        }
+        resp = v.response;
+        outcome = v.outcome;
     }
-    const json_t *st = json_object_get(resp, "status");
-    if(json_integer_value(json_object_get(st, "code")) == 500)
+    if(engine_outcome_is_failure(outcome))
         metrics_counter_add("cozygpu_policy_errors_total", NULL, 1);
-    *response = json_pack("{s:s, s:s, s:o}", "apiVersion", "admission.k8s.io/v1", "kind", "AdmissionReview",
-                          "response", resp);
+    *response = admission_envelope(NULL, resp);
     return *response ? 0 : -1;
 }
 
@@ -503,31 +488,6 @@ static void record_event(const json_t *cm, const char *type, const char *reason,
 
 /* ---- policy reload ------------------------------------------------------- */
 
-static int valid_policy_key(const char *k)
-{
-    size_t n = strlen(k);
-    if(n < 5 || strcmp(k + n - 4, ".lua") != 0)
-        return 0;
-    for(const char *p = k; *p; p++)
-        if(!(*p == '-' || *p == '_' || *p == '.' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-             (*p >= '0' && *p <= '9')))
-            return 0;
-    return k[0] != '.';
-}
-
-static int write_file(const char *path, const char *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if(!f)
-        return -1;
-    int ok = fwrite(data, 1, len, f) == len;
-    ok = (fclose(f) == 0) && ok;
-    return ok ? 0 : -1;
-}
-
-/* A review every bundle must answer without a policy failure: a Namespace
- * CREATE, which no default rule refuses. Catches policies that fail at run
- * time on every request (a bad match function, a library misuse). */
 static cozy_result self_check(engine *e, cozy_err *err)
 {
     json_t *snap = cluster_snapshot();
@@ -541,42 +501,20 @@ static cozy_result self_check(engine *e, cozy_err *err)
                             "namespaces", "operation", "CREATE", "name", "cozygpu-self-check", "userInfo",
                             "username", "system:serviceaccount:cozygpu:self-check", "object", "apiVersion", "v1",
                             "kind", "Namespace", "metadata", "name", "cozygpu-self-check");
-    json_t *resp = NULL;
-    rc = engine_review(e, req, ENGINE_BOTH, &resp, err);
+    engine_verdict v;
+    rc = engine_review(e, req, ENGINE_BOTH, &v, err);
     json_decref(req);
-    if(rc == COZY_OK && json_integer_value(json_object_get(json_object_get(resp, "status"), "code")) == 500)
-        rc = cozy_fail(err, COZY_ERR_POLICY, "self-check review failed: %s",
-                       json_string_value(json_object_get(json_object_get(resp, "status"), "message")));
-    json_decref(resp);
+    if(rc == COZY_OK && engine_outcome_is_failure(v.outcome))
+        rc = cozy_fail(err, COZY_ERR_POLICY, "self-check review failed: %s", v.message ? v.message : "");
+    json_decref(v.response);
     return rc;
 }
 
-/* Rewrites paths inside the bundle directory in `msg` ("/tmp/x/cozygpu-
- * bundle-ab12/site.lua:3: ..." or Lua's shortened ".../site.lua:3") to the
- * ConfigMap key ("site.lua:3"), so messages name what the hoster edits. */
-static void key_paths(char *msg, const char *dir)
-{
-    const char *base = strrchr(dir, '/');
-    base = base ? base + 1 : dir;
-    char needle[PATH_MAX];
-    snprintf(needle, sizeof needle, "%s/", base);
-    char *hit;
-    while((hit = strstr(msg, needle)) != NULL) {
-        char *start = hit;
-        while(start > msg && start[-1] != ' ' && start[-1] != '"' && start[-1] != '(')
-            start--;
-        char *end = hit + strlen(needle);
-        memmove(start, end, strlen(end) + 1);
-        /* a module lib/a/b.lua came from the key lib.a.b.lua */
-        if(strncmp(start, "lib/", 4) == 0)
-            for(char *q = start + 3; *q && *q != ':' && *q != ' ' && *q != '\''; q++)
-                if(*q == '/')
-                    *q = '.';
-    }
-}
-
 /* Compiles `cm` (a ConfigMap, or NULL for "no ConfigMap": defaults only)
- * into a new bundle. On success returns it (refs 1); else NULL with err. */
+ * into a new bundle: its keys become engine sources (engine_source_for_key,
+ * docs/decisions/0007) handed to the engine from memory, so messages name
+ * the keys the hoster edits. On success returns it (refs 1); else NULL with
+ * err. */
 static bundle *compile_bundle(const json_t *cm, cozy_err *err)
 {
     bundle *b = calloc(1, sizeof *b);
@@ -595,67 +533,39 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
     if(cm) {
         b->source_rv = strdup(json_string_value(json_object_get(json_object_get(cm, "metadata"), "resourceVersion"))
                                   ?: "");
-        char tmpl[PATH_MAX];
-        if(snprintf(tmpl, sizeof tmpl, "%s/cozygpu-bundle-XXXXXX", C->f.state_dir) >= (int)sizeof tmpl) {
-            cozy_fail(err, COZY_ERR_IO, "--state-dir: path too long");
+        json_t *data = json_object_get(cm, "data");
+        b->data = json_is_object(data) ? json_deep_copy(data) : json_object();
+        size_t n = json_object_size(b->data);
+        b->sources = calloc(n ? n : 1, sizeof *b->sources);
+        b->modules = calloc(n ? n : 1, sizeof *b->modules);
+        if(!b->data || !b->sources || !b->modules) {
+            cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
             goto fail;
         }
-        if(!mkdtemp(tmpl)) {
-            cozy_fail(err, COZY_ERR_IO, "%s: cannot create a bundle directory: %s", C->f.state_dir, strerror(errno));
-            goto fail;
-        }
-        b->dir = strdup(tmpl);
         const char *k;
         json_t *v;
-        json_object_foreach((json_t *)json_object_get(cm, "data"), k, v)
+        json_object_foreach(b->data, k, v)
         {
-            if(!valid_policy_key(k)) {
+            const char *text = json_string_value(v);
+            cozy_err kerr;
+            cozy_result krc = engine_source_for_key(k, text ? text : "", text ? json_string_length(v) : 0,
+                                                    &b->sources[b->n_sources], b->modules[b->n_sources],
+                                                    sizeof b->modules[0], &kerr);
+            if(krc == COZY_ERR_INPUT) {
                 log_write(LOG_WARN, "reload", "ignoring a key that is not a policy file name (NAME.lua of letters, digits, - _ .)", "configmap", cm_name,
                           "key", k, NULL);
                 continue;
             }
-            /* docs/decisions/0007: key lib.a.b.lua is the module lib/a/b.lua */
-            char p[PATH_MAX];
-            if(strncmp(k, "lib.", 4) == 0) {
-                char rel[PATH_MAX];
-                snprintf(rel, sizeof rel, "%s", k + 4);
-                size_t rl = strlen(rel);
-                rel[rl >= 4 ? rl - 4 : 0] = 0; /* drop .lua ("lib.lua" leaves nothing) */
-                if(!*rel || rel[0] == '.' || rel[strlen(rel) - 1] == '.') {
-                    cozy_fail(err, COZY_ERR_POLICY, "ConfigMap %s/%s: data[%s]: a module key needs a name", C->f.ns,
-                              cm_name, k);
-                    goto fail;
-                }
-                for(char *q = rel; *q; q++)
-                    if(*q == '.')
-                        *q = '/';
-                if(snprintf(p, sizeof p, "%s/lib/%s", b->dir, rel) >= (int)sizeof p - 4) {
-                    cozy_fail(err, COZY_ERR_IO, "ConfigMap %s/%s: data[%s]: path too long", C->f.ns, cm_name, k);
-                    goto fail;
-                }
-                /* create the module's folders */
-                for(char *q = p + strlen(b->dir) + 1; *q; q++)
-                    if(*q == '/') {
-                        *q = 0;
-                        mkdir(p, 0700);
-                        *q = '/';
-                    }
-                snprintf(p + strlen(p), sizeof p - strlen(p), ".lua");
-            } else if(snprintf(p, sizeof p, "%s/%s", b->dir, k) >= (int)sizeof p) {
-                cozy_fail(err, COZY_ERR_IO, "ConfigMap %s/%s: data[%s]: path too long", C->f.ns, cm_name, k);
+            if(krc != COZY_OK) {
+                cozy_fail(err, krc, "ConfigMap %s/%s: %s", C->f.ns, cm_name, kerr.msg);
                 goto fail;
             }
-            const char *s = json_string_value(v);
-            if(!s || write_file(p, s, json_string_length(v)) != 0) {
-                cozy_fail(err, COZY_ERR_IO, "ConfigMap %s/%s: data[%s]: cannot write %s", C->f.ns, cm_name, k, p);
-                goto fail;
-            }
+            b->n_sources++;
         }
         if(json_object_size(json_object_get(cm, "binaryData")) > 0)
             log_write(LOG_WARN, "reload", "ignoring binaryData: policies are text", "configmap", cm_name, NULL);
     }
-    engine_options eo = C->eo;
-    eo.override_dir = b->dir;
+    engine_options eo = bundle_engine_options(b);
     engine *e = NULL;
     cozy_result rc = engine_open(&e, &eo, err);
     if(rc == COZY_OK) {
@@ -663,8 +573,7 @@ static bundle *compile_bundle(const json_t *cm, cozy_err *err)
         engine_close(e);
     }
     if(rc != COZY_OK) {
-        if(b->dir) {
-            key_paths(err->msg, b->dir);
+        if(cm) {
             char tmp[sizeof err->msg];
             snprintf(tmp, sizeof tmp, "%s", err->msg);
             cozy_fail(err, rc, "ConfigMap %s/%s: %s", C->f.ns, cm_name, tmp);
@@ -904,11 +813,11 @@ static void reconcile_classes(engine *e)
                                 "v1alpha1", "kind", "GPUClass", "resource", "group", "cozystack.io", "version",
                                 "v1alpha1", "resource", "gpuclasses", "operation", "CREATE", "name", name ? name : "",
                                 "userInfo", "username", "system:serviceaccount:cozygpu:status", "object", obj);
-        json_t *resp = NULL;
+        engine_verdict v = {0};
         cozy_err err;
-        if(req && name && engine_review(e, req, ENGINE_VALIDATE, &resp, &err) == COZY_OK) {
-            int ok = json_is_true(json_object_get(resp, "allowed"));
-            const char *m = json_string_value(json_object_get(json_object_get(resp, "status"), "message"));
+        if(req && name && engine_review(e, req, ENGINE_VALIDATE, &v, &err) == COZY_OK) {
+            int ok = v.outcome == ENGINE_ALLOWED;
+            const char *m = v.message;
             char now[40];
             time_t t = time(NULL);
             struct tm tm;
@@ -924,7 +833,7 @@ static void reconcile_classes(engine *e)
                           NULL);
             json_decref(out);
         }
-        json_decref(resp);
+        json_decref(v.response);
         json_decref(req);
         json_decref(obj);
     }
@@ -961,8 +870,7 @@ static void *writer_main(void *arg)
         if(!e || eb != b) {
             engine_close(e);
             e = NULL;
-            engine_options eo = C->eo;
-            eo.override_dir = b->dir;
+            engine_options eo = bundle_engine_options(b);
             if(engine_open(&e, &eo, &err) != COZY_OK) {
                 log_write(LOG_ERROR, "status", "cannot open the policy engine", "error", err.msg, NULL);
                 bundle_unref(b);

@@ -22,6 +22,8 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "base/b64.h"
+#include "base/file.h"
 #include "engine/luajson.h"
 
 #ifndef COZYGPU_LIBDIR
@@ -60,8 +62,11 @@ struct engine {
     char *library_dir;
     char *bundle_dir;
     char *override_dir;
+    engine_source *sources;   /* hoster sources from memory (own copies) */
+    size_t n_sources;
     int admission_ref;
     int bundle_ref;
+    int runtime_ref;          /* engine_open_runtime: the module */
     int rule_count;
 };
 
@@ -131,19 +136,26 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     luaL_error(L, e->deadline_passed ? "review deadline passed" : "instruction budget exhausted");
 }
 
-/* Message handler: makes sure the message names file and line of the
- * innermost Lua frame (errors raised by C functions carry none). */
+/* Message handler of engine_call: makes sure the message of a policy's
+ * error names file and line of the innermost Lua frame (errors raised by C
+ * functions carry none). Upvalue 1 is true for trusted runtime code, whose
+ * messages already name the policy file and line they are about: a string
+ * passes unchanged. A non-string error object is described. */
 static int message_handler(lua_State *L)
 {
+    int trusted = lua_toboolean(L, lua_upvalueindex(1));
     const char *msg = lua_tostring(L, 1);
     if(!msg) {
         if(luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
             msg = lua_tostring(L, -1);
         else
             msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    } else if(trusted) {
+        lua_settop(L, 1);
+        return 1;
     }
     lua_Debug ar;
-    for(int level = 0; lua_getstack(L, level, &ar); level++) {
+    for(int level = 0; !trusted && lua_getstack(L, level, &ar); level++) {
         if(!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0)
             continue;
         size_t n = strlen(ar.short_src);
@@ -155,8 +167,89 @@ static int message_handler(lua_State *L)
     return 1;
 }
 
+static const char *const outcome_names[ENGINE_OUTCOME_LAST] = {
+    [ENGINE_ALLOWED] = "allowed", [ENGINE_REFUSED] = "refused", [ENGINE_POLICY_ERROR] = "error",
+    [ENGINE_BUDGET] = "budget",   [ENGINE_MEMORY] = "memory",   [ENGINE_DEADLINE] = "deadline",
+};
+
+const char *engine_outcome_name(engine_outcome o)
+{
+    return (int)o >= 0 && o < ENGINE_OUTCOME_LAST ? outcome_names[o] : "unknown";
+}
+
+int engine_outcome_is_failure(engine_outcome o)
+{
+    return o == ENGINE_POLICY_ERROR || o == ENGINE_BUDGET || o == ENGINE_MEMORY || o == ENGINE_DEADLINE;
+}
+
+/* The outcome named `name` (engine_outcome_name's words), or -1. */
+static int outcome_of(const char *name)
+{
+    for(int i = 0; name && i < ENGINE_OUTCOME_LAST; i++)
+        if(strcmp(outcome_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+engine_outcome engine_call(engine *e, int nargs, int nres, int budgeted, cozy_err *err)
+{
+    lua_State *L = e->L;
+    int base = lua_gettop(L) - nargs; /* the function */
+    lua_pushboolean(L, !budgeted);
+    lua_pushcclosure(L, message_handler, 1);
+    lua_insert(L, base); /* handler at base, function at base + 1 */
+    if(budgeted) {
+        e->in_call = 1;
+        e->instr_used = 0;
+        e->budget_exhausted = 0;
+        e->deadline_passed = 0;
+        e->mem_exhausted = 0;
+        e->mem_limit = e->mem_used + (size_t)e->memory_cap;
+        lua_sethook(L, count_hook, LUA_MASKCOUNT, ENGINE_HOOK_STEP);
+    }
+    int st = lua_pcall(L, nargs, nres, base);
+    int budget = 0, mem = 0, late = 0;
+    if(budgeted) {
+        lua_sethook(L, NULL, 0, 0);
+        e->in_call = 0;
+        e->mem_limit = ENGINE_STATE_CEILING;
+        e->fail_after = 0;
+        e->fail_sticky = 0;
+        budget = e->budget_exhausted, mem = e->mem_exhausted, late = e->deadline_passed;
+    }
+    if(!budget && !mem && !late && st == LUA_OK) {
+        lua_remove(L, base);
+        return ENGINE_ALLOWED;
+    }
+    /* leave exactly one value: the message */
+    if(st != LUA_OK && lua_type(L, -1) == LUA_TSTRING) {
+        lua_replace(L, base);
+        lua_settop(L, base);
+    } else {
+        lua_settop(L, base - 1);
+        lua_pushliteral(L, "");
+    }
+    engine_outcome o = ENGINE_POLICY_ERROR;
+    if(late || budget || mem) {
+        lua_pop(L, 1);
+        if(late)
+            o = ENGINE_DEADLINE, lua_pushliteral(L, "did not finish before the review deadline");
+        else if(budget)
+            o = ENGINE_BUDGET, lua_pushfstring(L, "exceeded its instruction budget of %I instructions",
+                                               (lua_Integer)e->instr_budget);
+        else
+            o = ENGINE_MEMORY, lua_pushfstring(L, "exceeded its memory cap of %I bytes", (lua_Integer)e->memory_cap);
+    }
+    if(err)
+        cozy_fail(err, COZY_ERR_POLICY, "%s", lua_tostring(L, -1));
+    if(mem)
+        lua_gc(L, LUA_GCCOLLECT);
+    return o;
+}
+
 /* host.invoke(name, fn, ...) -> "ok", results... | kind, message
- * kind is "error", "budget" or "memory". The only way policy code is run. */
+ * kind is "error", "budget", "memory" or "deadline". The only way the
+ * runtime runs policy code: engine_call with the budget. */
 static int host_invoke(lua_State *L)
 {
     engine *e = engine_of(L);
@@ -165,43 +258,15 @@ static int host_invoke(lua_State *L)
     if(e->in_call)
         return luaL_error(L, "policy %s: nested policy call", name);
     int nargs = lua_gettop(L) - 2;
-    lua_pushcfunction(L, message_handler);
-    lua_insert(L, 2); /* 1 name, 2 handler, 3 fn, 4.. args */
-
-    e->in_call = 1;
-    e->instr_used = 0;
-    e->budget_exhausted = 0;
-    e->deadline_passed = 0;
-    e->mem_exhausted = 0;
-    e->mem_limit = e->mem_used + (size_t)e->memory_cap;
-    lua_sethook(L, count_hook, LUA_MASKCOUNT, ENGINE_HOOK_STEP);
-    int st = lua_pcall(L, nargs, LUA_MULTRET, 2);
-    lua_sethook(L, NULL, 0, 0);
-    e->in_call = 0;
-    e->mem_limit = ENGINE_STATE_CEILING;
-    e->fail_after = 0;
-    e->fail_sticky = 0;
-
-    int budget = e->budget_exhausted, mem = e->mem_exhausted, late = e->deadline_passed;
-    if(budget || mem || late || st != LUA_OK) {
-        const char *detail = st != LUA_OK && lua_type(L, 3) == LUA_TSTRING ? lua_tostring(L, 3) : "";
-        if(late)
-            lua_pushliteral(L, "deadline"), lua_pushliteral(L, "did not finish before the review deadline");
-        else if(budget)
-            lua_pushliteral(L, "budget"), lua_pushfstring(L, "exceeded its instruction budget of %I instructions",
-                                                          (lua_Integer)e->instr_budget);
-        else if(mem)
-            lua_pushliteral(L, "memory"), lua_pushfstring(L, "exceeded its memory cap of %I bytes",
-                                                          (lua_Integer)e->memory_cap);
-        else
-            lua_pushliteral(L, "error"), lua_pushstring(L, detail);
-        if(mem)
-            lua_gc(L, LUA_GCCOLLECT);
+    engine_outcome o = engine_call(e, nargs, LUA_MULTRET, 1, NULL);
+    if(o != ENGINE_ALLOWED) {
+        lua_pushstring(L, engine_outcome_name(o));
+        lua_insert(L, -2);
         return 2;
     }
-    int nres = lua_gettop(L) - 2;
+    int nres = lua_gettop(L) - 1; /* the name stays at 1 */
     lua_pushliteral(L, "ok");
-    lua_insert(L, 3);
+    lua_insert(L, 2);
     return nres + 1;
 }
 
@@ -209,21 +274,13 @@ static int host_invoke(lua_State *L)
 
 static char *read_source(const char *path, size_t *len, cozy_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if(!f) {
-        cozy_fail(err, COZY_ERR_IO, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    int rc = cozy_read_file(path, ENGINE_MAX_SOURCE_BYTES, &buf, len);
+    if(rc) {
+        cozy_fail(err, COZY_ERR_IO, "%s: %s", path,
+                  rc == EFBIG || rc == ENOMEM ? "too large or out of memory" : strerror(rc));
         return NULL;
     }
-    char *buf = malloc(ENGINE_MAX_SOURCE_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, ENGINE_MAX_SOURCE_BYTES + 1, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if(!buf || bad || n > ENGINE_MAX_SOURCE_BYTES) {
-        free(buf);
-        cozy_fail(err, COZY_ERR_IO, "%s: %s", path, bad ? "read error" : "too large or out of memory");
-        return NULL;
-    }
-    *len = n;
     return buf;
 }
 
@@ -239,21 +296,13 @@ static void push_env(lua_State *L)
     lua_setmetatable(L, -2);
 }
 
-/* Loads `path` as text with chunk name "@path" and a fresh _ENV. Pushes the
- * function, or nil and a message. */
-static int push_chunk(lua_State *L, const char *path)
+/* Loads `len` bytes of `text` as text (mode "t") with chunk name
+ * "@<name>" (so messages read "<name>:<line>:") and a fresh _ENV. Pushes
+ * the function, or nil and a message. */
+static int push_chunk_text(lua_State *L, const char *name, const char *text, size_t len)
 {
-    cozy_err err = {{0}};
-    size_t len = 0;
-    char *src = read_source(path, &len, &err);
-    if(!src) {
-        lua_pushnil(L);
-        lua_pushstring(L, err.msg);
-        return 2;
-    }
-    lua_pushfstring(L, "@%s", path);
-    int st = luaL_loadbufferx(L, src, len, lua_tostring(L, -1), "t");
-    free(src);
+    lua_pushfstring(L, "@%s", name);
+    int st = luaL_loadbufferx(L, text, len, lua_tostring(L, -1), "t");
     lua_remove(L, -2);
     if(st != LUA_OK) {
         lua_pushnil(L);
@@ -264,6 +313,35 @@ static int push_chunk(lua_State *L, const char *path)
     if(!lua_setupvalue(L, -2, 1))
         lua_pop(L, 1);
     return 1;
+}
+
+/* Loads the file `path` as push_chunk_text does, named by its path. */
+static int push_chunk(lua_State *L, const char *path)
+{
+    cozy_err err = {{0}};
+    size_t len = 0;
+    char *src = read_source(path, &len, &err);
+    if(!src) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    int n = push_chunk_text(L, path, src, len);
+    free(src);
+    return n;
+}
+
+/* The hoster source from memory that is module `module` (want_module) or
+ * the policy file named `name`, or NULL. */
+static const engine_source *find_source(const engine *e, const char *name, int want_module)
+{
+    for(size_t i = 0; i < e->n_sources; i++) {
+        const engine_source *src = &e->sources[i];
+        const char *key = want_module ? src->module : src->name;
+        if(!want_module == !src->module && key && strcmp(key, name) == 0)
+            return src;
+    }
+    return NULL;
 }
 
 static int valid_module_name(const char *s)
@@ -313,7 +391,10 @@ static int sandbox_require(lua_State *L)
         for(char *p = rel; *p; p++)
             if(*p == '.')
                 *p = '/';
-        const char *dirs[3] = {e->library_dir, e->bundle_dir, e->override_dir};
+        /* the library serves only its public namespace (cozygpu.*): the
+         * runtime's own modules (lua/runtime/) are out of a policy's reach */
+        int public_name = strncmp(name, "cozygpu.", 8) == 0;
+        const char *dirs[3] = {public_name ? e->library_dir : NULL, e->bundle_dir, e->override_dir};
         const char *subs[3] = {"", "/lib", "/lib"};
         char path[PATH_MAX];
         int found = 0;
@@ -323,9 +404,10 @@ static int sandbox_require(lua_State *L)
             snprintf(path, sizeof path, "%s%s/%s.lua", dirs[i], subs[i], rel);
             found = file_exists(path);
         }
-        if(!found)
+        const engine_source *src = found ? NULL : find_source(e, name, 1);
+        if(!found && !src)
             return luaL_error(L, "module '%s' not found in the policy library or bundle lib/", name);
-        if(push_chunk(L, path) != 1)
+        if((src ? push_chunk_text(L, src->name, src->text, src->len) : push_chunk(L, path)) != 1)
             return luaL_error(L, "module '%s': %s", name, lua_tostring(L, -1));
         lua_pushboolean(L, 1);
         lua_setfield(L, 3, name); /* loading[name] = true */
@@ -344,10 +426,21 @@ static int sandbox_require(lua_State *L)
     return 1;
 }
 
-/* host.load(path) -> chunk | nil, message */
+/* host.load(path[, from_memory]) -> chunk | nil, message. With
+ * from_memory, `path` is the name of a hoster source given to engine_open. */
 static int host_load(lua_State *L)
 {
-    return push_chunk(L, luaL_checkstring(L, 1));
+    const char *path = luaL_checkstring(L, 1);
+    if(lua_toboolean(L, 2)) {
+        const engine_source *src = find_source(engine_of(L), path, 0);
+        if(!src) {
+            lua_pushnil(L);
+            lua_pushfstring(L, "%s: no such source", path);
+            return 2;
+        }
+        return push_chunk_text(L, src->name, src->text, src->len);
+    }
+    return push_chunk(L, path);
 }
 
 /* host.readonly(v) -> read-only view */
@@ -430,42 +523,30 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* keeps NAME.lua but hidden files */
+static int is_policy_file(const char *name, void *ctx)
+{
+    (void)ctx;
+    size_t len = strlen(name);
+    return name[0] != '.' && len >= 5 && strcmp(name + len - 4, ".lua") == 0;
+}
+
 /* Lists *.lua directly inside dir (not lib/), sorted by name. */
 static cozy_result list_lua(const char *dir, char ***names, size_t *count, cozy_err *err)
 {
-    DIR *d = opendir(dir);
-    if(!d)
-        return cozy_fail(err, COZY_ERR_IO, "%s: %s", dir, strerror(errno));
-    size_t n = 0, cap = 16;
-    char **v = malloc(cap * sizeof *v);
-    struct dirent *de;
-    while(v && (de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if(de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".lua") != 0)
-            continue;
-        if(n == cap) {
-            char **w = realloc(v, (cap *= 2) * sizeof *v);
-            if(!w)
-                break;
-            v = w;
-        }
-        v[n++] = strdup(de->d_name);
-    }
-    closedir(d);
-    if(!v)
-        return cozy_fail(err, COZY_ERR_IO, "%s: out of memory", dir);
-    qsort(v, n, sizeof *v, cmp_names);
-    *names = v;
-    *count = n;
+    int rc = cozy_list_dir(dir, is_policy_file, NULL, names, count);
+    if(rc)
+        return cozy_fail(err, COZY_ERR_IO, "%s: %s", dir, rc == ENOMEM ? "out of memory" : strerror(rc));
     return COZY_OK;
 }
 
-/* Pushes the list of policy files {{name=, path=}, ...} sorted by file
- * name, an override file replacing the bundle file of the same name. */
+/* Pushes the list of policy files {{name=, path=, memory=}, ...} sorted by
+ * file name, an override file (or hoster source from memory, whose path is
+ * its name) replacing the bundle file of the same name. */
 static cozy_result push_policy_list(lua_State *L, engine *e, cozy_err *err)
 {
     cozy_result rc = COZY_OK;
-    json_t *byname = json_object(); /* name -> path; override replaces */
+    json_t *byname = json_object(); /* name -> {path, memory}; override replaces */
     const char *dirs[2] = {e->bundle_dir, e->override_dir};
     for(int d = 0; d < 2 && rc == COZY_OK; d++) {
         if(!dirs[d])
@@ -477,11 +558,14 @@ static cozy_result push_policy_list(lua_State *L, engine *e, cozy_err *err)
         for(size_t i = 0; i < n; i++) {
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/%s", dirs[d], names[i]);
-            json_object_set_new(byname, names[i], json_string(path));
-            free(names[i]);
+            json_object_set_new(byname, names[i], json_pack("{s:s, s:b}", "path", path, "memory", 0));
         }
-        free(names);
+        cozy_free_names(names, n);
     }
+    for(size_t i = 0; rc == COZY_OK && i < e->n_sources; i++)
+        if(!e->sources[i].module)
+            json_object_set_new(byname, e->sources[i].name,
+                                json_pack("{s:s, s:b}", "path", e->sources[i].name, "memory", 1));
     if(rc != COZY_OK) {
         json_decref(byname);
         return rc;
@@ -498,8 +582,11 @@ static cozy_result push_policy_list(lua_State *L, engine *e, cozy_err *err)
         lua_createtable(L, 0, 2);
         lua_pushstring(L, keys[i]);
         lua_setfield(L, -2, "name");
-        lua_pushstring(L, json_string_value(json_object_get(byname, keys[i])));
+        const json_t *f = json_object_get(byname, keys[i]);
+        lua_pushstring(L, json_string_value(json_object_get(f, "path")));
         lua_setfield(L, -2, "path");
+        lua_pushboolean(L, json_is_true(json_object_get(f, "memory")));
+        lua_setfield(L, -2, "memory");
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     free(keys);
@@ -509,38 +596,53 @@ static cozy_result push_policy_list(lua_State *L, engine *e, cozy_err *err)
 
 /* Calls admission[fn](args already on the stack: nargs) in plain protected
  * mode (the library is trusted: no budget). Leaves nres results. */
-static cozy_result call_admission(engine *e, const char *fn, int nargs, int nres, cozy_err *err)
+/* Calls field `fn` of the runtime module `ref` (args already on the
+ * stack: nargs) through engine_call, trusted (no budget: the runtime is
+ * ours). Leaves nres results. COZY_ERR_INTERNAL with the message when it
+ * raised. */
+static cozy_result call_runtime(engine *e, int ref, const char *fn, int nargs, int nres, cozy_err *err)
 {
     lua_State *L = e->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, e->admission_ref);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
     lua_getfield(L, -1, fn);
     lua_remove(L, -2);
     lua_insert(L, -(nargs + 1));
-    /* no message handler: the library raises messages that already name
-     * the policy file and line */
-    int st = lua_pcall(L, nargs, nres, 0);
-    if(st != LUA_OK) {
-        cozy_fail(err, COZY_ERR_INTERNAL, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "error");
+    if(engine_call(e, nargs, nres, 0, err) != ENGINE_ALLOWED) {
         lua_pop(L, 1);
         return COZY_ERR_INTERNAL;
     }
     return COZY_OK;
 }
 
+static cozy_result call_admission(engine *e, const char *fn, int nargs, int nres, cozy_err *err)
+{
+    return call_runtime(e, e->admission_ref, fn, nargs, nres, err);
+}
+
+/* Opens the allowed libraries, builds the shared read-only base, then loads
+ * the runtime module (upvalue 1: its name) from <library>/runtime/ and
+ * leaves its value. Runs under engine_call. */
 static int open_protected(lua_State *L)
 {
-    engine *e = lua_touserdata(L, 1);
+    engine *e = engine_of(L);
     open_libs(L);
     luajson_open_markers(L);
     build_base(L);
-    lua_pushcfunction(L, sandbox_require);
-    lua_pushliteral(L, "cozygpu.admission");
+    const char *module = lua_tostring(L, lua_upvalueindex(1));
+    char path[PATH_MAX];
+    if(snprintf(path, sizeof path, "%s/runtime/%s.lua", e->library_dir, module) >= (int)sizeof path)
+        return luaL_error(L, "%s/runtime/%s.lua: path too long", e->library_dir, module);
+    if(push_chunk(L, path) != 1)
+        return lua_error(L);
+    lua_pushstring(L, module);
     lua_call(L, 1, 1);
-    e->admission_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    return 0;
+    return 1;
 }
 
-cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
+/* A new engine with its state, the libraries and the runtime module
+ * `module` loaded (its reference in *ref). */
+static cozy_result engine_new(engine **out, const engine_options *opt, const char *module, int *ref,
+                              cozy_err *err)
 {
     engine *e = calloc(1, sizeof *e);
     if(!e)
@@ -551,8 +653,36 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
     e->library_dir = strdup(opt && opt->library_dir ? opt->library_dir : COZYGPU_LIBDIR);
     e->bundle_dir = strdup(opt && opt->bundle_dir ? opt->bundle_dir : COZYGPU_POLICYDIR);
     e->override_dir = opt && opt->override_dir ? strdup(opt->override_dir) : NULL;
-    e->admission_ref = e->bundle_ref = LUA_NOREF;
-    cozy_result rc = COZY_OK;
+    e->admission_ref = e->bundle_ref = e->runtime_ref = LUA_NOREF;
+    if(!e->library_dir || !e->bundle_dir || (opt && opt->override_dir && !e->override_dir)) {
+        engine_close(e);
+        return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
+    }
+    size_t n = opt && !opt->override_dir ? opt->n_override_sources : 0;
+    if(n) {
+        e->sources = calloc(n, sizeof *e->sources);
+        if(!e->sources) {
+            engine_close(e);
+            return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
+        }
+        for(size_t i = 0; i < n; i++) {
+            const engine_source *in = &opt->override_sources[i];
+            engine_source *c = &e->sources[e->n_sources++];
+            c->name = strdup(in->name);
+            c->module = in->module ? strdup(in->module) : NULL;
+            char *text = malloc(in->len + 1);
+            if(text) {
+                memcpy(text, in->text, in->len);
+                text[in->len] = 0;
+            }
+            c->text = text;
+            c->len = in->len;
+            if(!c->name || (in->module && !c->module) || !text) {
+                engine_close(e);
+                return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
+            }
+        }
+    }
     e->L = lua_newstate(engine_alloc, e);
     if(!e->L) {
         engine_close(e);
@@ -563,13 +693,30 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
      * (the request, views, verdicts) over a long-lived library and cluster
      * view, which is the case it is built for (Lua 5.4 manual §2.5.2). */
     lua_gc(L, LUA_GCGEN, 0, 0);
-    lua_pushcfunction(L, open_protected);
-    lua_pushlightuserdata(L, e);
-    if(lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        rc = cozy_fail(err, COZY_ERR_POLICY, "loading the policy library: %s", lua_tostring(L, -1));
+    lua_pushstring(L, module);
+    lua_pushcclosure(L, open_protected, 1);
+    cozy_err cerr;
+    if(engine_call(e, 0, 1, 0, &cerr) != ENGINE_ALLOWED) {
+        cozy_result rc = cozy_fail(err, COZY_ERR_POLICY, "loading the policy library: %s", cerr.msg);
         engine_close(e);
         return rc;
     }
+    int r = luaL_ref(L, LUA_REGISTRYINDEX);
+    if(ref)
+        *ref = r;
+    else
+        e->admission_ref = r;
+    *out = e;
+    return COZY_OK;
+}
+
+cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
+{
+    engine *e = NULL;
+    cozy_result rc = engine_new(&e, opt, "admission", NULL, err);
+    if(rc != COZY_OK)
+        return rc;
+    lua_State *L = e->L;
     /* host table handed to the trusted admission module */
     lua_createtable(L, 0, 8);
     lua_pushcfunction(L, host_invoke);
@@ -601,12 +748,42 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
     return COZY_OK;
 }
 
+cozy_result engine_open_runtime(engine **out, const engine_options *opt, const char *module, cozy_err *err)
+{
+    if(!valid_module_name(module) || strchr(module, '.'))
+        return cozy_fail(err, COZY_ERR_USAGE, "runtime module %s: not a module name", module);
+    engine *e = NULL;
+    int ref = LUA_NOREF;
+    cozy_result rc = engine_new(&e, opt, module, &ref, err);
+    if(rc != COZY_OK)
+        return rc;
+    e->runtime_ref = ref;
+    *out = e;
+    return COZY_OK;
+}
+
+void engine_push_runtime_fn(engine *e, const char *fn)
+{
+    lua_rawgeti(e->L, LUA_REGISTRYINDEX, e->runtime_ref);
+    if(lua_type(e->L, -1) == LUA_TTABLE || lua_type(e->L, -1) == LUA_TUSERDATA)
+        lua_getfield(e->L, -1, fn);
+    else
+        lua_pushnil(e->L);
+    lua_remove(e->L, -2);
+}
+
 void engine_close(engine *e)
 {
     if(!e)
         return;
     if(e->L)
         lua_close(e->L);
+    for(size_t i = 0; i < e->n_sources; i++) {
+        free((char *)e->sources[i].name);
+        free((char *)e->sources[i].module);
+        free((char *)e->sources[i].text);
+    }
+    free(e->sources);
     free(e->library_dir);
     free(e->bundle_dir);
     free(e->override_dir);
@@ -634,20 +811,23 @@ int engine_rule_count(engine *e)
     return e->rule_count;
 }
 
-/* pushes the JSON value inside a protected call */
+/* pushes the JSON value (light userdata upvalue-free argument 1) */
 static int push_json_protected(lua_State *L)
 {
     luajson_push(L, lua_touserdata(L, 1));
     return 1;
 }
 
+/* Pushes `j` as Lua through engine_call (conversion can run out of
+ * memory). COZY_ERR_INTERNAL when it fails, nothing pushed. */
 static cozy_result push_json(engine *e, const json_t *j, cozy_err *err)
 {
     lua_State *L = e->L;
     lua_pushcfunction(L, push_json_protected);
     lua_pushlightuserdata(L, (void *)j);
-    if(lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        cozy_fail(err, COZY_ERR_INTERNAL, "converting to Lua: %s", lua_tostring(L, -1));
+    cozy_err cerr;
+    if(engine_call(e, 1, 1, 0, &cerr) != ENGINE_ALLOWED) {
+        cozy_fail(err, COZY_ERR_INTERNAL, "converting to Lua: %s", cerr.msg);
         lua_pop(L, 1);
         return COZY_ERR_INTERNAL;
     }
@@ -669,33 +849,12 @@ cozy_result engine_set_cluster(engine *e, const json_t *objects, const json_t *s
     return rc;
 }
 
-static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *base64_encode(const char *in, size_t len)
-{
-    char *out = malloc(4 * ((len + 2) / 3) + 1), *o = out;
-    if(!out)
-        return NULL;
-    for(size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)(unsigned char)in[i] << 16;
-        if(i + 1 < len)
-            v |= (uint32_t)(unsigned char)in[i + 1] << 8;
-        if(i + 2 < len)
-            v |= (uint32_t)(unsigned char)in[i + 2];
-        *o++ = b64chars[(v >> 18) & 63];
-        *o++ = b64chars[(v >> 12) & 63];
-        *o++ = i + 1 < len ? b64chars[(v >> 6) & 63] : '=';
-        *o++ = i + 2 < len ? b64chars[v & 63] : '=';
-    }
-    *o = 0;
-    return out;
-}
-
-cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, json_t **response, cozy_err *err)
+cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err)
 {
     lua_State *L = e->L;
     int top = lua_gettop(L);
     cozy_result rc;
+    memset(out, 0, sizeof *out);
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
     if((rc = push_json(e, request, err)) != COZY_OK) {
         lua_settop(L, top);
@@ -706,18 +865,25 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
     lua_setfield(L, -2, "validate");
     lua_pushboolean(L, (phases & ENGINE_MUTATE) != 0);
     lua_setfield(L, -2, "mutate");
-    if((rc = call_admission(e, "review", 3, 1, err)) != COZY_OK) {
+    /* admission.review -> response, outcome word, rule name */
+    if((rc = call_admission(e, "review", 3, 3, err)) != COZY_OK) {
         lua_settop(L, top);
         return rc;
     }
-    json_t *resp = luajson_to_json(L, -1, err);
+    int outcome = outcome_of(lua_tostring(L, -2));
+    if(outcome < 0) {
+        lua_settop(L, top);
+        return cozy_fail(err, COZY_ERR_INTERNAL, "admission.review returned no outcome");
+    }
+    snprintf(out->rule, sizeof out->rule, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    json_t *resp = luajson_to_json(L, -3, err);
     lua_settop(L, top);
     if(!resp)
         return COZY_ERR_INTERNAL;
     json_t *ops = json_object_get(resp, "patch");
     if(ops && json_is_array(ops)) {
         char *text = json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS);
-        char *b64 = text ? base64_encode(text, strlen(text)) : NULL;
+        char *b64 = text ? cozy_base64_encode(text, strlen(text)) : NULL;
         free(text);
         if(!b64) {
             json_decref(resp);
@@ -727,7 +893,34 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
         json_object_set_new(resp, "patchType", json_string("JSONPatch"));
         free(b64);
     }
-    *response = resp;
+    out->outcome = (engine_outcome)outcome;
+    out->response = resp;
+    out->message = json_string_value(json_object_get(json_object_get(resp, "status"), "message"));
+    return COZY_OK;
+}
+
+cozy_result engine_source_for_key(const char *key, const char *text, size_t len, engine_source *out, char *module,
+                                  size_t size, cozy_err *err)
+{
+    size_t n = strlen(key);
+    int ok = n >= 5 && strcmp(key + n - 4, ".lua") == 0 && key[0] != '.';
+    for(const char *p = key; ok && *p; p++)
+        ok = *p == '-' || *p == '_' || *p == '.' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+             (*p >= '0' && *p <= '9');
+    if(!ok)
+        return cozy_fail(err, COZY_ERR_INPUT, "%s: not a policy file name (NAME.lua of letters, digits, - _ .)", key);
+    *out = (engine_source){.name = key, .module = NULL, .text = text, .len = len};
+    if(strncmp(key, "lib.", 4) != 0)
+        return COZY_OK;
+    /* docs/decisions/0007: key lib.a.b.lua is the module "a.b" */
+    size_t m = n >= 8 ? n - 8 : 0; /* without "lib." and ".lua" ("lib.lua" leaves nothing) */
+    if(m == 0 || key[4] == '.' || key[4 + m - 1] == '.')
+        return cozy_fail(err, COZY_ERR_POLICY, "data[%s]: a module key needs a name", key);
+    if(m >= size)
+        return cozy_fail(err, COZY_ERR_POLICY, "data[%s]: module name too long", key);
+    memcpy(module, key + 4, m);
+    module[m] = 0;
+    out->module = module;
     return COZY_OK;
 }
 

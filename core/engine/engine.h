@@ -26,13 +26,66 @@
 
 typedef struct engine engine;
 
+/* One hoster source handed to the engine from memory (the policies
+ * ConfigMap): either a policy file or a module of the bundle's lib/. */
+typedef struct engine_source {
+    const char *name;   /* chunk name in messages: the ConfigMap key ("site.lua", "lib.a.b.lua") */
+    const char *module; /* NULL: a policy file; else the module name `require` finds it by ("a.b") */
+    const char *text;   /* Lua source (not NUL-terminated necessarily) */
+    size_t len;         /* bytes of text */
+} engine_source;
+
 typedef struct engine_options {
     const char *library_dir;  /* the policy library (lua/); NULL: built-in path */
     const char *bundle_dir;   /* default policies; NULL: built-in path */
     const char *override_dir; /* hoster policies; NULL: none */
+    /* hoster policies from memory, instead of override_dir (borrowed for
+     * the duration of engine_open: the engine keeps its own copies) */
+    const engine_source *override_sources;
+    size_t n_override_sources;
     long long instructions;   /* per hook call; <= 0: 10,000,000 */
     long long memory_bytes;   /* per hook call, above what the state holds; <= 0: 64 MiB */
 } engine_options;
+
+/* What a review, or one protected call into Lua, came to. The webhook, the
+ * CLI and the metrics switch on this code, never on an HTTP status or on a
+ * message's text. */
+typedef enum engine_outcome {
+    ENGINE_ALLOWED = 0,  /* allowed (maybe with a patch or warnings); for a call: it returned */
+    ENGINE_REFUSED,      /* a rule denied (403, or the code the rule chose) */
+    ENGINE_POLICY_ERROR, /* a rule raised, or returned what is not a verdict or a patch */
+    ENGINE_BUDGET,       /* a rule ran out of its instruction budget */
+    ENGINE_MEMORY,       /* a rule ran out of its memory cap */
+    ENGINE_DEADLINE,     /* a rule was still running at the review deadline */
+    ENGINE_OUTCOME_LAST
+} engine_outcome;
+
+/* A static name for `o`: "allowed", "refused", "error", "budget",
+ * "memory", "deadline" (the words the Lua side uses too). Never NULL. */
+const char *engine_outcome_name(engine_outcome o);
+
+/* 1 when `o` is a failure of a policy (error, budget, memory, deadline):
+ * a refusal that the policy did not decide (fail closed, DESIGN.md §9). */
+int engine_outcome_is_failure(engine_outcome o);
+
+/* The answer to one review. */
+typedef struct engine_verdict {
+    engine_outcome outcome;
+    char rule[160];    /* the rule that refused or failed first; "" when allowed */
+    json_t *response;  /* the AdmissionResponse (caller owns; see engine_review) */
+    const char *message; /* response.status.message (borrowed from response), or NULL when allowed */
+} engine_verdict;
+
+/* Maps a policies ConfigMap key to the source it carries
+ * (docs/decisions/0007): "NAME.lua" is the policy file NAME.lua; "lib.a.b.lua"
+ * is the module "a.b" of the bundle's lib/. `module` receives the module name
+ * (size bytes) and out->module points to it for a module key. Returns
+ * COZY_OK; COZY_ERR_INPUT when the key is not a policy file name (NAME.lua
+ * of letters, digits, '-', '_' and '.': callers skip it with a warning);
+ * COZY_ERR_POLICY when it is a module key without a name ("lib.lua",
+ * "lib..lua"). out->name is `key`, out->text/len are `text`/`len`. */
+cozy_result engine_source_for_key(const char *key, const char *text, size_t len, engine_source *out, char *module,
+                                  size_t size, cozy_err *err);
 
 /* Creates an engine and loads the library and policies. On success *out is
  * a new engine (free with engine_close). On failure returns COZY_ERR_IO
@@ -57,13 +110,16 @@ typedef enum engine_phase {
 } engine_phase;
 
 /* Answers one AdmissionRequest (`request`, borrowed: the `request` member
- * of an AdmissionReview v1). *response is a new AdmissionResponse object
- * (caller owns): uid echoed, allowed, status {code, reason, message} when
- * refused, patchType "JSONPatch" and base64 patch when mutated, warnings.
- * Policy failures are refusals inside the response, not errors; an error
- * return (COZY_ERR_INTERNAL) means the library itself failed, and the
- * caller must treat it as a refusal too. */
-cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, json_t **response, cozy_err *err);
+ * of an AdmissionReview v1). out->response is a new AdmissionResponse
+ * object (caller owns): uid echoed, allowed, status {code, reason, message}
+ * when refused, patchType "JSONPatch" and base64 patch when mutated,
+ * warnings. out->outcome says what happened and out->rule which rule
+ * decided it: a policy failure (error, budget, memory, deadline) takes
+ * precedence over a denial, and the first rule in bundle order is named.
+ * Policy failures are refusals inside the response (code 500), not errors;
+ * an error return (COZY_ERR_INTERNAL, *out zeroed) means the library itself
+ * failed, and the caller must treat it as a refusal too. */
+cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err);
 
 /* Applies JSONPatch `ops` (array) to `doc` (both borrowed) with the
  * library's RFC 6902 implementation. On success *out is the new document
@@ -80,8 +136,33 @@ cozy_result engine_apply_patch(engine *e, const json_t *doc, const json_t *ops, 
  * interrupted. */
 void engine_set_deadline(engine *e, const struct timespec *deadline);
 
-/* The engine's Lua state, for the Lua module used by specs. Borrowed. */
+/* The engine's Lua state, for callers that push arguments and read
+ * results around engine_call (the agent, the specs' module). Borrowed. */
 lua_State *engine_lua(engine *e);
+
+/* Opens an engine for a trusted runtime module instead of a policy bundle:
+ * the same allow-list of libraries and the same sandboxed `require` as
+ * policies (lua/ only; no bundle), then `module` loaded from the runtime
+ * folder (lua/runtime/, which a policy's `require` cannot reach: it finds
+ * only cozygpu.* in the library and the bundle's lib/). Used by the agent
+ * for runtime.layout. On failure COZY_ERR_POLICY with the module's file and
+ * line, or COZY_ERR_IO. Free with engine_close. */
+cozy_result engine_open_runtime(engine **out, const engine_options *opt, const char *module, cozy_err *err);
+
+/* Pushes field `fn` of the runtime module of an engine_open_runtime engine
+ * (nil when absent). */
+void engine_push_runtime_fn(engine *e, const char *fn);
+
+/* The one protected call into Lua: calls the function below `nargs`
+ * arguments on engine_lua(e)'s stack, with a traceback message handler
+ * that names the file and line. With `budgeted` the call runs under the
+ * per-call instruction budget, memory cap and deadline (policy code);
+ * without, it is trusted runtime code and runs under the state's ceiling
+ * only. Returns ENGINE_ALLOWED with nres results pushed; else the failure
+ * kind (ENGINE_POLICY_ERROR, _BUDGET, _MEMORY, _DEADLINE) with err->msg set
+ * and nothing pushed. Model: lua.c's docall (STYLE.md "One protected way
+ * into Lua"). */
+engine_outcome engine_call(engine *e, int nargs, int nres, int budgeted, cozy_err *err);
 
 /* Test switch: the Nth allocation from now inside a policy call fails
  * (n >= 1); 0 disables. Lets specs prove out-of-memory becomes a refusal

@@ -1,10 +1,10 @@
--- lua/cozygpu/layout.lua: the agent's plan and GPUNode status, on
+-- lua/runtime/layout.lua: the agent's plan and GPUNode status, on
 -- inventories written out by hand in the shape of docs/gpunode.md. The
 -- type ids and names are the real L40S catalog's
 -- (fixtures/sysfs/creatable_vgpu_types/l40s-full-catalog.txt): 1155 is
 -- "NVIDIA L40S-24Q", 1156 "NVIDIA L40S-48Q", 1147 "NVIDIA L40S-1Q".
 -- The C side (writes, rescans, the API) is in agent_spec.lua.
-local layout = require "cozygpu.layout"
+local layout = require "runtime.layout"
 local json = H.json
 
 local PF = "0000:41:00.0"

@@ -1,7 +1,8 @@
---- cozygpu.admission — runs the policy bundle over one AdmissionRequest.
+--- runtime.admission — runs the policy bundle over one AdmissionRequest.
 ---
---- Trusted library code, called by the C engine (core/engine/engine.c) with the
---- `host` table; every policy function runs through host.invoke, which
+--- Trusted runtime code, out of a policy's reach (a policy's `require`
+--- finds only cozygpu.* in lua/ and the bundle's lib/), loaded and called by
+--- the C engine (core/engine/engine.c, engine_call) with the `host` table; every policy function runs through host.invoke, which
 --- applies the instruction budget and memory cap and never raises. A policy
 --- that errors, loops or runs out of memory is a refusal naming it (fail
 --- closed, DESIGN.md §9).
@@ -23,7 +24,7 @@ function M.load(host)
   base.patch = require "cozygpu.jsonpatch"
   local bundle = { host = host, rules = {}, byname = {}, count = 0 }
   for _, f in ipairs(host.policy_files) do
-    local chunk, err = host.load(f.path)
+    local chunk, err = host.load(f.path, f.memory)
     if not chunk then error(err, 0) end
     local st, result = host.invoke(f.name, chunk)
     if st ~= "ok" then error(("%s: %s"):format(f.path, result), 0) end
@@ -86,8 +87,12 @@ end
 
 --- Answers one AdmissionRequest. `request` is the request as a Lua table
 --- (converted from JSON), `phases` = {validate = bool, mutate = bool}.
---- Returns an AdmissionResponse table; `patch` is the list of operations
---- (the C side encodes it to base64).
+--- Returns the AdmissionResponse table (`patch` is the list of operations;
+--- the C side encodes it to base64), the outcome ("allowed", "refused",
+--- or the first failure's kind: "error", "budget", "memory", "deadline")
+--- and the name of the rule that decided it (nil when allowed). A failure
+--- wins over a denial: the review is refused with 500 (fail closed,
+--- DESIGN.md §9); engine.h's engine_outcome mirrors these words.
 function M.review(bundle, request, phases)
   local host, cluster = bundle.host, bundle.cluster
   local req = host.readonly(request)
@@ -96,8 +101,10 @@ function M.review(bundle, request, phases)
   -- once the review's deadline has passed, the rules not yet run are
   -- skipped: only the rule that was running is named
   local late = false
+  local first_failure -- {kind, rule}
   local function failed(r, kind, message)
     failures[#failures + 1] = ("policy %q %s"):format(r.name, describe(kind, message))
+    first_failure = first_failure or { kind = kind, rule = r.name }
     if kind == "deadline" then late = true end
   end
 
@@ -192,7 +199,9 @@ function M.review(bundle, request, phases)
   end
   if #warnings > 0 then response.warnings = json.array(warnings) end
   if response.allowed and #ops > 0 then response.patch = ops end
-  return response
+  if first_failure then return response, first_failure.kind, first_failure.rule end
+  if #denials > 0 then return response, "refused", denials[1].rule end
+  return response, "allowed", nil
 end
 
 --- Applies a JSONPatch to a document (for `cozygpu policy test`).

@@ -1,4 +1,4 @@
---- cozygpu.layout — the node agent's decisions: which vGPU type each VF
+--- runtime.layout — the node agent's decisions: which vGPU type each VF
 --- gets from the declared layout, what waits, what is refused, and the
 --- GPUNode status (DESIGN.md §3 GPUNode, §7; docs/decisions/0011).
 ---

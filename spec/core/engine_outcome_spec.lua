@@ -1,0 +1,122 @@
+-- What a review came to, as a code (engine.h engine_outcome): the webhook,
+-- the CLI and the metrics switch on it, never on an HTTP status or a
+-- message. Also: hoster sources from memory, keyed as the policies
+-- ConfigMap is (docs/decisions/0007), and the runtime's own Lua out of a
+-- policy's reach (DESIGN.md §9, issue 10).
+local core, json = H.core, H.json
+
+local function bundle(files)
+  local dir = H.tmpdir()
+  for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
+  return dir
+end
+
+local function pod_request()
+  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } })
+end
+
+local function pod_rule(name, body)
+  return ("return rule %q { match = { kind = 'Pod' }, validate = function(req, cluster) %s end }"):format(name, body)
+end
+
+describe("review outcome", function()
+  local cases = {
+    { "allowed", pod_rule("site/ok", "return nil"), "allowed", nil, true, nil },
+    { "a denial", pod_rule("site/no", "return deny('no pods here')"), "refused", "site/no", false, 403 },
+    { "a runtime error", pod_rule("site/boom", "error('boom')"), "error", "site/boom", false, 500 },
+    { "a result that is not a verdict", pod_rule("site/odd", "return 42"), "error", "site/odd", false, 500 },
+    { "a loop", pod_rule("site/loop", "while true do end"), "budget", "site/loop", false, 500 },
+    { "an allocation without bound", pod_rule("site/hog", "local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(64) .. i end"),
+      "memory", "site/hog", false, 500 },
+  }
+  for _, c in ipairs(cases) do
+    it(("names %s %q, with the rule"):format(c[1], c[3]), function()
+      local e = assert(core.engine { policies = bundle { ["p.lua"] = c[2] }, instructions = 2000000, memory = 1024 * 1024 })
+      local resp, outcome, rule = e:review(pod_request())
+      assert.equal(c[3], outcome)
+      assert.equal(c[4], rule)
+      assert.equal(c[5], resp.allowed)
+      assert.equal(c[6], resp.status and resp.status.code)
+      e:close()
+    end)
+  end
+
+  it("lets a failing rule win over a denial, and names the first failure in bundle order", function()
+    local e = assert(core.engine { policies = bundle {
+      ["a.lua"] = pod_rule("site/a-deny", "return deny('no')"),
+      ["b.lua"] = pod_rule("site/b-error", "error('first failure')"),
+      ["c.lua"] = pod_rule("site/c-loop", "while true do end"),
+    }, instructions = 100000 })
+    local resp, outcome, rule = e:review(pod_request())
+    assert.equal("error", outcome)
+    assert.equal("site/b-error", rule)
+    assert.equal(500, resp.status.code)
+    e:close()
+  end)
+
+  it("is what `review_document` reports for the CLI", function()
+    local e = assert(core.engine { policies = bundle { ["p.lua"] = pod_rule("site/no", "return deny('no')") } })
+    local doc = { apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } }
+    local out, outcome = e:review_document(doc, { user = "u" })
+    assert.is_false(out.response.allowed)
+    assert.equal("refused", outcome)
+    e:close()
+  end)
+end)
+
+describe("hoster sources from memory", function()
+  it("name the ConfigMap key in messages and serve lib.* keys to require", function()
+    local e = assert(core.engine { sources = {
+      ["lib.site.names.lua"] = "return { banned = 'p' }\n",
+      ["site-names.lua"] = "local n = require 'site.names'\n" .. pod_rule("site/names", "if req.object.metadata.name == n.banned then return deny('banned name') end"),
+    } })
+    local resp, outcome, rule = e:review(pod_request())
+    assert.equal("refused", outcome)
+    assert.equal("site/names", rule)
+    assert.equal("banned name", resp.status.message)
+    e:close()
+  end)
+
+  it("replace a default of the same name", function()
+    local e = assert(core.engine { policies = bundle { ["p.lua"] = pod_rule("site/default", "return deny('default')") },
+      sources = { ["p.lua"] = pod_rule("site/hoster", "return deny('hoster')") } })
+    local resp = e:review(pod_request())
+    assert.equal("hoster", resp.status.message)
+    assert.equal(1, e:rules())
+    e:close()
+  end)
+
+  it("report a syntax error as KEY:LINE", function()
+    local e, err = core.engine { sources = { ["site-broken.lua"] = "return rule 'x' {\n  match = {\n" } }
+    assert.is_nil(e)
+    assert.matches("^site%-broken%.lua:3: ", err)
+  end)
+
+  it("refuse a module key without a name, and a key that is not a policy file name", function()
+    local e, err, kind = core.engine { sources = { ["lib.lua"] = "return {}\n" } }
+    assert.is_nil(e)
+    assert.equal("data[lib.lua]: a module key needs a name", err)
+    assert.equal("policy error", kind)
+    e, err, kind = core.engine { sources = { ["notes.txt"] = "hello" } }
+    assert.is_nil(e)
+    assert.equal("invalid input", kind)
+    assert.matches("notes.txt: not a policy file name", err, 1, true)
+  end)
+end)
+
+describe("the runtime's own Lua", function()
+  it("is out of a policy's reach; the public library is not", function()
+    local body = [[
+      local out = {}
+      for _, m in ipairs { "runtime.admission", "runtime.layout", "cozygpu.admission", "cozygpu.layout" } do
+        if pcall(require, m) then out[#out + 1] = m end
+      end
+      if not pcall(require, "cozygpu.object") then out[#out + 1] = "cozygpu.object missing" end
+      return deny("reached: " .. table.concat(out, ","))
+    ]]
+    local e = assert(core.engine { policies = bundle { ["p.lua"] = pod_rule("site/probe", body) } })
+    local resp = e:review(pod_request())
+    assert.equal("reached: ", resp.status.message)
+    e:close()
+  end)
+end)
