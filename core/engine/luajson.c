@@ -1,6 +1,8 @@
 /* luajson.c — jansson <-> Lua conversion (luajson.h). */
 #include "engine/luajson.h"
 
+#include "base/utf8.h"
+
 #include <lauxlib.h>
 #include <math.h>
 #include <stdio.h>
@@ -515,42 +517,6 @@ static int l_readonly(lua_State *L)
 }
 
 /* json.copy(v) -> a deep, writable copy of v (proxies unwrapped, markers kept) */
-/* UTF-8 as RFC 3629 defines it (no overlong forms, no surrogates, nothing
- * above U+10FFFF): what jansson accepts in strings and keys. */
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while(i < n) {
-        unsigned c = s[i];
-        if(c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned cp;
-        if(c >= 0xC2 && c <= 0xDF)
-            len = 2, cp = c & 0x1F;
-        else if(c >= 0xE0 && c <= 0xEF)
-            len = 3, cp = c & 0x0F;
-        else if(c >= 0xF0 && c <= 0xF4)
-            len = 4, cp = c & 0x07;
-        else
-            return 0;
-        if(i + len > n)
-            return 0;
-        for(size_t k = 1; k < len; k++) {
-            if((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-           (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
-
 /* json.copy without the jansson round trip, for values that the round trip
  * would reproduce exactly: pushes the copy and returns 1, or pushes nothing
  * and returns 0 when anything could make luajson_to_json refuse or decide
@@ -574,7 +540,7 @@ static int fast_copy(lua_State *L, int idx, int depth)
     case LUA_TSTRING: {
         size_t len;
         const char *str = lua_tolstring(L, idx, &len);
-        if(!utf8_valid((const unsigned char *)str, len))
+        if(!cozy_utf8_valid(str, len))
             return 0;
         lua_pushvalue(L, idx); /* strings are immutable */
         return 1;
@@ -626,7 +592,7 @@ static int fast_copy(lua_State *L, int idx, int depth)
         while(lua_next(L, t)) {
             size_t klen;
             const char *key = lua_tolstring(L, -2, &klen);
-            if(!utf8_valid((const unsigned char *)key, klen) || !fast_copy(L, -1, depth + 1)) {
+            if(!cozy_utf8_valid(key, klen) || !fast_copy(L, -1, depth + 1)) {
                 lua_settop(L, t - 1);
                 return 0;
             }
