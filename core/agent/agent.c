@@ -7,7 +7,7 @@
  *   1. the GPUNode (from the watch cache; with --once a GET). Missing: it is
  *      created, with an owner reference to the Node; present without that
  *      reference (a hoster created it first): the reference is added.
- *   2. inventory_scan, agent_scan_in_use.
+ *   2. inventory_scan, inuse_scan.
  *   3. rounds of layout.plan -> writes of nvidia/current_vgpu_type -> scan
  *      again, until a round has nothing to write (at most layout.MAX_ROUNDS).
  *   4. layout.status; PUT /status only when it differs from the stored one.
@@ -20,7 +20,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <lauxlib.h>
 #include <limits.h>
 #include <lua.h>
@@ -33,82 +32,31 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/duration.h"
+#include "agent/flags.h"
+#include "agent/gpunode.h"
+#include "base/log.h"
+#include "engine/luajson.h"
+#include "host/inuse.h"
 #include "host/inventory.h"
 #include "kube/kube.h"
 #include "kube/lease.h"
-#include "base/log.h"
-#include "engine/luajson.h"
 #include "kube/watch.h"
 
 #define AGENT_VERSION "0.1.0"
-
-#ifndef COZYGPU_LIBDIR
-#define COZYGPU_LIBDIR "lua"
-#endif
-
-typedef struct agent_flags {
-    const char *node, *sysfs, *proc, *pci_ids, *pci_method, *library, *ns, *identity;
-    const char *kubeconfig, *context, *server;
-    long interval_ms, resync_ms;
-    int once;
-} agent_flags;
 
 typedef struct agent {
     agent_flags f;
     kube_client *client;
     kube_watcher *watcher;
-    kube_informer *inf;
+    gpunode_ctx gpunode; /* the GPUNode's client side: informer, owner check */
     lua_State *L;
     int layout_ref;
     pthread_t main_thread;
-    char *checked_owner_uid; /* GPUNode uid whose owner reference was checked */
-    time_t owner_checked_at;
     json_t *backlog; /* writes done but not yet in a stored status */
-    lease_elector *lease; /* one writer per node: Lease cozygpu-agent-<node> */
-    char lease_name[254];
+    lease_elector *lease; /* one writer per node: Lease f.lease_name */
     int said_not_holder;
     volatile sig_atomic_t stopping;
 } agent;
-
-static void usage(FILE *f)
-{
-    fputs("usage: cozygpu agent --node NAME [options]\n"
-          "\n"
-          "The node agent (a DaemonSet on GPU nodes): writes the node's NVIDIA PCI\n"
-          "functions, their health and the state of the declared vGPU layout to the\n"
-          "GPUNode named after the node, and makes each VF's vGPU type match\n"
-          "GPUNode.spec (docs/decisions/0011). A VF that a running VM holds is never\n"
-          "written: its change stays pending. Runs a pass at start, every --interval,\n"
-          "and when the GPUNode changes.\n"
-          "\n"
-          "options:\n"
-          "  --node NAME          the Node (default: $NODE_NAME)\n"
-          "  --sysfs ROOT         the host's /sys (default /sys)\n"
-          "  --proc ROOT          the host's /proc, to see which VFIO devices a process\n"
-          "                       holds and the boot id (default /proc)\n"
-          "  --pci-ids FILE       PCI ID database (default: libpci's)\n"
-          "  --pci-method NAME    libpci access method (default linux-sysfs)\n"
-          "  --library DIR        the Lua library with runtime/layout.lua (default: the\n"
-          "                       installed lua/)\n"
-          "  --interval DURATION  between passes besides watch events (default 30s)\n"
-          "  --once               one pass, then exit (status 1 when it failed)\n"
-          "  --kubeconfig FILE    kubeconfig (default: $KUBECONFIG, then in-cluster, then\n"
-          "                       ~/.kube/config)\n"
-          "  --context NAME       kubeconfig context\n"
-          "  --server URL         API server URL, overriding the kubeconfig's\n"
-          "  --resync DURATION    relist the GPUNode this often (default 10m)\n"
-          "  --namespace NS       namespace of the node's Lease cozygpu-agent-<node>, which\n"
-          "                       makes one agent the node's only writer and is its\n"
-          "                       heartbeat (default: $POD_NAMESPACE, else cozy-gpu-agent)\n"
-          "  --identity ID        this agent's name in the Lease (default: $POD_NAME, else\n"
-          "                       HOSTNAME-PID)\n"
-          "  --log-format json|text, --log-level debug|info|warn|error\n"
-          "\n"
-          "exit status: 0 after SIGTERM/SIGINT or a good --once pass, 1 when the --once\n"
-          "pass failed, 2 on bad flags or a start-up failure\n",
-          f);
-}
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -120,141 +68,11 @@ static void now_rfc3339(char *buf, size_t n)
     strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static int all_digits(const char *s)
-{
-    if(!*s)
-        return 0;
-    for(; *s; s++)
-        if(*s < '0' || *s > '9')
-            return 0;
-    return 1;
-}
-
-/* Reads a small file into buf, trimming the trailing newline. -1 on error. */
-static int read_small(const char *path, char *buf, size_t n)
-{
-    FILE *fp = fopen(path, "r");
-    if(!fp)
-        return -1;
-    size_t got = fread(buf, 1, n - 1, fp);
-    fclose(fp);
-    buf[got] = 0;
-    while(got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == ' '))
-        buf[--got] = 0;
-    return 0;
-}
-
-/* ---- which functions a process holds ------------------------------------ */
-
-cozy_result agent_scan_in_use(const char *proc_root, const char *sysfs_root, const json_t *inventory,
-                              json_t **out, cozy_err *err)
-{
-    *out = NULL;
-    DIR *d = opendir(proc_root);
-    if(!d)
-        return cozy_fail(err, COZY_ERR_IO, "%s: %s", proc_root, strerror(errno));
-    json_t *groups = json_object(), *cdevs = json_object();
-    struct dirent *de;
-    char path[PATH_MAX], target[256], comm[64], why[512], blind[512] = "";
-    while((de = readdir(d))) {
-        if(!all_digits(de->d_name))
-            continue;
-        snprintf(path, sizeof path, "%s/%s/fd", proc_root, de->d_name);
-        DIR *fd = opendir(path);
-        if(!fd) {
-            /* gone (ENOENT, ESRCH): fine; not readable: cannot tell (below) */
-            if((errno == EACCES || errno == EPERM) && !blind[0])
-                snprintf(blind, sizeof blind, "%.300s: %.64s", path, strerror(errno));
-            continue;
-        }
-        int have_comm = 0;
-        struct dirent *fe;
-        while((fe = readdir(fd))) {
-            if(fe->d_name[0] == '.')
-                continue;
-            ssize_t len = readlinkat(dirfd(fd), fe->d_name, target, sizeof target - 1);
-            if(len < 0 && (errno == EACCES || errno == EPERM) && !blind[0])
-                snprintf(blind, sizeof blind, "%.300s/%.64s: %.64s", path, fe->d_name, strerror(errno));
-            if(len <= 0)
-                continue;
-            target[len] = 0;
-            if(strncmp(target, "/dev/vfio/", 10) != 0)
-                continue;
-            const char *rest = target + 10;
-            json_t *into = NULL;
-            const char *key = NULL;
-            if(strncmp(rest, "devices/", 8) == 0 && rest[8])
-                into = cdevs, key = rest + 8;
-            else if(all_digits(rest))
-                into = groups, key = rest;
-            if(!into || json_object_get(into, key))
-                continue;
-            if(!have_comm) {
-                snprintf(path, sizeof path, "%s/%s/comm", proc_root, de->d_name);
-                if(read_small(path, comm, sizeof comm) != 0)
-                    comm[0] = 0;
-                have_comm = 1;
-            }
-            if(comm[0])
-                snprintf(why, sizeof why, "pid %.20s (%.63s) holds %.255s", de->d_name, comm, target);
-            else
-                snprintf(why, sizeof why, "pid %.20s holds %.255s", de->d_name, target);
-            json_object_set_new(into, key, json_string(why));
-        }
-        closedir(fd);
-    }
-    closedir(d);
-
-    json_t *res = json_object();
-    size_t i;
-    const json_t *fn;
-    json_array_foreach(json_object_get(inventory, "functions"), i, fn)
-    {
-        const char *addr = json_string_value(json_object_get(fn, "address"));
-        if(!addr)
-            continue;
-        const json_t *g = json_object_get(fn, "iommuGroup");
-        if(json_is_integer(g)) {
-            char k[32];
-            snprintf(k, sizeof k, "%lld", (long long)json_integer_value(g));
-            const json_t *w = json_object_get(groups, k);
-            if(w) {
-                json_object_set(res, addr, (json_t *)w);
-                continue;
-            }
-        }
-        if(json_object_size(cdevs) == 0)
-            continue;
-        snprintf(path, sizeof path, "%s/bus/pci/devices/%s/vfio-dev", sysfs_root, addr);
-        DIR *vd = opendir(path);
-        if(!vd)
-            continue;
-        while((de = readdir(vd))) {
-            const json_t *w = json_object_get(cdevs, de->d_name);
-            if(w) {
-                json_object_set(res, addr, (json_t *)w);
-                break;
-            }
-        }
-        closedir(vd);
-    }
-    if(blind[0]) {
-        /* fail closed: a process we cannot see may hold any function */
-        snprintf(why, sizeof why, "cannot tell whether a VM holds it (%.300s); the agent needs CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE", blind);
-        json_array_foreach(json_object_get(inventory, "functions"), i, fn)
-        {
-            const char *addr = json_string_value(json_object_get(fn, "address"));
-            if(addr && !json_object_get(res, addr))
-                json_object_set_new(res, addr, json_string(why));
-        }
-    }
-    json_decref(groups);
-    json_decref(cdevs);
-    *out = res;
-    return COZY_OK;
-}
-
 /* ---- the Lua side --------------------------------------------------------- */
+/* Everything that builds or calls the agent's Lua state (lua_setup,
+ * push_layout_fn, push_json_or_nil, run_plan; the status call in pass()),
+ * kept together so that it can move onto the engine (engine/engine.h) as
+ * one piece. */
 
 static cozy_result lua_setup(agent *A, cozy_err *err)
 {
@@ -298,6 +116,24 @@ static void push_json_or_nil(lua_State *L, const json_t *j)
         lua_pushnil(L);
 }
 
+/* Pushes layout.plan(inv, spec, in_use, prev) on A->L. */
+static cozy_result run_plan(agent *A, const json_t *inv, const json_t *spec, const json_t *in_use, const json_t *prev,
+                            cozy_err *err)
+{
+    lua_State *L = A->L;
+    push_layout_fn(A, "plan");
+    luajson_push(L, inv);
+    push_json_or_nil(L, spec);
+    luajson_push(L, in_use);
+    push_json_or_nil(L, prev);
+    if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
+        cozy_result rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return rc;
+    }
+    return COZY_OK;
+}
+
 /* ---- writes --------------------------------------------------------------- */
 
 /* Writes "<type>\n" to <sysfs>/bus/pci/devices/<addr>/nvidia/current_vgpu_type
@@ -319,140 +155,6 @@ static int write_vgpu_type(const char *sysfs, const char *addr, long long type)
 }
 
 /* ---- one pass ------------------------------------------------------------- */
-
-static json_t *get_gpunode(agent *A, cozy_err *err, int *failed)
-{
-    *failed = 0;
-    if(!A->f.once)
-        return kube_informer_get(A->inf, NULL, A->f.node);
-    long st = 0;
-    json_t *obj = NULL;
-    if(kube_get(A->client, &KUBE_GPUNODES, NULL, A->f.node, &st, &obj, err) != COZY_OK) {
-        *failed = 1;
-        return NULL;
-    }
-    if(st == 200)
-        return obj;
-    json_decref(obj);
-    if(st != 404) {
-        cozy_fail(err, COZY_ERR_IO, "GET gpunodes/%s: HTTP %ld", A->f.node, st);
-        *failed = 1;
-    }
-    return NULL;
-}
-
-static json_t *owner_ref(const json_t *node)
-{
-    const json_t *md = json_object_get(node, "metadata");
-    return json_pack("{s:s,s:s,s:O,s:O}", "apiVersion", "v1", "kind", "Node", "name", json_object_get(md, "name"),
-                     "uid", json_object_get(md, "uid"));
-}
-
-static cozy_result get_node(agent *A, json_t **node, cozy_err *err)
-{
-    long st = 0;
-    *node = NULL;
-    if(kube_get(A->client, &KUBE_NODES, NULL, A->f.node, &st, node, err) != COZY_OK)
-        return COZY_ERR_IO;
-    if(st != 200) {
-        json_decref(*node);
-        *node = NULL;
-        return cozy_fail(err, COZY_ERR_INPUT, "GET nodes/%s: HTTP %ld%s", A->f.node, st,
-                         st == 404 ? " (the GPUNode is owned by its Node, which must exist)" : "");
-    }
-    return COZY_OK;
-}
-
-/* Creates the GPUNode (empty spec) owned by the Node. *out: the created
- * object, or NULL when it already existed (the watch brings it). */
-static cozy_result create_gpunode(agent *A, json_t **out, cozy_err *err)
-{
-    *out = NULL;
-    json_t *node = NULL;
-    cozy_result rc = get_node(A, &node, err);
-    if(rc != COZY_OK)
-        return rc;
-    json_t *obj = json_pack("{s:s,s:s,s:{s:s,s:{s:s},s:[o]},s:{}}", "apiVersion", "cozystack.io/v1alpha1", "kind",
-                            "GPUNode", "metadata", "name", A->f.node, "labels", "app.kubernetes.io/managed-by",
-                            "cozygpu-agent", "ownerReferences", owner_ref(node), "spec");
-    json_decref(node);
-    long st = 0;
-    json_t *res = NULL;
-    rc = kube_create(A->client, &KUBE_GPUNODES, NULL, obj, &st, &res, err);
-    json_decref(obj);
-    if(rc != COZY_OK)
-        return rc;
-    if(st == 201 || st == 200) {
-        log_write(LOG_INFO, "agent", "created the GPUNode", "name", A->f.node, NULL);
-        *out = res;
-        return COZY_OK;
-    }
-    json_decref(res);
-    if(st == 409)
-        return COZY_OK;
-    return cozy_fail(err, COZY_ERR_INPUT, "POST gpunodes %s: HTTP %ld", A->f.node, st);
-}
-
-/* Adds the owner reference to the Node when the GPUNode lacks it (or names
- * another Node object of this name, e.g. after the Node was recreated).
- * *patched: the object as patched (caller owns it), or NULL when nothing
- * was written. */
-static cozy_result ensure_owner(agent *A, const json_t *gn, json_t **patched, cozy_err *err)
-{
-    *patched = NULL;
-    const char *uid = json_string_value(json_object_get(json_object_get(gn, "metadata"), "uid"));
-    /* checked once per GPUNode object, and again every 10 minutes: a Node
-       deleted and registered again has a new uid */
-    if(uid && A->checked_owner_uid && strcmp(uid, A->checked_owner_uid) == 0 && time(NULL) - A->owner_checked_at < 600)
-        return COZY_OK;
-    json_t *node = NULL;
-    cozy_result rc = get_node(A, &node, err);
-    if(rc != COZY_OK)
-        return rc;
-    const char *node_uid = json_string_value(json_object_get(json_object_get(node, "metadata"), "uid"));
-    json_t *refs = json_array();
-    int found = 0;
-    size_t i;
-    const json_t *r;
-    json_array_foreach(json_object_get(json_object_get(gn, "metadata"), "ownerReferences"), i, r)
-    {
-        const char *kind = json_string_value(json_object_get(r, "kind"));
-        if(kind && strcmp(kind, "Node") == 0 && json_is_string(json_object_get(r, "apiVersion")) &&
-           strcmp(json_string_value(json_object_get(r, "apiVersion")), "v1") == 0) {
-            const char *ru = json_string_value(json_object_get(r, "uid"));
-            if(ru && node_uid && strcmp(ru, node_uid) == 0)
-                found = 1;
-            else
-                continue; /* a reference to a Node object that is gone */
-        }
-        json_array_append(refs, (json_t *)r);
-    }
-    if(!found) {
-        json_array_append_new(refs, owner_ref(node));
-        json_t *patch = json_pack("{s:{s:o}}", "metadata", "ownerReferences", refs);
-        long st = 0;
-        json_t *res = NULL;
-        rc = kube_patch(A->client, &KUBE_GPUNODES, NULL, A->f.node, "application/merge-patch+json", patch, &st, &res,
-                        err);
-        json_decref(patch);
-        if(rc == COZY_OK && st != 200)
-            rc = cozy_fail(err, COZY_ERR_INPUT, "PATCH gpunodes/%s (owner reference): HTTP %ld", A->f.node, st);
-        if(rc == COZY_OK) {
-            log_write(LOG_INFO, "agent", "added the owner reference to the Node", "name", A->f.node, NULL);
-            *patched = res;
-            res = NULL;
-        }
-        json_decref(res);
-    } else
-        json_decref(refs);
-    json_decref(node);
-    if(rc == COZY_OK && uid) {
-        free(A->checked_owner_uid);
-        A->checked_owner_uid = strdup(uid);
-        A->owner_checked_at = time(NULL);
-    }
-    return rc;
-}
 
 /* Messages of status.layout.<key>[*].message, to log only what is new. */
 static int message_known(const json_t *status, const char *key, const char *msg)
@@ -485,24 +187,6 @@ static void log_news(const json_t *now, const json_t *before)
     }
 }
 
-/* Pushes layout.plan(inv, spec, in_use, prev) on A->L. */
-static cozy_result run_plan(agent *A, const json_t *inv, const json_t *spec, const json_t *in_use, const json_t *prev,
-                            cozy_err *err)
-{
-    lua_State *L = A->L;
-    push_layout_fn(A, "plan");
-    luajson_push(L, inv);
-    push_json_or_nil(L, spec);
-    luajson_push(L, in_use);
-    push_json_or_nil(L, prev);
-    if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
-        cozy_result rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
-        lua_pop(L, 1);
-        return rc;
-    }
-    return COZY_OK;
-}
-
 static cozy_result scan(agent *A, json_t **inv, cozy_err *err)
 {
     inventory_options io = {.sysfs_root = A->f.sysfs, .pci_method = A->f.pci_method, .pci_ids = A->f.pci_ids};
@@ -513,7 +197,7 @@ static cozy_result pass(agent *A, cozy_err *err)
 {
     if(!lease_is_leader(A->lease)) {
         if(!A->said_not_holder)
-            log_write(LOG_WARN, "agent", "another agent holds the node's Lease; waiting", "lease", A->lease_name, NULL);
+            log_write(LOG_WARN, "agent", "another agent holds the node's Lease; waiting", "lease", A->f.lease_name, NULL);
         A->said_not_holder = 1;
         return COZY_OK;
     }
@@ -521,21 +205,19 @@ static cozy_result pass(agent *A, cozy_err *err)
     lua_State *L = A->L;
     int top = lua_gettop(L);
     cozy_result rc = COZY_OK;
-    int failed = 0;
-    json_t *gn = get_gpunode(A, err, &failed), *inv = NULL, *in_use = NULL, *failures = json_array(),
-           *status = NULL;
-    if(failed) {
+    json_t *gn = NULL, *inv = NULL, *in_use = NULL, *failures = json_array(), *status = NULL;
+    if(gpunode_get(&A->gpunode, &gn, err) != COZY_OK) {
         rc = COZY_ERR_IO;
         goto out;
     }
     if(!gn) {
-        if((rc = create_gpunode(A, &gn, err)) != COZY_OK)
+        if((rc = gpunode_create(&A->gpunode, &gn, err)) != COZY_OK)
             goto out;
         if(!gn)
             goto out; /* created meanwhile by someone else: the watch brings it */
     } else {
         json_t *patched = NULL;
-        if((rc = ensure_owner(A, gn, &patched, err)) != COZY_OK)
+        if((rc = gpunode_ensure_owner(&A->gpunode, gn, &patched, err)) != COZY_OK)
             goto out;
         if(patched) {
             json_decref(gn);
@@ -547,13 +229,11 @@ static cozy_result pass(agent *A, cozy_err *err)
     const json_t *prev = json_object_get(gn, "status");
     if((rc = scan(A, &inv, err)) != COZY_OK)
         goto out;
-    if((rc = agent_scan_in_use(A->f.proc, A->f.sysfs, inv, &in_use, err)) != COZY_OK)
+    if((rc = inuse_scan(A->f.proc, A->f.sysfs, inv, &in_use, err)) != COZY_OK)
         goto out;
 
-    char boot_id[128] = "", path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/sys/kernel/random/boot_id", A->f.proc);
-    if(read_small(path, boot_id, sizeof boot_id) != 0)
-        boot_id[0] = 0;
+    char boot_id[128] = "";
+    inuse_boot_id(A->f.proc, boot_id, sizeof boot_id);
     const char *prev_boot = json_string_value(json_object_get(prev, "bootID"));
     if(boot_id[0] && prev_boot && strcmp(prev_boot, boot_id) != 0)
         log_write(LOG_INFO, "agent", "the node rebooted since the last pass; re-applying the layout", "previousBootID",
@@ -591,7 +271,7 @@ static cozy_result pass(agent *A, cozy_err *err)
         }
         if(!lease_is_leader(A->lease)) {
             json_decref(ws);
-            rc = cozy_fail(err, COZY_ERR_IO, "lost the node's Lease %s; stopping this pass", A->lease_name);
+            rc = cozy_fail(err, COZY_ERR_IO, "lost the node's Lease %s; stopping this pass", A->f.lease_name);
             goto out;
         }
         int any_failure = 0;
@@ -690,32 +370,13 @@ static cozy_result pass(agent *A, cozy_err *err)
         goto out;
     }
     if(!lease_is_leader(A->lease)) {
-        rc = cozy_fail(err, COZY_ERR_IO, "lost the node's Lease %s; the status is not written", A->lease_name);
+        rc = cozy_fail(err, COZY_ERR_IO, "lost the node's Lease %s; the status is not written", A->f.lease_name);
         goto out;
     }
-    {
-        json_t *obj = json_deep_copy(gn);
-        json_object_set(obj, "status", status);
-        long st = 0;
-        json_t *res = NULL;
-        rc = kube_update_status(A->client, &KUBE_GPUNODES, NULL, obj, &st, &res, err);
-        json_decref(obj);
-        json_decref(res);
-        if(rc != COZY_OK)
-            goto out;
-        if(st == 409) {
-            /* the object changed meanwhile: the watch brings it, and the next
-               pass writes again */
-            log_write(LOG_DEBUG, "agent", "status write conflicted; retrying on the next pass", NULL);
-            if(A->f.once)
-                rc = cozy_fail(err, COZY_ERR_IO, "PUT gpunodes/%s/status: conflict", A->f.node);
-        } else if(st != 200 && st != 201)
-            rc = cozy_fail(err, COZY_ERR_INPUT, "PUT gpunodes/%s/status: HTTP %ld", A->f.node, st);
-        else {
-            log_write(LOG_INFO, "agent", "wrote the GPUNode status", "name", A->f.node, NULL);
-            json_array_clear(A->backlog); /* the writes are in status.layout.lastWrites now */
-        }
-    }
+    int written = 0;
+    rc = gpunode_write_status(&A->gpunode, gn, status, &written, err);
+    if(rc == COZY_OK && written)
+        json_array_clear(A->backlog); /* the writes are in status.layout.lastWrites now */
 
 out:
     lua_settop(L, top);
@@ -750,7 +411,7 @@ static void on_lease(void *ctx, int leading)
  * 15 s duration, 10 s renew deadline, 2 s retry). */
 static cozy_result start_lease(agent *A, cozy_err *err)
 {
-    lease_options lo = {.namespace_ = A->f.ns, .name = A->lease_name, .identity = A->f.identity,
+    lease_options lo = {.namespace_ = A->f.ns, .name = A->f.lease_name, .identity = A->f.identity,
                         .lease_duration_ms = 15000, .renew_deadline_ms = 10000, .retry_period_ms = 2000,
                         .on_change = on_lease};
     return lease_start(&A->lease, A->client, &lo, err);
@@ -779,99 +440,11 @@ static void *signal_main(void *arg)
 
 int agent_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"node", required_argument, 0, 'n'},       {"sysfs", required_argument, 0, 's'},
-        {"proc", required_argument, 0, 'p'},       {"pci-ids", required_argument, 0, 'i'},
-        {"pci-method", required_argument, 0, 'm'}, {"library", required_argument, 0, 'L'},
-        {"interval", required_argument, 0, 't'},   {"once", no_argument, 0, '1'},
-        {"kubeconfig", required_argument, 0, 'k'}, {"context", required_argument, 0, 'c'},
-        {"server", required_argument, 0, 'S'},     {"resync", required_argument, 0, 'r'},
-        {"log-format", required_argument, 0, 'F'}, {"log-level", required_argument, 0, 'l'},
-        {"namespace", required_argument, 0, 'N'},  {"identity", required_argument, 0, 'I'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
-    };
-    agent A = {.f = {.node = getenv("NODE_NAME"), .sysfs = "/sys", .proc = "/proc", .library = COZYGPU_LIBDIR,
-                     .interval_ms = 30000, .resync_ms = 600000},
-               .layout_ref = LUA_NOREF};
-    int json_logs = 0, c;
-    log_level lvl = LOG_INFO;
-    optind = 1;
-    while((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch(c) {
-        case 'n': A.f.node = optarg; break;
-        case 's': A.f.sysfs = optarg; break;
-        case 'p': A.f.proc = optarg; break;
-        case 'i': A.f.pci_ids = optarg; break;
-        case 'm': A.f.pci_method = optarg; break;
-        case 'L': A.f.library = optarg; break;
-        case '1': A.f.once = 1; break;
-        case 'k': A.f.kubeconfig = optarg; break;
-        case 'c': A.f.context = optarg; break;
-        case 'S': A.f.server = optarg; break;
-        case 'N': A.f.ns = optarg; break;
-        case 'I': A.f.identity = optarg; break;
-        case 't':
-        case 'r': {
-            long ms;
-            if(cozy_parse_duration(optarg, &ms) != 0 || (c == 't' && ms < 100)) {
-                fprintf(stderr, "cozygpu agent: --%s: not a duration%s: %s\n", c == 't' ? "interval" : "resync",
-                        c == 't' ? " of at least 100ms" : "", optarg);
-                return 2;
-            }
-            if(c == 't')
-                A.f.interval_ms = ms;
-            else
-                A.f.resync_ms = ms;
-            break;
-        }
-        case 'F':
-            if(strcmp(optarg, "json") && strcmp(optarg, "text")) {
-                fprintf(stderr, "cozygpu agent: --log-format must be json or text\n");
-                return 2;
-            }
-            json_logs = strcmp(optarg, "json") == 0;
-            break;
-        case 'l':
-            if(log_level_parse(optarg, &lvl) != 0) {
-                fprintf(stderr, "cozygpu agent: --log-level must be debug, info, warn or error\n");
-                return 2;
-            }
-            break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if(optind < argc) {
-        fprintf(stderr, "cozygpu agent: unexpected argument: %s\n", argv[optind]);
-        return 2;
-    }
-    if(!A.f.node || !*A.f.node) {
-        fprintf(stderr, "cozygpu agent: --node is required (or set NODE_NAME)\n");
-        return 2;
-    }
-    if(!A.f.ns) {
-        const char *e = getenv("POD_NAMESPACE");
-        A.f.ns = e && *e ? e : "cozy-gpu-agent";
-    }
-    char id_buf[320];
-    if(!A.f.identity) {
-        const char *e = getenv("POD_NAME");
-        char host[256] = "agent";
-        if(gethostname(host, sizeof host - 1) != 0)
-            snprintf(host, sizeof host, "agent");
-        snprintf(id_buf, sizeof id_buf, "%s-%ld", host, (long)getpid());
-        A.f.identity = e && *e ? e : id_buf;
-    }
-    if(!*A.f.ns || !*A.f.identity) {
-        fprintf(stderr, "cozygpu agent: --namespace and --identity must not be empty\n");
-        return 2;
-    }
-    if(snprintf(A.lease_name, sizeof A.lease_name, "cozygpu-agent-%s", A.f.node) >= (int)sizeof A.lease_name) {
-        fprintf(stderr, "cozygpu agent: --node %s: too long for the Lease name cozygpu-agent-<node> (253 characters)\n",
-                A.f.node);
-        return 2;
-    }
-    log_setup(json_logs, lvl);
+    agent A = {.layout_ref = LUA_NOREF};
+    int st = agent_flags_parse(&A.f, argc, argv);
+    if(st >= 0)
+        return st;
+    log_setup(A.f.json_logs, A.f.log_level);
 
     /* signals: blocked in every thread; the main thread waits for them */
     sigset_t sigs;
@@ -913,6 +486,7 @@ int agent_main(int argc, char **argv)
         fprintf(stderr, "cozygpu agent: %s\n", err.msg);
         goto out;
     }
+    A.gpunode = (gpunode_ctx){.client = A.client, .node = A.f.node, .once = A.f.once};
     log_write(LOG_INFO, "agent", "starting", "node", A.f.node, "sysfs", A.f.sysfs, "proc", A.f.proc, "server",
               kube_client_server(A.client), NULL);
 
@@ -928,7 +502,7 @@ int agent_main(int argc, char **argv)
         for(int i = 0; i < 17000 / 50 && !lease_is_leader(A.lease); i++)
             nanosleep(&step, NULL);
         if(!lease_is_leader(A.lease)) {
-            log_write(LOG_ERROR, "agent", "another agent holds the node's Lease", "lease", A.lease_name, NULL);
+            log_write(LOG_ERROR, "agent", "another agent holds the node's Lease", "lease", A.f.lease_name, NULL);
             status = 1;
             goto out;
         }
@@ -943,9 +517,9 @@ int agent_main(int argc, char **argv)
     char fsel[512];
     snprintf(fsel, sizeof fsel, "metadata.name=%s", A.f.node);
     A.watcher = kube_watcher_new(A.client, A.f.resync_ms / 1000);
-    A.inf = A.watcher ? kube_watcher_add(A.watcher, &KUBE_GPUNODES, NULL, NULL, fsel, on_gpunode, NULL) : NULL;
-    if(!A.inf || kube_watcher_start(A.watcher, &err) != COZY_OK) {
-        fprintf(stderr, "cozygpu agent: cannot start the GPUNode watch: %s\n", A.inf ? err.msg : "out of memory");
+    A.gpunode.inf = A.watcher ? kube_watcher_add(A.watcher, &KUBE_GPUNODES, NULL, NULL, fsel, on_gpunode, NULL) : NULL;
+    if(!A.gpunode.inf || kube_watcher_start(A.watcher, &err) != COZY_OK) {
+        fprintf(stderr, "cozygpu agent: cannot start the GPUNode watch: %s\n", A.gpunode.inf ? err.msg : "out of memory");
         goto out;
     }
     sigset_t stop, wake;
@@ -986,7 +560,7 @@ out:
     kube_client_free(A.client);
     if(A.L)
         lua_close(A.L);
-    free(A.checked_owner_uid);
+    gpunode_ctx_free(&A.gpunode);
     json_decref(A.backlog);
     return status;
 }
