@@ -137,8 +137,11 @@ json_t *sysfs_text0(const char *s);
 /* The virtfn<N> links of function directory `dir` (sysfs ABI:
  * /sys/bus/pci/devices/<dev>/virtfnN), sorted by N, into *out (malloc'd,
  * caller frees; NULL when none) and *nout. *missing 1 when `dir` does not
- * exist. Only links the kernel could have made count (see sysfs.c).
- * Errors: COZY_ERR_IO naming the path, COZY_ERR_INTERNAL. */
+ * exist. Only links the kernel could have made count: N as "%u" writes it,
+ * the target's basename a PCI address in the kernel's form, the target an
+ * existing directory (a dangling link is a VF going away); a link to `dir`
+ * itself or a second link to a listed VF is dropped (docs/gpunode.md,
+ * hostile trees). Errors: COZY_ERR_IO naming the path, COZY_ERR_INTERNAL. */
 cozy_result sysfs_read_virtfns(const char *dir, vf_link **out, size_t *nout, int *missing, cozy_err *err);
 
 /* The sysfs phase for function `f` under `devdir` into *x (zeroed by the

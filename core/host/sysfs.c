@@ -325,6 +325,22 @@ cozy_result sysfs_read_virtfns(const char *dir, vf_link **out, size_t *nout, int
     return COZY_OK;
 }
 
+/* A number attribute <dir>/<name> ("%u", or "%d" when `sign`) into *v with
+ * *has 1; *has untouched when the file is absent or holds anything else
+ * (or a negative number). */
+static cozy_result read_count(const char *dir, const char *name, int sign, char *buf, int *has, long long *v,
+                              cozy_err *err)
+{
+    int found;
+    long long n;
+    cozy_result rc = sysfs_read_attr(dir, name, buf, &found, err);
+    if(rc == COZY_OK && found && sysfs_parse_dec(buf, sign, &n) && n >= 0) {
+        *has = 1;
+        *v = n;
+    }
+    return rc;
+}
+
 /* The sysfs phase for one function. `strict`: the functions came from this
  * tree (linux-sysfs), so a missing directory means the function vanished. */
 cozy_result sysfs_read_function(const char *devdir, const fn_pci *f, int strict, char *buf, fn_sys *x,
@@ -333,7 +349,6 @@ cozy_result sysfs_read_function(const char *devdir, const fn_pci *f, int strict,
     char dir[INVENTORY_MAX_PATH], sub[INVENTORY_MAX_PATH];
     cozy_result rc;
     int found, missing;
-    long long v;
     x->vf_index = -1;
     if((rc = sysfs_join(dir, sizeof dir, devdir, f->addr, err)) != COZY_OK)
         return rc;
@@ -347,24 +362,10 @@ cozy_result sysfs_read_function(const char *devdir, const fn_pci *f, int strict,
     }
     /* numbers the kernel prints with "%u" ("%d" for numa_node): anything
      * else is garbage and omitted, as a negative node is */
-    if((rc = sysfs_read_attr(dir, "numa_node", buf, &found, err)) != COZY_OK)
+    if((rc = read_count(dir, "numa_node", 1, buf, &x->has_numa, &x->numa, err)) != COZY_OK ||
+       (rc = read_count(dir, "sriov_totalvfs", 0, buf, &x->has_total, &x->total_vfs, err)) != COZY_OK ||
+       (rc = read_count(dir, "sriov_numvfs", 0, buf, &x->has_num, &x->num_vfs, err)) != COZY_OK)
         return rc;
-    if(found && sysfs_parse_dec(buf, 1, &v) && v >= 0) {
-        x->has_numa = 1;
-        x->numa = v;
-    }
-    if((rc = sysfs_read_attr(dir, "sriov_totalvfs", buf, &found, err)) != COZY_OK)
-        return rc;
-    if(found && sysfs_parse_dec(buf, 0, &v)) {
-        x->has_total = 1;
-        x->total_vfs = v;
-    }
-    if((rc = sysfs_read_attr(dir, "sriov_numvfs", buf, &found, err)) != COZY_OK)
-        return rc;
-    if(found && sysfs_parse_dec(buf, 0, &v)) {
-        x->has_num = 1;
-        x->num_vfs = v;
-    }
     if((rc = read_link_base(dir, "physfn", sub, sizeof sub, &found, err)) != COZY_OK)
         return rc;
     if(found && is_pci_address(sub)) /* else no PF named: not a VF */
@@ -375,12 +376,8 @@ cozy_result sysfs_read_function(const char *devdir, const fn_pci *f, int strict,
     struct stat st;
     if(stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
         x->has_nvidia = 1;
-        if((rc = sysfs_read_attr(sub, "current_vgpu_type", buf, &found, err)) != COZY_OK)
+        if((rc = read_count(sub, "current_vgpu_type", 0, buf, &x->has_type, &x->vgpu_type, err)) != COZY_OK)
             return rc;
-        if(found && sysfs_parse_dec(buf, 0, &v)) {
-            x->has_type = 1;
-            x->vgpu_type = v;
-        }
         if((rc = sysfs_read_attr(sub, "creatable_vgpu_types", buf, &found, err)) != COZY_OK)
             return rc;
         if(found && !(x->creatable = vgpu_parse_creatable(buf)))
@@ -394,7 +391,6 @@ cozy_result sysfs_read_function(const char *devdir, const fn_pci *f, int strict,
         return cozy_fail(err, COZY_ERR_IO, "%s: the function vanished during the scan", dir);
     return rc;
 }
-
 
 void sysfs_function_free(fn_sys *x)
 {
