@@ -519,7 +519,8 @@ int agent_main(int argc, char **argv)
     A.watcher = kube_watcher_new(A.client, A.f.resync_ms / 1000);
     A.gpunode.inf = A.watcher ? kube_watcher_add(A.watcher, &KUBE_GPUNODES, NULL, NULL, fsel, on_gpunode, NULL) : NULL;
     if(!A.gpunode.inf || kube_watcher_start(A.watcher, &err) != COZY_OK) {
-        fprintf(stderr, "cozygpu agent: cannot start the GPUNode watch: %s\n", A.gpunode.inf ? err.msg : "out of memory");
+        fprintf(stderr, "cozygpu agent: cannot start the GPUNode watch: %s\n",
+                A.gpunode.inf ? err.msg : "out of memory");
         goto out;
     }
     sigset_t stop, wake;
