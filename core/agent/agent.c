@@ -23,7 +23,6 @@
 #include <lauxlib.h>
 #include <limits.h>
 #include <lua.h>
-#include <lualib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +34,7 @@
 #include "agent/flags.h"
 #include "agent/gpunode.h"
 #include "base/log.h"
+#include "engine/engine.h"
 #include "engine/luajson.h"
 #include "host/inuse.h"
 #include "host/inventory.h"
@@ -49,8 +49,8 @@ typedef struct agent {
     kube_client *client;
     kube_watcher *watcher;
     gpunode_ctx gpunode; /* the GPUNode's client side: informer, owner check */
-    lua_State *L;
-    int layout_ref;
+    engine *e;    /* runtime.layout, on the engine's Lua host */
+    lua_State *L; /* engine_lua(e) */
     pthread_t main_thread;
     json_t *backlog; /* writes done but not yet in a stored status */
     lease_elector *lease; /* one writer per node: Lease f.lease_name */
@@ -69,43 +69,25 @@ static void now_rfc3339(char *buf, size_t n)
 }
 
 /* ---- the Lua side --------------------------------------------------------- */
-/* Everything that builds or calls the agent's Lua state (lua_setup,
- * push_layout_fn, push_json_or_nil, run_plan; the status call in pass()),
- * kept together so that it can move onto the engine (engine/engine.h) as
- * one piece. */
+/* The agent's decisions are runtime.layout (lua/runtime/layout.lua), run on
+ * the engine's Lua host: the same library allow-list and sandboxed require
+ * as policies, every call through engine_call (trusted: our own code, no
+ * instruction budget). */
 
 static cozy_result lua_setup(agent *A, cozy_err *err)
 {
-    lua_State *L = luaL_newstate();
-    if(!L)
-        return cozy_fail(err, COZY_ERR_INTERNAL, "cannot create a Lua state");
-    A->L = L;
-    luaL_openlibs(L);
-    luajson_open_markers(L);
-    /* package.path = <library>/?.lua; cozygpu.json from C */
-    lua_getglobal(L, "package");
-    lua_pushfstring(L, "%s/?.lua", A->f.library);
-    lua_setfield(L, -2, "path");
-    lua_pushstring(L, "");
-    lua_setfield(L, -2, "cpath");
-    lua_getfield(L, -1, "preload");
-    lua_pushcfunction(L, luaopen_cozygpu_json);
-    lua_setfield(L, -2, "cozygpu.json");
-    lua_pop(L, 2);
-    lua_getglobal(L, "require");
-    lua_pushstring(L, "runtime.layout");
-    if(lua_pcall(L, 1, 1, 0) != LUA_OK)
-        return cozy_fail(err, COZY_ERR_POLICY, "--library %s: %s", A->f.library, lua_tostring(L, -1));
-    A->layout_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    engine_options eo = {.library_dir = A->f.library};
+    cozy_err oerr;
+    if(engine_open_runtime(&A->e, &eo, "layout", &oerr) != COZY_OK)
+        return cozy_fail(err, COZY_ERR_POLICY, "--library %s: %s", A->f.library, oerr.msg);
+    A->L = engine_lua(A->e);
     return COZY_OK;
 }
 
 /* Pushes layout[name]. */
 static void push_layout_fn(agent *A, const char *name)
 {
-    lua_rawgeti(A->L, LUA_REGISTRYINDEX, A->layout_ref);
-    lua_getfield(A->L, -1, name);
-    lua_remove(A->L, -2);
+    engine_push_runtime_fn(A->e, name);
 }
 
 static void push_json_or_nil(lua_State *L, const json_t *j)
@@ -126,10 +108,10 @@ static cozy_result run_plan(agent *A, const json_t *inv, const json_t *spec, con
     push_json_or_nil(L, spec);
     luajson_push(L, in_use);
     push_json_or_nil(L, prev);
-    if(lua_pcall(L, 4, 1, 0) != LUA_OK) {
-        cozy_result rc = cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", lua_tostring(L, -1));
+    cozy_err cerr;
+    if(engine_call(A->e, 4, 1, 0, &cerr) != ENGINE_ALLOWED) {
         lua_pop(L, 1);
-        return rc;
+        return cozy_fail(err, COZY_ERR_POLICY, "layout.plan: %s", cerr.msg);
     }
     return COZY_OK;
 }
@@ -354,8 +336,9 @@ static cozy_result pass(agent *A, cozy_err *err)
     }
     lua_pushboolean(L, unconverged);
     lua_setfield(L, -2, "unconverged");
-    if(lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        rc = cozy_fail(err, COZY_ERR_POLICY, "layout.status: %s", lua_tostring(L, -1));
+    cozy_err cerr;
+    if(engine_call(A->e, 1, 1, 0, &cerr) != ENGINE_ALLOWED) {
+        rc = cozy_fail(err, COZY_ERR_POLICY, "layout.status: %s", cerr.msg);
         goto out;
     }
     status = luajson_to_json(L, -1, err);
@@ -440,7 +423,7 @@ static void *signal_main(void *arg)
 
 int agent_main(int argc, char **argv)
 {
-    agent A = {.layout_ref = LUA_NOREF};
+    agent A = {.e = NULL};
     int st = agent_flags_parse(&A.f, argc, argv);
     if(st >= 0)
         return st;
@@ -559,8 +542,7 @@ out:
     lease_stop(A.lease, 1);           /* released: a successor takes over at once */
     A_self = NULL;
     kube_client_free(A.client);
-    if(A.L)
-        lua_close(A.L);
+    engine_close(A.e);
     gpunode_ctx_free(&A.gpunode);
     json_decref(A.backlog);
     return status;
