@@ -21,7 +21,8 @@
 ---which is escaped for you (jsonpatch.pointer); in a segment list an
 ---integer is a 0-based array index and "-" the end of an array. A path of
 ---another type raises "patch path must be a string or a list of segments".
----@class cozygpu.Patch: cozygpu.PatchOp[]
+---@class cozygpu.Patch
+---@field [integer] cozygpu.PatchOp
 local Patch = {}
 
 ---Appends `add`: creates or replaces a member, inserts into an array
