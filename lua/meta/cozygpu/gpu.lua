@@ -83,8 +83,9 @@ function gpu.class_for(cluster, name) end
 function gpu.permitted(cluster) end
 
 ---The GPU resource names, as a set {[name] = source}, source "class",
----"settings", "kubevirt-pci" or "kubevirt-mdev" (the last writer wins in
----that order: a class name reads "class"). A new table each call.
+---"settings", "kubevirt-mdev" or "kubevirt-pci"; a name with several
+---sources reads the first in that order (a class's name reads "class").
+---A new table each call.
 ---@param cluster cozygpu.Cluster
 ---@return table<string, "class"|"settings"|"kubevirt-pci"|"kubevirt-mdev">
 function gpu.resource_names(cluster) end
