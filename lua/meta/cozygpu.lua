@@ -1,105 +1,141 @@
----@meta
--- Editor stubs for the policy environment (docs/policy-api.md). Not loaded
--- at run time.
+---@meta _
+-- Editor stubs for the policy environment: the globals every policy file
+-- sees, and the shapes shared by the library modules. Not loaded at run
+-- time; the reference is docs/policy-api.md. One stub file per library
+-- module sits in lua/meta/cozygpu/ (require "cozygpu.<name>").
+--
+-- Error conventions (STYLE.md "Three error conventions"): misuse by the
+-- caller raises; a failure of the world (a patch that does not apply, a
+-- quantity that is not a number) returns nil and a message; a verdict is a
+-- plain return value. Each function below says which applies.
+--
+-- An error a rule does not catch refuses the request with code 500,
+-- naming the rule and the file and line (docs/decisions/0001).
 
+-- ---- shapes ----------------------------------------------------------------
+
+---A Kubernetes object as JSON decodes it: tables for objects and arrays,
+---`json.null` for null, absent fields are nil. Objects a policy receives
+---(`req.object`, everything the cluster view returns) are read-only views:
+---assigning to them raises "attempt to modify a read-only value".
+---@alias cozygpu.Object table
+
+---`kind` and `resource` of an AdmissionRequest (meta/v1 GroupVersionKind,
+---GroupVersionResource). The core group is "".
+---@class cozygpu.GroupVersionKind
+---@field group string e.g. "kubevirt.io", "" for Pods
+---@field version string e.g. "v1"
+---@field kind string e.g. "VirtualMachineInstance"
+
+---@class cozygpu.GroupVersionResource
+---@field group string
+---@field version string
+---@field resource string e.g. "virtualmachineinstances"
+
+---The requesting user as the API server authenticated it
+---(authentication/v1 UserInfo).
+---@class cozygpu.UserInfo
+---@field username string
+---@field uid string?
+---@field groups string[]?
+---@field extra table<string,string[]>?
+
+---The AdmissionRequest (admission.k8s.io/v1), read-only. `cozygpu review`
+---and `cozygpu policy test` wrap a plain object as a CREATE by the user
+---`kubernetes-admin` (or --user / `user:`) in the groups
+---["system:authenticated"] (or --group / `groups:`), and judge a
+---VirtualMachine as the VirtualMachineInstance its template creates
+---(docs/decisions/0005). During mutation `object` is the object with the
+---patches of the earlier mutating rules applied.
+---@class cozygpu.Request
+---@field uid string
+---@field kind cozygpu.GroupVersionKind
+---@field resource cozygpu.GroupVersionResource
+---@field subResource string?
+---@field operation "CREATE"|"UPDATE"|"DELETE"|"CONNECT"
+---@field namespace string? nil for a cluster-scoped object (GPUClass, Node, Namespace)
+---@field name string? nil when the object has only metadata.generateName
+---@field userInfo cozygpu.UserInfo
+---@field object cozygpu.Object? the new object (nil on DELETE)
+---@field oldObject cozygpu.Object? the old object (UPDATE, DELETE)
+---@field options table? CreateOptions, UpdateOptions or DeleteOptions
+---@field dryRun boolean?
+
+---A verdict of a validate hook, made by `deny` or `warn`.
 ---@class cozygpu.Verdict
 ---@field verdict "deny"|"warn"
 ---@field message string
----@field field string?
----@field code integer?
+---@field field string? deny only: the field path the refusal is about
+---@field code integer? deny only: the HTTP status code, 400..599
 
+---Options of `deny`.
+---@class cozygpu.DenyOptions
+---@field field string? field path, e.g. "spec.tolerations[2].operator"; the refusal message becomes "<field>: <message>"
+---@field code integer? HTTP status code 400..599; default 403 (Forbidden); 422 for an invalid object
+
+---What a rule matches: each field absent means "any". Compared with the
+---request's `kind.kind`, `kind.group` and `operation`.
+---@class cozygpu.Match
+---@field kind (string|string[])?
+---@field group (string|string[])? "" is the core group (Pods)
+---@field operations (("CREATE"|"UPDATE"|"DELETE"|"CONNECT")|("CREATE"|"UPDATE"|"DELETE"|"CONNECT")[])?
+
+---@alias cozygpu.ValidateResult nil|cozygpu.Verdict|cozygpu.Verdict[]
+---@alias cozygpu.MutateResult nil|cozygpu.Patch|cozygpu.PatchOp[]
+
+---The table `rule "name"` takes.
+---@class cozygpu.RuleSpec
+---@field match (cozygpu.Match|fun(req: cozygpu.Request, cluster: cozygpu.Cluster): boolean)?
+---@field validate (fun(req: cozygpu.Request, cluster: cozygpu.Cluster): cozygpu.ValidateResult)?
+---@field mutate (fun(req: cozygpu.Request, cluster: cozygpu.Cluster): cozygpu.MutateResult)?
+---@field description string?
+
+---A declared rule; a policy file returns one or a list of them.
 ---@class cozygpu.Rule
 ---@field name string
+---@field description string?
+---@field match (cozygpu.Match|function)?
+---@field validate function?
+---@field mutate function?
 
----Declares a rule. Raises on an unknown field or a hook that is not a function.
+-- ---- globals ---------------------------------------------------------------
+
+---Declares a rule: `rule "site/name" { match = ..., validate = fn, mutate = fn }`.
+---Raises when `name` is not a string of letters, digits, '-', '.', '_' or
+---'/' starting with a letter or digit; the function it returns raises on a
+---spec that is not a table, an unknown field, a hook that is not a
+---function, neither hook, an unknown `match` field or operation. A name
+---declared twice in the bundle fails the bundle's load.
+---Source: lua/cozygpu/policy.lua; DESIGN.md §9.
 ---@param name string
----@return fun(spec: {match: table|function|nil, validate: function?, mutate: function?, description: string?}): cozygpu.Rule
+---@return fun(spec: cozygpu.RuleSpec): cozygpu.Rule
 function rule(name) end
 
----A refusal (403 unless opts.code; 422 for invalid objects).
+---A refusal. Several refusals (of one rule or several) join into one
+---message "field: message; ..." in rule order; the response's code is the
+---first refusal's. Raises when `message` is not a string or `opts.code` is
+---not an integer from 400 to 599.
+---Source: lua/cozygpu/policy.lua; docs/decisions/0001; metav1.Status
+---reasons (403 Forbidden, 422 Invalid).
 ---@param message string
----@param opts {field: string?, code: integer?}|nil
+---@param opts cozygpu.DenyOptions?
 ---@return cozygpu.Verdict
 function deny(message, opts) end
 
----An admission warning.
+---An admission warning: the request stays allowed and the client shows the
+---message (AdmissionResponse.warnings; kubectl prints "Warning: ...").
+---Raises when `message` is not a string.
+---Source: lua/cozygpu/policy.lua.
 ---@param message string
 ---@return cozygpu.Verdict
 function warn(message) end
 
----@class cozygpu.json
----@field null lightuserdata JSON null
-json = {}
----@return table t marked as a JSON array
-function json.array(t) end
----@return table t marked as a JSON object
-function json.object(t) end
----@return "object"|"array"|"null"|"string"|"number"|"boolean"|"nil"|"table"
-function json.kind(v) end
----@return string|nil json, string? err
-function json.encode(v, opts) end
----@return any|nil value, string? err
-function json.decode(s) end
----@return any a writable deep copy (read-only views unwrapped)
-function json.copy(v) end
----@return any a read-only view
-function json.readonly(v) end
+---The JSON helpers, `require "cozygpu.json"` (lua/meta/cozygpu/json.lua).
+json = require "cozygpu.json"
 
----@class cozygpu.Patch
-local Patch = {}
----@return cozygpu.Patch
-function Patch:add(path, value) end
----@return cozygpu.Patch
-function Patch:replace(path, value) end
----@return cozygpu.Patch
-function Patch:remove(path) end
----@return cozygpu.Patch
-function Patch:test(path, value) end
+---The GPU helpers, `require "cozygpu.gpu"` (lua/meta/cozygpu/gpu.lua).
+gpu = require "cozygpu.gpu"
 
-patch = {}
----@return cozygpu.Patch
-function patch.new() end
----@return string pointer
-function patch.pointer(segments) end
----@return any|nil doc, string? err
-function patch.apply(doc, ops) end
-
-gpu = {}
----GPU entries of a VMI spec (see lua/cozygpu/gpu.lua).
----@return table[]
-function gpu.entries(spec, cluster, prefix) end
----@return integer
-function gpu.count(vmi, cluster, filter) end
----@return table|nil class, string? problem
-function gpu.class_for(cluster, name) end
----@return table<string,string>|nil
-function gpu.permitted(cluster) end
----@return table<string,string>
-function gpu.resource_names(cluster) end
----@return integer|nil
-function gpu.max_count(class) end
----@return table[]
-function gpu.pod_requests(pod, cluster) end
----Extended resources of a pod whose names `accept` takes.
----@param accept fun(name: string): boolean
----@return table[]
-function gpu.pod_resources(pod, accept) end
-
----@class cozygpu.Shortfall
----@field tenant string the tenant namespace whose key is short
----@field key string the ResourceQuota key
----@field rule string "R1".."R5" or "quantity" (lua/cozygpu/budget.lua)
----@field limit integer
----@field used integer
----@field short integer GPUs missing
----@field message string
-
----cozygpu.budget (require "cozygpu.budget"): DESIGN.md §5 budgets.
-local budget = {}
----An order of `count` GPUs of `class` in namespace `ns`.
----@return boolean ok, cozygpu.Shortfall[]? shortfalls
-function budget.check(cluster, ns, class, count) end
----The classes one VM asks for, checked together.
----@param set {class: table, count: integer}[]
----@return boolean ok, cozygpu.Shortfall[]? shortfalls
-function budget.check_set(cluster, ns, set) end
+---JSON Patch building and applying, `require "cozygpu.jsonpatch"`
+---(lua/meta/cozygpu/jsonpatch.lua).
+patch = require "cozygpu.jsonpatch"
