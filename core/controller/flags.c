@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,43 @@
 
 #include "base/duration.h"
 #include "base/log.h"
+
+/* Prints "cozygpu controller: " and the formatted message as one line to
+ * stderr; returns -1, what ctl_flags_parse returns for it. */
+static int flag_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int flag_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("cozygpu controller: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return -1;
+}
+
+/* Parses arg as a decimal int into *out (strtol, then narrowed to int, as
+ * the flags always were) and returns 0 when it is all digits and in
+ * lo..hi; else -1 (*out holds what was parsed). */
+static int int_in(const char *arg, int lo, int hi, int *out)
+{
+    char *end;
+    *out = (int)strtol(arg, &end, 10);
+    return *arg && !*end && *out >= lo && *out <= hi ? 0 : -1;
+}
+
+/* Sets *out to 1 when arg is `one`, to 0 when it is `zero`, and returns
+ * 0; returns -1 (and leaves *out) for anything else. */
+static int one_of_two(const char *arg, const char *one, const char *zero, int *out)
+{
+    if(strcmp(arg, one) == 0)
+        *out = 1;
+    else if(strcmp(arg, zero) == 0)
+        *out = 0;
+    else
+        return -1;
+    return 0;
+}
 
 /* The --help text (and, to stderr, the answer to an unknown option). */
 static void usage(FILE *f)
@@ -167,38 +205,24 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         case O_STATE: f->state_dir = optarg; break;
         case O_ADDRESS: f->address = optarg; break;
         case O_PORT:
-            f->port = (int)strtol(optarg, &end, 10);
-            if(!*optarg || *end || f->port < 0 || f->port > 65535) {
-                fprintf(stderr, "cozygpu controller: --port: not a port number: %s\n", optarg);
-                return -1;
-            }
+            if(int_in(optarg, 0, 65535, &f->port) != 0)
+                return flag_error("--port: not a port number: %s", optarg);
             break;
         case O_PORTFILE: f->port_file = optarg; break;
         case O_CERT: f->cert_file = optarg; break;
         case O_KEY: f->key_file = optarg; break;
         case O_WORKERS:
-            f->workers = (int)strtol(optarg, &end, 10);
-            if(!*optarg || *end || f->workers < 1 || f->workers > 256) {
-                fprintf(stderr, "cozygpu controller: --workers: need 1..256, got %s\n", optarg);
-                return -1;
-            }
+            if(int_in(optarg, 1, 256, &f->workers) != 0)
+                return flag_error("--workers: need 1..256, got %s", optarg);
             break;
         case O_MAXBODY:
             f->max_body = strtol(optarg, &end, 10);
-            if(!*optarg || *end || f->max_body < 1024) {
-                fprintf(stderr, "cozygpu controller: --max-body-bytes: need an integer >= 1024, got %s\n", optarg);
-                return -1;
-            }
+            if(!*optarg || *end || f->max_body < 1024)
+                return flag_error("--max-body-bytes: need an integer >= 1024, got %s", optarg);
             break;
         case O_LEADER:
-            if(strcmp(optarg, "true") == 0)
-                f->leader_elect = 1;
-            else if(strcmp(optarg, "false") == 0)
-                f->leader_elect = 0;
-            else {
-                fprintf(stderr, "cozygpu controller: --leader-elect: true or false, got %s\n", optarg);
-                return -1;
-            }
+            if(one_of_two(optarg, "true", "false", &f->leader_elect) != 0)
+                return flag_error("--leader-elect: true or false, got %s", optarg);
             break;
         case O_LEASE: f->lease_name = optarg; break;
         case O_RTIMEOUT: dur = &f->review_timeout_ms; break;
@@ -209,43 +233,29 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         case O_GRACE: dur = &f->shutdown_grace_ms; break;
         case O_STATUSINT: dur = &f->status_interval_ms; break;
         case O_LOGFMT:
-            if(strcmp(optarg, "json") == 0)
-                f->log_json = 1;
-            else if(strcmp(optarg, "text") == 0)
-                f->log_json = 0;
-            else {
-                fprintf(stderr, "cozygpu controller: --log-format: json or text, got %s\n", optarg);
-                return -1;
-            }
+            if(one_of_two(optarg, "json", "text", &f->log_json) != 0)
+                return flag_error("--log-format: json or text, got %s", optarg);
             break;
         case O_LOGLVL:
-            if(log_level_parse(optarg, &f->level) != 0) {
-                fprintf(stderr, "cozygpu controller: --log-level: debug, info, warn or error, got %s\n", optarg);
-                return -1;
-            }
+            if(log_level_parse(optarg, &f->level) != 0)
+                return flag_error("--log-level: debug, info, warn or error, got %s", optarg);
             break;
         case O_HELP: usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
-        if(dur && cozy_parse_duration(optarg, dur) != 0) {
-            fprintf(stderr, "cozygpu controller: --%s: not a duration (like 500ms, 15s, 2m): %s\n",
-                    opts[c - O_KUBECONFIG].name, optarg);
-            return -1;
-        }
+        if(dur && cozy_parse_duration(optarg, dur) != 0)
+            return flag_error("--%s: not a duration (like 500ms, 15s, 2m): %s", opts[c - O_KUBECONFIG].name,
+                              optarg);
     }
-    if(optind < argc) {
-        fprintf(stderr, "cozygpu controller: unexpected argument \"%s\"\n", argv[optind]);
-        return -1;
-    }
+    if(optind < argc)
+        return flag_error("unexpected argument \"%s\"", argv[optind]);
     const struct {
         const char *flag;
         const char **value;
     } names[] = {{"--namespace", &f->ns}, {"--identity", &f->identity}, {"--lease-name", &f->lease_name}};
     for(size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if(!*names[i].value || !**names[i].value) {
-            fprintf(stderr, "cozygpu controller: %s: must not be empty\n", names[i].flag);
-            return -1;
-        }
+        if(!*names[i].value || !**names[i].value)
+            return flag_error("%s: must not be empty", names[i].flag);
     if(f->policies_configmap && *f->policies_configmap) {
         /* a ConfigMap name is a DNS subdomain (RFC 1123): lowercase
          * letters, digits, '-' and '.', at most 253 */
@@ -253,34 +263,26 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         int ok = strlen(n) <= 253 && isalnum((unsigned char)n[0]) && isalnum((unsigned char)n[strlen(n) - 1]);
         for(const char *q = n; ok && *q; q++)
             ok = (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '.';
-        if(!ok) {
-            fprintf(stderr, "cozygpu controller: --policies-configmap: \"%s\" is not a ConfigMap name "
-                            "(lowercase letters, digits, '-' and '.')\n", n);
-            return -1;
-        }
+        if(!ok)
+            return flag_error("--policies-configmap: \"%s\" is not a ConfigMap name "
+                              "(lowercase letters, digits, '-' and '.')",
+                              n);
     }
-    if(f->leader_elect && !(f->retry_ms > 0 && f->retry_ms < f->renew_ms && f->renew_ms < f->lease_ms)) {
-        fprintf(stderr, "cozygpu controller: --retry-period (%ld ms) < --renew-deadline (%ld ms) < "
-                        "--lease-duration (%ld ms) is required\n", f->retry_ms, f->renew_ms, f->lease_ms);
-        return -1;
-    }
-    if(!f->cert_file || !f->key_file) {
-        fprintf(stderr, "cozygpu controller: --tls-cert-file and --tls-key-file are required (the API server "
-                        "calls webhooks over HTTPS only)\n");
-        return -1;
-    }
+    if(f->leader_elect && !(f->retry_ms > 0 && f->retry_ms < f->renew_ms && f->renew_ms < f->lease_ms))
+        return flag_error("--retry-period (%ld ms) < --renew-deadline (%ld ms) < --lease-duration (%ld ms) is "
+                          "required",
+                          f->retry_ms, f->renew_ms, f->lease_ms);
+    if(!f->cert_file || !f->key_file)
+        return flag_error("--tls-cert-file and --tls-key-file are required (the API server calls webhooks over "
+                          "HTTPS only)");
     {
         struct stat st;
         errno = 0;
-        if(stat(f->state_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(f->state_dir, W_OK | X_OK) != 0) {
-            fprintf(stderr, "cozygpu controller: --state-dir %s: not a writable directory%s%s\n", f->state_dir,
-                    errno ? ": " : "", errno ? strerror(errno) : "");
-            return -1;
-        }
+        if(stat(f->state_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(f->state_dir, W_OK | X_OK) != 0)
+            return flag_error("--state-dir %s: not a writable directory%s%s", f->state_dir, errno ? ": " : "",
+                              errno ? strerror(errno) : "");
     }
-    if(f->review_timeout_ms < 100 || f->review_timeout_ms > 29000) {
-        fprintf(stderr, "cozygpu controller: --review-timeout: need 100ms..29s (webhooks time out at 30s at most)\n");
-        return -1;
-    }
+    if(f->review_timeout_ms < 100 || f->review_timeout_ms > 29000)
+        return flag_error("--review-timeout: need 100ms..29s (webhooks time out at 30s at most)");
     return 0;
 }
