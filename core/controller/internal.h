@@ -72,22 +72,28 @@ extern ctl *ctl_proc;
 
 /* ---- cluster.c ---- */
 
-/* `obj` as the policies index it: with apiVersion and kind, which the API
- * server omits in the items of built-in lists (apimachinery's
- * UnstructuredList). Returns a new reference (the object itself when it has
- * a kind, else a shallow copy with r's group/version and kind set); the
- * caller decrefs. */
+/* `obj` as the policies index it: with apiVersion and kind. The API server
+ * leaves both out of the items of a list (kubernetes/kubernetes#3030), so
+ * a cache filled by a relist holds objects without them. Returns a new
+ * reference (the object itself when it has a kind, else a shallow copy
+ * with apiVersion "<group>/<version>" (or "<version>" for the core group)
+ * and r's kind set); the caller decrefs. NULL only when out of memory. */
 json_t *ctl_cluster_with_kind(json_t *obj, const kube_resource *r);
 
-/* Everything the cluster watch caches hold now (ctl.cluster_inf), each
- * object through ctl_cluster_with_kind, as one JSON array for
- * engine_set_cluster. Returns a new reference; the caller decrefs. */
+/* Everything the cluster watch caches hold now (ctl.cluster_inf: the kinds
+ * of docs/decisions/0008), each object through ctl_cluster_with_kind, as
+ * one flat JSON array in informer order, the `cluster` argument of
+ * engine_set_cluster (engine.h). Each informer is read under its own lock,
+ * so the array is not one instant of the cluster; decision 0008 says why
+ * that cannot change an outcome. Returns a new reference; the caller
+ * decrefs. */
 json_t *ctl_cluster_snapshot(void);
 
 /* ---- bundle.c ---- */
 
-/* The bundle being served with a reference taken (release it with
- * ctl_bundle_unref), or NULL before the first one is published. */
+/* The bundle being served, with a reference taken for the caller (release
+ * it with ctl_bundle_unref), or NULL before the first one is published
+ * (docs/decisions/0009: not before every cache has listed). Takes mu. */
 ctl_bundle *ctl_bundle_current(void);
 
 /* Drops a reference; the last one unlinks the bundle and frees it. NULL
@@ -95,25 +101,38 @@ ctl_bundle *ctl_bundle_current(void);
 void ctl_bundle_unref(ctl_bundle *b);
 
 /* The engine options of bundle `b`: ctl.eo with b's sources
- * (override_sources point into b: keep a reference while the engine
- * opens). */
+ * (override_sources point into b, and engine_open copies them: hold a
+ * reference on b until engine_open returns). */
 engine_options ctl_bundle_engine_options(const ctl_bundle *b);
 
-/* The reloader thread (pthread start routine; `arg` unused, returns NULL
- * once ctl.stopping is set). Waits for the caches to list, then compiles,
- * self-checks and publishes each ConfigMap version queued by
- * ctl_bundle_on_policies_event (DESIGN.md §9 "Hot reload", decision 0009),
- * reporting each result by log, metric and Event. */
+/* The reloader thread (pthread start routine; `arg` unused; returns NULL
+ * once ctl.stopping is set). Waits for every cache to list, then takes the
+ * defaults when there is no ConfigMap; after that compiles each ConfigMap
+ * version queued by ctl_bundle_on_policies_event into engine sources held
+ * in memory (engine_source_for_key: NAME.lua and lib.a.b.lua keys, other
+ * keys and binaryData logged and skipped), self-checks it in a throw-away
+ * engine (a synthetic Namespace CREATE must not come to a policy failure,
+ * engine_outcome_is_failure), and publishes it (ctl.current,
+ * ctl.policies_loaded, ctl.status_dirty, metric
+ * cozygpu_policy_bundle_generation) or keeps the old one. Each result is
+ * logged, counted in cozygpu_policy_reloads_total{result} and recorded as
+ * an Event on the ConfigMap (PolicyReloaded, PolicyReloadFailed once per
+ * resourceVersion, PolicyConfigMapDeleted). Rules: DESIGN.md §9 "Hot
+ * reload", docs/decisions/0007 and 0009. */
 void *ctl_bundle_reloader_main(void *arg);
 
-/* kube_event_fn of the policies ConfigMap informer (watch.h): queues an
- * ADDED/MODIFIED ConfigMap for the reloader; a DELETED one keeps the
- * last bundle serving (decision 0009). Runs on the watcher thread and
- * only records work. */
+/* kube_event_fn of the policies ConfigMap informer (kube/watch.h; ctx and
+ * inf unused): an ADDED or MODIFIED ConfigMap (type) is deep-copied and
+ * queued for the reloader, replacing one not yet taken; a DELETED one is
+ * handed to the reloader to report while the last bundle keeps serving,
+ * or, when no bundle was ever published, queues the defaults
+ * (docs/decisions/0009). Runs on the watcher thread: takes mu, never
+ * blocks on the API server. */
 void ctl_bundle_on_policies_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
 
-/* At exit, once no thread holds a bundle: frees every bundle left, and
- * the reloader's pending state. */
+/* At exit, once every thread that held a bundle is joined or stopped:
+ * frees every bundle left (ctl.current becomes NULL), and the reloader's
+ * queued ConfigMaps and last error. */
 void ctl_bundle_free_all(void);
 
 /* ---- review.c ---- */
@@ -122,7 +141,22 @@ void ctl_bundle_free_all(void);
 extern const webhook_endpoint ctl_review_endpoints[];
 extern const size_t ctl_review_n_endpoints;
 
-/* webhook_review_fn (server/webhook.h): answers one AdmissionReview. */
+/* webhook_review_fn (server/webhook.h; ctx unused): answers one
+ * AdmissionReview (admission.k8s.io/v1) on the calling webhook thread's
+ * engine, rebuilt first if the bundle or the watch caches changed.
+ * *response is set to a new AdmissionReview whose response is:
+ *  - allowed=false, code 500 "cozygpu webhook NAME: not serving: WHY" when
+ *    the caches have not listed yet or no bundle is loaded (fail closed,
+ *    DESIGN.md §4; docs/decisions/0001 for the codes);
+ *  - allowed=false, code 400 when request.kind is not the kind the path
+ *    serves (deploy/50-webhooks.yaml, docs/decisions/0006), or a CREATE or
+ *    UPDATE has no request.object (the API server always sends it);
+ *  - else the policies' verdict (engine_review) under `deadline`
+ *    (CLOCK_MONOTONIC); one whose outcome is a failure (error, budget,
+ *    memory, deadline: engine_outcome_is_failure) counts in
+ *    cozygpu_policy_errors_total.
+ * Returns 0, or -1 when the engine itself failed or out of memory (the
+ * server then answers its own fail-closed 500). */
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review,
                          const struct timespec *deadline, json_t **response);
 
@@ -131,21 +165,35 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
 int ctl_review_on_ready(void *ctx);
 
 /* At exit, after webhook_stop: closes the engines the webhook threads
- * left behind (their threads are gone, their thread-locals unreachable). */
+ * left behind (their threads are gone, their thread-locals unreachable)
+ * and frees the list. Does not drop the engines' bundle references:
+ * ctl_bundle_free_all frees every bundle regardless. */
 void ctl_review_close_engines(void);
 
 /* ---- status.c ---- */
 
-/* The status writer thread (pthread start routine; `arg` unused, returns
- * NULL once ctl.stopping is set): while leading, sets each GPUClass's
- * Accepted condition (decision 0009). */
+/* The status writer thread (pthread start routine; `arg` unused; returns
+ * NULL once ctl.stopping is set). Wakes on ctl.status_dirty or every
+ * --status-interval; while this replica leads (lease_is_leader) and the
+ * caches have listed, reviews every cached GPUClass as a synthetic CREATE
+ * against the current bundle's gpuclass rules (its own engine) and writes
+ * the condition type "Accepted" — True/Valid, or False/Invalid with the
+ * rules' message — with observedGeneration through the status subresource
+ * (kube_update_retry), only when it changed, re-checking leadership just
+ * before each write. lastTransitionTime moves only when status changes.
+ * Rules: docs/decisions/0009; Kubernetes API conventions, "Typical status
+ * properties". A write that fails is logged and tried again on the next
+ * pass. */
 void *ctl_status_writer_main(void *arg);
 
-/* kube_event_fn of the GPUClass informer: marks the status dirty. */
+/* kube_event_fn of the GPUClass informer (all arguments unused): marks the
+ * status dirty and wakes the writer. Runs on the watcher thread; takes mu. */
 void ctl_status_on_class_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
 
-/* lease_options.on_change (kube/lease.h): on becoming leader, marks the
- * status dirty so the new leader writes at once. */
+/* lease_options.on_change (kube/lease.h; ctx unused): on becoming leader
+ * (leading 1), marks the status dirty so the new leader writes at once
+ * instead of after --status-interval; losing the lead needs nothing, the
+ * writer checks lease_is_leader before every write. Takes mu. */
 void ctl_status_on_leader_change(void *ctx, int leading);
 
 #endif
