@@ -19,6 +19,17 @@
 #include "base/log.h"
 #include "base/metrics.h"
 
+struct ctl_bundle {
+    struct ctl_bundle *prev, *next; /* every live bundle (`bundles`), for the exit */
+    unsigned long gen;              /* 1, 2, ... in publishing order */
+    json_t *data;                   /* the ConfigMap's data (owned), or NULL: defaults only */
+    engine_source *sources;         /* point into data and modules */
+    char (*modules)[256];           /* module names of lib.* keys */
+    size_t n_sources;
+    char *source_rv;                /* the ConfigMap's resourceVersion, or NULL */
+    int refs;                       /* ctl_proc->mu */
+};
+
 /* State of the reloader, guarded by ctl_proc->mu unless marked. */
 static ctl_bundle *bundles;  /* every bundle not yet freed (for the exit) */
 static json_t *pending_cm;   /* ConfigMap waiting for the reloader, or json_null() for "deleted" */

@@ -29,18 +29,10 @@
 
 /* A policy bundle: the default policies plus the hoster sources of the
  * policies ConfigMap, handed to every engine from memory
- * (docs/decisions/0007, 0009). Reference counted: the published one holds
- * a reference, and so does every engine built on it. */
-typedef struct ctl_bundle {
-    struct ctl_bundle *prev, *next; /* every live bundle, for the exit (bundle.c) */
-    unsigned long gen;              /* 1, 2, ... in publishing order */
-    json_t *data;                   /* the ConfigMap's data (owned), or NULL: defaults only */
-    engine_source *sources;         /* point into data and modules */
-    char (*modules)[256];           /* module names of lib.* keys */
-    size_t n_sources;
-    char *source_rv;                /* the ConfigMap's resourceVersion, or NULL */
-    int refs;                       /* mu */
-} ctl_bundle;
+ * (docs/decisions/0007, 0009). Opaque outside bundle.c. Reference
+ * counted: the published one holds a reference, and so does every engine
+ * built on it. */
+typedef struct ctl_bundle ctl_bundle;
 
 /* The controller of this process. Set up by controller_main before any
  * thread starts; the fields not marked "mu" are read-only after that. */
