@@ -1,7 +1,7 @@
 /* internal.h — shared between the files of core/controller/ only.
  *
  * Not a public interface (that is controller.h): the state of the one
- * controller of a process, the policy bundle record, and the entry points
+ * controller of a process, the policy bundle handle, and the entry points
  * each file gives the others. Every name is prefixed by its file:
  *   ctl_cluster_  cluster.c  the cluster view the policies read
  *   ctl_bundle_   bundle.c   policies ConfigMap -> compiled bundle, reloads
@@ -52,7 +52,7 @@ typedef struct ctl {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stopping;        /* mu: shutting down */
-    ctl_bundle *current; /* mu: the bundle being published */
+    ctl_bundle *current; /* mu: the bundle being served */
     int policies_loaded; /* mu: a bundle is being served */
     int status_dirty;    /* mu: the status writer has work */
 
@@ -67,18 +67,19 @@ extern ctl *ctl_proc;
 /* `obj` as the policies index it: with apiVersion and kind. The API server
  * leaves both out of the items of a list (kubernetes/kubernetes#3030), so
  * a cache filled by a relist holds objects without them. Returns a new
- * reference (the object itself when it has a kind, else a shallow copy
- * with apiVersion "<group>/<version>" (or "<version>" for the core group)
- * and r's kind set); the caller decrefs. NULL only when out of memory. */
+ * reference (the object itself, shared and read-only, when it has a kind;
+ * else a shallow copy with apiVersion "<group>/<version>", or "<version>"
+ * for the core group, and r's kind); the caller decrefs. NULL only when
+ * out of memory. */
 json_t *ctl_cluster_with_kind(json_t *obj, const kube_resource *r);
 
 /* Everything the cluster watch caches hold now (ctl.cluster_inf: the kinds
  * of docs/decisions/0008), each object through ctl_cluster_with_kind, as
  * one flat JSON array in informer order, the `cluster` argument of
- * engine_set_cluster (engine.h). Each informer is read under its own lock,
- * so the array is not one instant of the cluster; decision 0008 says why
- * that cannot change an outcome. Returns a new reference; the caller
- * decrefs. */
+ * engine_set_cluster (engine.h). The caches are read one after the other,
+ * so the array may mix moments; decision 0008 says, per read, what a stale
+ * cache can do. Returns a new reference (the caller decrefs) whose items
+ * may be shared with the caches: read-only. */
 json_t *ctl_cluster_snapshot(void);
 
 /* ---- bundle.c ---- */
