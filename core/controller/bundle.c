@@ -4,10 +4,11 @@
  *
  * Rules: DESIGN.md §9 "Hot reload" (compile aside, self-check, swap only
  * if it loads, else report by log, metric and Event);
- * docs/decisions/0007 (ConfigMap keys: NAME.lua, lib.a.b.lua is the module
- * lib.a.b); docs/decisions/0009 (first bundle after the caches list, a
- * broken one at start leaves the replica unready, deletion keeps the last
- * bundle, one Event per resourceVersion).
+ * docs/decisions/0007 (ConfigMap keys: NAME.lua is a policy, lib.a.b.lua
+ * the module "a.b"; engine_source_for_key maps them); docs/decisions/0009
+ * (sources handed to the engine from memory; first bundle after the caches
+ * list, a broken one at start leaves the replica unready, deletion keeps
+ * the last bundle, one Event per resourceVersion); docs/decisions/0012.
  */
 #include "controller/internal.h"
 
