@@ -287,7 +287,9 @@ void *ctl_bundle_reloader_main(void *arg)
         pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
     }
     pthread_mutex_unlock(&ctl_proc->mu);
-    json_t *existing = ctl_proc->policies_inf ? kube_informer_get(ctl_proc->policies_inf, ctl_proc->f.ns, ctl_proc->f.policies_configmap) : NULL;
+    json_t *existing = ctl_proc->policies_inf
+                           ? kube_informer_get(ctl_proc->policies_inf, ctl_proc->f.ns, ctl_proc->f.policies_configmap)
+                           : NULL;
     pthread_mutex_lock(&ctl_proc->mu);
     if(!existing && !ctl_proc->current && !pending_cm)
         pending_cm = json_null();

@@ -190,7 +190,8 @@ int controller_main(int argc, char **argv)
                                                           &KUBE_VMIS, &KUBE_RESOURCECLAIMS, &KUBE_RESOURCECLAIMTEMPLATES};
     for(size_t i = 0; i < sizeof cluster_kinds / sizeof *cluster_kinds; i++) {
         kube_event_fn fn = cluster_kinds[i] == &KUBE_GPUCLASSES ? ctl_status_on_class_event : NULL;
-        ctl_proc->cluster_inf[ctl_proc->n_cluster_inf++] = kube_watcher_add(ctl_proc->watcher, cluster_kinds[i], NULL, NULL, NULL, fn, NULL);
+        ctl_proc->cluster_inf[ctl_proc->n_cluster_inf++] =
+            kube_watcher_add(ctl_proc->watcher, cluster_kinds[i], NULL, NULL, NULL, fn, NULL);
         if(cluster_kinds[i] == &KUBE_GPUCLASSES)
             ctl_proc->classes_inf = ctl_proc->cluster_inf[ctl_proc->n_cluster_inf - 1];
         /* DRA objects, for the raw-name policy's pod resource claims; a
@@ -201,7 +202,8 @@ int controller_main(int argc, char **argv)
     if(f->policies_configmap && *f->policies_configmap) {
         char sel[300];
         snprintf(sel, sizeof sel, "metadata.name=%s", f->policies_configmap);
-        ctl_proc->policies_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_CONFIGMAPS, f->ns, NULL, sel, ctl_bundle_on_policies_event, NULL);
+        ctl_proc->policies_inf =
+            kube_watcher_add(ctl_proc->watcher, &KUBE_CONFIGMAPS, f->ns, NULL, sel, ctl_bundle_on_policies_event, NULL);
     }
     if(kube_watcher_start(ctl_proc->watcher, &err) != COZY_OK) {
         fprintf(stderr, "cozygpu controller: %s\n", err.msg);
