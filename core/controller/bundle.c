@@ -1,0 +1,404 @@
+/* bundle.c — the policy bundle: the policies ConfigMap compiled aside,
+ * self-checked, then published; the reloader thread that does it on every
+ * change, and the Events that report it (internal.h, ctl_bundle_).
+ *
+ * Rules: DESIGN.md §9 "Hot reload" (compile aside, self-check, swap only
+ * if it loads, else report by log, metric and Event);
+ * docs/decisions/0007 (ConfigMap keys: NAME.lua is a policy, lib.a.b.lua
+ * the module "a.b"; engine_source_for_key maps them); docs/decisions/0009
+ * (sources handed to the engine from memory; first bundle after the caches
+ * list, a broken one at start leaves the replica unready, deletion keeps
+ * the last bundle, one Event per resourceVersion); docs/decisions/0012.
+ */
+#include "controller/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+
+struct ctl_bundle {
+    struct ctl_bundle *prev, *next; /* every live bundle (`bundles`), for the exit */
+    unsigned long gen;              /* 1, 2, ... in publishing order */
+    json_t *data;                   /* the ConfigMap's data (owned), or NULL: defaults only */
+    engine_source *sources;         /* point into data and modules */
+    char (*modules)[256];           /* module names of lib.* keys */
+    size_t n_sources;
+    char *source_rv;                /* the ConfigMap's resourceVersion, or NULL */
+    int refs;                       /* ctl_proc->mu */
+};
+
+/* State of the reloader, guarded by ctl_proc->mu unless marked. */
+static ctl_bundle *bundles;  /* every bundle not yet freed (for the exit) */
+static json_t *pending_cm;   /* ConfigMap waiting for the reloader, or json_null() for "deleted" */
+static json_t *deleted_cm;   /* the ConfigMap just deleted, for the reloader to report */
+static char *policy_error;   /* last reload failure, or NULL */
+static char *failed_rv;      /* reloader thread only: resourceVersion of the last bundle that failed */
+
+static void bundle_free(ctl_bundle *b)
+{
+    json_decref(b->data);
+    free(b->sources);
+    free(b->modules);
+    free(b->source_rv);
+    free(b);
+}
+
+/* The engine options of bundle `b`: the controller's, with b's sources. */
+engine_options ctl_bundle_engine_options(const ctl_bundle *b)
+{
+    engine_options eo = ctl_proc->eo;
+    eo.override_sources = b->sources;
+    eo.n_override_sources = b->n_sources;
+    return eo;
+}
+
+void ctl_bundle_unref(ctl_bundle *b)
+{
+    if(!b)
+        return;
+    pthread_mutex_lock(&ctl_proc->mu);
+    int last = --b->refs == 0;
+    if(last) {
+        if(b->prev)
+            b->prev->next = b->next;
+        else
+            bundles = b->next;
+        if(b->next)
+            b->next->prev = b->prev;
+    }
+    pthread_mutex_unlock(&ctl_proc->mu);
+    if(last)
+        bundle_free(b);
+}
+
+/* At exit the webhook threads are gone with their references, so every
+ * bundle left is freed. */
+void ctl_bundle_free_all(void)
+{
+    json_decref(pending_cm);
+    pending_cm = NULL;
+    json_decref(deleted_cm);
+    deleted_cm = NULL;
+    while(bundles) {
+        ctl_bundle *b = bundles;
+        bundles = b->next;
+        bundle_free(b);
+    }
+    ctl_proc->current = NULL;
+    free(policy_error);
+    policy_error = NULL;
+    free(failed_rv);
+    failed_rv = NULL;
+}
+
+ctl_bundle *ctl_bundle_current(void)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    ctl_bundle *b = ctl_proc->current;
+    if(b)
+        b->refs++;
+    pthread_mutex_unlock(&ctl_proc->mu);
+    return b;
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+/* Records a core/v1 Event on the ConfigMap (client-go record.EventRecorder
+ * shape: name "<object>.<hex nanoseconds>", involvedObject, source). Errors
+ * are logged, never fatal. */
+static void record_event(const json_t *cm, const char *type, const char *reason, const char *message)
+{
+    const json_t *md = json_object_get(cm, "metadata");
+    const char *name = json_string_value(json_object_get(md, "name"));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char ev_name[300], stamp[40];
+    snprintf(ev_name, sizeof ev_name, "%s.%llx", name ? name : "cozygpu", (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%.1000s", message); /* keep Event messages near 1 KiB */
+    json_t *ev = json_pack(
+        "{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:s, s:s, s:i}",
+        "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ctl_proc->f.ns, "involvedObject",
+        "apiVersion", "v1", "kind", "ConfigMap", "namespace", ctl_proc->f.ns, "name", name ? name : "",
+        "uid", json_string_value(json_object_get(md, "uid")), "resourceVersion",
+        json_string_value(json_object_get(md, "resourceVersion")), "type", type, "reason", reason, "message", msg,
+        "source", "component", "cozygpu-controller", "reportingComponent", "cozygpu-controller",
+        "reportingInstance", ctl_proc->f.identity, "firstTimestamp", stamp, "lastTimestamp", stamp, "count", 1);
+    if(!ev)
+        return;
+    char *path = kube_path(&KUBE_EVENTS, ctl_proc->f.ns, NULL, NULL);
+    long status = 0;
+    json_t *res = NULL;
+    cozy_err err;
+    if(!path || kube_request(ctl_proc->client, "POST", path, NULL, ev, &status, &res, &err) != COZY_OK)
+        log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error", err.msg, NULL);
+    else if(status != 201 && status != 200) {
+        char code[16];
+        snprintf(code, sizeof code, "%ld", status);
+        log_write(LOG_WARN, "events", "event refused", "reason", reason, "status", code, NULL);
+    }
+    free(path);
+    json_decref(res);
+    json_decref(ev);
+}
+
+/* ---- policy reload ------------------------------------------------------- */
+
+/* A review every bundle must answer without a policy failure: a Namespace
+ * CREATE, which no default rule refuses. Catches policies that fail at run
+ * time on every request (a bad match function, a library misuse). */
+static cozy_result self_check(engine *e, cozy_err *err)
+{
+    json_t *snap = ctl_cluster_snapshot();
+    cozy_result rc = engine_set_cluster(e, snap, ctl_proc->settings, err);
+    json_decref(snap);
+    if(rc != COZY_OK)
+        return rc;
+    json_t *req = json_pack("{s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:s, s:s, s:{s:s}, s:{s:s, s:s, s:{s:s}}}",
+                            "uid", "00000000-0000-4000-8000-5e1fc4ec0000", "kind", "group", "", "version", "v1",
+                            "kind", "Namespace", "resource", "group", "", "version", "v1", "resource",
+                            "namespaces", "operation", "CREATE", "name", "cozygpu-self-check", "userInfo",
+                            "username", "system:serviceaccount:cozygpu:self-check", "object", "apiVersion", "v1",
+                            "kind", "Namespace", "metadata", "name", "cozygpu-self-check");
+    engine_verdict v;
+    rc = engine_review(e, req, ENGINE_BOTH, &v, err);
+    json_decref(req);
+    if(rc == COZY_OK && engine_outcome_is_failure(v.outcome))
+        rc = cozy_fail(err, COZY_ERR_POLICY, "self-check review failed: %s", v.message ? v.message : "");
+    json_decref(v.response);
+    return rc;
+}
+
+/* Compiles `cm` (a ConfigMap, or NULL for "no ConfigMap": defaults only)
+ * into a new bundle: its keys become engine sources (engine_source_for_key,
+ * docs/decisions/0007) handed to the engine from memory, so messages name
+ * the keys the hoster edits. On success returns it (refs 1); else NULL with
+ * err. */
+static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
+{
+    ctl_bundle *b = calloc(1, sizeof *b);
+    if(!b) {
+        cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    b->refs = 1;
+    pthread_mutex_lock(&ctl_proc->mu);
+    b->next = bundles;
+    if(b->next)
+        b->next->prev = b;
+    bundles = b;
+    pthread_mutex_unlock(&ctl_proc->mu);
+    const char *cm_name = ctl_proc->f.policies_configmap;
+    if(cm) {
+        b->source_rv = strdup(json_string_value(json_object_get(json_object_get(cm, "metadata"), "resourceVersion"))
+                                  ?: "");
+        json_t *data = json_object_get(cm, "data");
+        b->data = json_is_object(data) ? json_deep_copy(data) : json_object();
+        size_t n = json_object_size(b->data);
+        b->sources = calloc(n ? n : 1, sizeof *b->sources);
+        b->modules = calloc(n ? n : 1, sizeof *b->modules);
+        if(!b->data || !b->sources || !b->modules) {
+            cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
+            goto fail;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(b->data, k, v)
+        {
+            const char *text = json_string_value(v);
+            cozy_err kerr;
+            cozy_result krc = engine_source_for_key(k, text ? text : "", text ? json_string_length(v) : 0,
+                                                    &b->sources[b->n_sources], b->modules[b->n_sources],
+                                                    sizeof b->modules[0], &kerr);
+            if(krc == COZY_ERR_INPUT) {
+                log_write(LOG_WARN, "reload", "ignoring a key that is not a policy file name (NAME.lua of letters, digits, - _ .)", "configmap", cm_name,
+                          "key", k, NULL);
+                continue;
+            }
+            if(krc != COZY_OK) {
+                cozy_fail(err, krc, "ConfigMap %s/%s: %s", ctl_proc->f.ns, cm_name, kerr.msg);
+                goto fail;
+            }
+            b->n_sources++;
+        }
+        if(json_object_size(json_object_get(cm, "binaryData")) > 0)
+            log_write(LOG_WARN, "reload", "ignoring binaryData: policies are text", "configmap", cm_name, NULL);
+    }
+    engine_options eo = ctl_bundle_engine_options(b);
+    engine *e = NULL;
+    cozy_result rc = engine_open(&e, &eo, err);
+    if(rc == COZY_OK) {
+        rc = self_check(e, err);
+        engine_close(e);
+    }
+    if(rc != COZY_OK) {
+        if(cm) {
+            char tmp[sizeof err->msg];
+            snprintf(tmp, sizeof tmp, "%s", err->msg);
+            cozy_fail(err, rc, "ConfigMap %s/%s: %s", ctl_proc->f.ns, cm_name, tmp);
+        }
+        goto fail;
+    }
+    return b;
+fail:
+    b->refs = 1;
+    ctl_bundle_unref(b);
+    return NULL;
+}
+
+static void publish(ctl_bundle *b)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    ctl_bundle *old = ctl_proc->current;
+    b->gen = old ? old->gen + 1 : 1;
+    ctl_proc->current = b;
+    ctl_proc->policies_loaded = 1;
+    free(policy_error);
+    policy_error = NULL;
+    ctl_proc->status_dirty = 1;
+    pthread_cond_broadcast(&ctl_proc->cv);
+    pthread_mutex_unlock(&ctl_proc->mu);
+    ctl_bundle_unref(old);
+    metrics_gauge_set("cozygpu_policy_bundle_generation", NULL, (double)b->gen);
+}
+
+void *ctl_bundle_reloader_main(void *arg)
+{
+    (void)arg;
+    /* The first bundle: only once every cache has listed is it known
+     * whether the ConfigMap exists. If it does, its ADDED event has queued
+     * it (and if it does not load, the replica stays unready: never the
+     * defaults in place of a hoster's broken rules, docs/decisions/0009);
+     * if it does not, the defaults are the bundle. */
+    pthread_mutex_lock(&ctl_proc->mu);
+    while(!ctl_proc->stopping && !kube_watcher_synced(ctl_proc->watcher)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 50 * 1000000;
+        if(ts.tv_nsec >= 1000000000)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
+    }
+    pthread_mutex_unlock(&ctl_proc->mu);
+    json_t *existing = ctl_proc->policies_inf
+                           ? kube_informer_get(ctl_proc->policies_inf, ctl_proc->f.ns, ctl_proc->f.policies_configmap)
+                           : NULL;
+    pthread_mutex_lock(&ctl_proc->mu);
+    if(!existing && !ctl_proc->current && !pending_cm)
+        pending_cm = json_null();
+    pthread_mutex_unlock(&ctl_proc->mu);
+    json_decref(existing);
+    for(;;) {
+        pthread_mutex_lock(&ctl_proc->mu);
+        while(!ctl_proc->stopping && !pending_cm && !deleted_cm)
+            pthread_cond_wait(&ctl_proc->cv, &ctl_proc->mu);
+        if(ctl_proc->stopping) {
+            pthread_mutex_unlock(&ctl_proc->mu);
+            break;
+        }
+        json_t *gone = deleted_cm;
+        deleted_cm = NULL;
+        json_t *cm = pending_cm;
+        pending_cm = NULL;
+        pthread_mutex_unlock(&ctl_proc->mu);
+        if(gone) {
+            log_write(LOG_WARN, "reload",
+                      "the policies ConfigMap was deleted; the last bundle keeps serving (apply an empty "
+                      "ConfigMap to serve the default policies)",
+                      "configmap", ctl_proc->f.policies_configmap, NULL);
+            record_event(gone, "Warning", "PolicyConfigMapDeleted",
+                         "the policies ConfigMap was deleted; the last loaded bundle keeps serving; apply an empty "
+                         "ConfigMap to serve the default policies");
+            json_decref(gone);
+        }
+        if(!cm)
+            continue;
+
+        const json_t *src = json_is_null(cm) ? NULL : cm;
+        const char *rv = src ? json_string_value(json_object_get(json_object_get(src, "metadata"), "resourceVersion"))
+                             : NULL;
+        ctl_bundle *cur = ctl_bundle_current();
+        int same = cur && ((!src && !cur->source_rv) ||
+                           (src && cur->source_rv && rv && strcmp(cur->source_rv, rv) == 0));
+        ctl_bundle_unref(cur);
+        /* a resync replays the same failed version: report it once */
+        if(!same && src && rv && failed_rv && strcmp(failed_rv, rv) == 0)
+            same = 1;
+        if(same) {
+            json_decref(cm);
+            continue;
+        }
+        cozy_err err;
+        ctl_bundle *b = compile_bundle(src, &err);
+        if(b) {
+            publish(b);
+            metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 1);
+            log_write(LOG_INFO, "reload", src ? "policies reloaded from the ConfigMap" : "serving the default policies",
+                      "configmap", ctl_proc->f.policies_configmap, "resourceVersion", rv, NULL);
+            if(src)
+                record_event(src, "Normal", "PolicyReloaded", "policy bundle compiled, self-checked and serving");
+        } else {
+            metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 1);
+            free(failed_rv);
+            failed_rv = rv ? strdup(rv) : NULL;
+            pthread_mutex_lock(&ctl_proc->mu);
+            int serving = ctl_proc->policies_loaded;
+            free(policy_error);
+            policy_error = strdup(err.msg);
+            pthread_mutex_unlock(&ctl_proc->mu);
+            log_write(LOG_ERROR, "reload",
+                      serving ? "policy reload failed; the previous bundle keeps serving"
+                              : "policy bundle failed to load; not ready",
+                      "configmap", ctl_proc->f.policies_configmap, "resourceVersion", rv, "error", err.msg, NULL);
+            if(src) {
+                char msg[1100];
+                snprintf(msg, sizeof msg, "%s%s", serving ? "previous bundle keeps serving: " : "not serving: ",
+                         err.msg);
+                record_event(src, "Warning", "PolicyReloadFailed", msg);
+            }
+        }
+        json_decref(cm);
+    }
+    return NULL;
+}
+
+static void queue_reload(json_t *cm_or_null)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    json_decref(pending_cm);
+    pending_cm = cm_or_null;
+    pthread_cond_broadcast(&ctl_proc->cv);
+    pthread_mutex_unlock(&ctl_proc->mu);
+}
+
+void ctl_bundle_on_policies_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
+{
+    (void)ctx;
+    (void)inf;
+    if(strcmp(type, "DELETED") != 0) {
+        queue_reload(json_deep_copy(obj));
+        return;
+    }
+    /* Deleting the ConfigMap does not drop the hoster's rules (that would
+     * fail open): the last bundle keeps serving; an empty ConfigMap is how
+     * to go back to the defaults (docs/decisions/0009). Only a replica
+     * that never loaded a bundle (the ConfigMap was broken) takes the
+     * defaults, as at a start without a ConfigMap. */
+    pthread_mutex_lock(&ctl_proc->mu);
+    int have = ctl_proc->current != NULL;
+    if(have) {
+        json_decref(deleted_cm);
+        deleted_cm = json_deep_copy(obj);
+        pthread_cond_broadcast(&ctl_proc->cv);
+    }
+    pthread_mutex_unlock(&ctl_proc->mu);
+    if(!have)
+        queue_reload(json_null());
+}

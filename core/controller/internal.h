@@ -1,0 +1,192 @@
+/* internal.h — shared between the files of core/controller/ only.
+ *
+ * Not a public interface (that is controller.h): the state of the one
+ * controller of a process, the policy bundle handle, and the entry points
+ * each file gives the others. Every name is prefixed by its file:
+ *   ctl_cluster_  cluster.c  the cluster view the policies read
+ *   ctl_bundle_   bundle.c   policies ConfigMap -> compiled bundle, reloads
+ *   ctl_review_   review.c   webhook threads' engines, reviews, readiness
+ *   ctl_status_   status.c   leader-only GPUClass status writer
+ *   ctl_proc      controller.c  the state, wired up by controller_main
+ *
+ * Locking: one mutex (ctl.mu) and one condition variable (ctl.cv, on
+ * CLOCK_MONOTONIC) guard the fields marked "mu" below; every thread that
+ * waits does so on cv, and every change a waiter cares about broadcasts.
+ */
+#ifndef COZYGPU_CONTROLLER_INTERNAL_H
+#define COZYGPU_CONTROLLER_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+
+#include "base/result.h"
+#include "controller/flags.h"
+#include "engine/engine.h"
+#include "kube/kube.h"
+#include "kube/lease.h"
+#include "kube/watch.h"
+#include "server/webhook.h"
+
+/* A policy bundle: the default policies plus the hoster sources of the
+ * policies ConfigMap, handed to every engine from memory
+ * (docs/decisions/0007, 0009). Opaque outside bundle.c. Reference
+ * counted: the published one holds a reference, and so does every engine
+ * built on it. */
+typedef struct ctl_bundle ctl_bundle;
+
+/* The controller of this process. Set up by controller_main before any
+ * thread starts; the fields not marked "mu" are read-only after that. */
+typedef struct ctl {
+    ctl_flags f;
+    json_t *settings;   /* --config, or the defaults (DESIGN.md §10) */
+    engine_options eo;  /* library, default bundle, budget; override_dir per bundle */
+    kube_client *client;
+    kube_watcher *watcher;
+    kube_informer *cluster_inf[12]; /* what the policies read (decision 0008) */
+    int n_cluster_inf;
+    kube_informer *policies_inf; /* the policies ConfigMap, or NULL */
+    kube_informer *classes_inf;  /* GPUClasses (also in cluster_inf) */
+    webhook_server *server;
+    lease_elector *lease;        /* NULL with --leader-elect=false */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stopping;        /* mu: shutting down */
+    ctl_bundle *current; /* mu: the bundle being served */
+    int policies_loaded; /* mu: a bundle is being served */
+    int status_dirty;    /* mu: the status writer has work */
+
+    pthread_t reloader, writer;
+} ctl;
+
+/* The one controller of this process (controller.c). */
+extern ctl *ctl_proc;
+
+/* ---- cluster.c ---- */
+
+/* `obj` as the policies index it: with apiVersion and kind. The API server
+ * leaves both out of the items of a list (kubernetes/kubernetes#3030), so
+ * a cache filled by a relist holds objects without them. Returns a new
+ * reference (the object itself, shared and read-only, when it has a kind;
+ * else a shallow copy with apiVersion "<group>/<version>", or "<version>"
+ * for the core group, and r's kind); the caller decrefs. NULL only when
+ * out of memory. */
+json_t *ctl_cluster_with_kind(json_t *obj, const kube_resource *r);
+
+/* Everything the cluster watch caches hold now (ctl.cluster_inf: the kinds
+ * of docs/decisions/0008), each object through ctl_cluster_with_kind, as
+ * one flat JSON array in informer order, the `cluster` argument of
+ * engine_set_cluster (engine.h). The caches are read one after the other,
+ * so the array may mix moments; decision 0008 says, per read, what a stale
+ * cache can do. Returns a new reference (the caller decrefs) whose items
+ * may be shared with the caches: read-only. */
+json_t *ctl_cluster_snapshot(void);
+
+/* ---- bundle.c ---- */
+
+/* The bundle being served, with a reference taken for the caller (release
+ * it with ctl_bundle_unref), or NULL before the first one is published
+ * (docs/decisions/0009: not before every cache has listed). Takes mu. */
+ctl_bundle *ctl_bundle_current(void);
+
+/* Drops a reference; the last one unlinks the bundle and frees it. NULL
+ * is allowed. Takes mu. */
+void ctl_bundle_unref(ctl_bundle *b);
+
+/* The engine options of bundle `b`: ctl.eo with b's sources
+ * (override_sources point into b, and engine_open copies them: hold a
+ * reference on b until engine_open returns). */
+engine_options ctl_bundle_engine_options(const ctl_bundle *b);
+
+/* The reloader thread (pthread start routine; `arg` unused; returns NULL
+ * once ctl.stopping is set). Waits for every cache to list, then takes the
+ * defaults when there is no ConfigMap; after that compiles each ConfigMap
+ * version queued by ctl_bundle_on_policies_event into engine sources held
+ * in memory (engine_source_for_key: NAME.lua and lib.a.b.lua keys, other
+ * keys and binaryData logged and skipped), self-checks it in a throw-away
+ * engine (a synthetic Namespace CREATE must not come to a policy failure,
+ * engine_outcome_is_failure), and publishes it (ctl.current,
+ * ctl.policies_loaded, ctl.status_dirty, metric
+ * cozygpu_policy_bundle_generation) or keeps the old one. Each result is
+ * logged, counted in cozygpu_policy_reloads_total{result} and recorded as
+ * an Event on the ConfigMap (PolicyReloaded, PolicyReloadFailed once per
+ * resourceVersion, PolicyConfigMapDeleted). Rules: DESIGN.md §9 "Hot
+ * reload", docs/decisions/0007 and 0009. */
+void *ctl_bundle_reloader_main(void *arg);
+
+/* kube_event_fn of the policies ConfigMap informer (kube/watch.h; ctx and
+ * inf unused): an ADDED or MODIFIED ConfigMap (type) is deep-copied and
+ * queued for the reloader, replacing one not yet taken; a DELETED one is
+ * handed to the reloader to report while the last bundle keeps serving,
+ * or, when no bundle was ever published, queues the defaults
+ * (docs/decisions/0009). Runs on the watcher thread: takes mu, never
+ * blocks on the API server. */
+void ctl_bundle_on_policies_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
+
+/* At exit, once every thread that held a bundle is joined or stopped:
+ * frees every bundle left (ctl.current becomes NULL), and the reloader's
+ * queued ConfigMaps and last error. */
+void ctl_bundle_free_all(void);
+
+/* ---- review.c ---- */
+
+/* The webhook paths and their phases (deploy/50-webhooks.yaml). */
+extern const webhook_endpoint ctl_review_endpoints[];
+extern const size_t ctl_review_n_endpoints;
+
+/* webhook_review_fn (server/webhook.h; ctx unused): answers one
+ * AdmissionReview (admission.k8s.io/v1) on the calling webhook thread's
+ * engine, rebuilt first if the bundle or the watch caches changed.
+ * *response is set to a new AdmissionReview whose response is:
+ *  - allowed=false, code 500 "cozygpu webhook NAME: not serving: WHY" when
+ *    the caches have not listed yet or no bundle is loaded (fail closed,
+ *    DESIGN.md §4; docs/decisions/0001 for the codes);
+ *  - allowed=false, code 400 when request.kind is not the kind the path
+ *    serves (deploy/50-webhooks.yaml, docs/decisions/0006), or a CREATE or
+ *    UPDATE has no request.object (the API server always sends it);
+ *  - else the policies' verdict (engine_review) under `deadline`
+ *    (CLOCK_MONOTONIC); one whose outcome is a failure (error, budget,
+ *    memory, deadline: engine_outcome_is_failure) counts in
+ *    cozygpu_policy_errors_total.
+ * Returns 0, or -1 when the engine itself failed or out of memory (the
+ * server then answers its own fail-closed 500). */
+int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review,
+                         const struct timespec *deadline, json_t **response);
+
+/* webhook_options.ready (server/webhook.h): 1 when /readyz should answer
+ * 200: a bundle is served, not shutting down, every watch cache listed. */
+int ctl_review_on_ready(void *ctx);
+
+/* At exit, after webhook_stop: closes the engines the webhook threads
+ * left behind (their threads are gone, their thread-locals unreachable)
+ * and frees the list. Does not drop the engines' bundle references:
+ * ctl_bundle_free_all frees every bundle regardless. */
+void ctl_review_close_engines(void);
+
+/* ---- status.c ---- */
+
+/* The status writer thread (pthread start routine; `arg` unused; returns
+ * NULL once ctl.stopping is set). Wakes on ctl.status_dirty or every
+ * --status-interval; while this replica leads (lease_is_leader) and the
+ * caches have listed, reviews every cached GPUClass as a synthetic CREATE
+ * against the current bundle's gpuclass rules (its own engine) and writes
+ * the condition type "Accepted" — True/Valid, or False/Invalid with the
+ * rules' message — with observedGeneration through the status subresource
+ * (kube_update_retry), only when it changed, re-checking leadership just
+ * before each write. lastTransitionTime moves only when status changes.
+ * Rules: docs/decisions/0009; Kubernetes API conventions, "Typical status
+ * properties". A write that fails is logged and tried again on the next
+ * pass. */
+void *ctl_status_writer_main(void *arg);
+
+/* kube_event_fn of the GPUClass informer (all arguments unused): marks the
+ * status dirty and wakes the writer. Runs on the watcher thread; takes mu. */
+void ctl_status_on_class_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
+
+/* lease_options.on_change (kube/lease.h; ctx unused): on becoming leader
+ * (leading 1), marks the status dirty so the new leader writes at once
+ * instead of after --status-interval; losing the lead needs nothing, the
+ * writer checks lease_is_leader before every write. Takes mu. */
+void ctl_status_on_leader_change(void *ctx, int leading);
+
+#endif

@@ -1,0 +1,207 @@
+/* review.c — the admission side of every replica (internal.h,
+ * ctl_review_): the webhook paths, one Lua engine per webhook thread kept
+ * on the current bundle and cluster view, the review callback, and
+ * readiness.
+ *
+ * Rules: DESIGN.md §4 (every webhook fails closed; each serves one kind),
+ * docs/decisions/0001 (status codes of a refusal), docs/decisions/0006
+ * (webhook scoping, deploy/50-webhooks.yaml), docs/decisions/0009 (a
+ * review runs on exactly one bundle; not ready until the first bundle and
+ * every cache are in).
+ */
+#include "controller/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admission/response.h"
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/metrics.h"
+
+/* The paths deploy/50-webhooks.yaml calls, their metric and log names, and
+ * the engine phase each runs. */
+const webhook_endpoint ctl_review_endpoints[] = {
+    {"/validate/vmi", "vmi-validate", ENGINE_VALIDATE},
+    {"/mutate/vmi", "vmi-mutate", ENGINE_MUTATE},
+    {"/mutate/launcher", "launcher-mutate", ENGINE_MUTATE},
+    {"/validate/gpuclass", "gpuclass-validate", ENGINE_VALIDATE},
+    {"/validate/gpuclaim", "gpuclaim-validate", ENGINE_VALIDATE},
+    {"/validate/pod", "pod-validate", ENGINE_VALIDATE},
+};
+const size_t ctl_review_n_endpoints = sizeof ctl_review_endpoints / sizeof *ctl_review_endpoints;
+
+typedef struct worker {
+    engine *e;
+    ctl_bundle *b;
+    unsigned long cluster_gen;
+    int has_cluster;
+} worker;
+
+static __thread worker W;
+
+/* Every engine of a webhook thread, so that the exit can close them (a
+ * thread-local is out of reach once its thread is gone). Guarded by
+ * ctl_proc->mu. */
+static engine **engines;
+static size_t n_engines, cap_engines;
+
+static void register_engine(engine *e)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    engine **n = cozy_grow(engines, &cap_engines, n_engines + 1, sizeof *n);
+    if(n) {
+        engines = n;
+        engines[n_engines++] = e;
+    }
+    pthread_mutex_unlock(&ctl_proc->mu);
+}
+
+static void unregister_engine(engine *e)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    for(size_t i = 0; i < n_engines; i++)
+        if(engines[i] == e) {
+            engines[i] = engines[--n_engines];
+            break;
+        }
+    pthread_mutex_unlock(&ctl_proc->mu);
+}
+
+void ctl_review_close_engines(void)
+{
+    for(size_t i = 0; i < n_engines; i++)
+        engine_close(engines[i]);
+    free(engines);
+    engines = NULL;
+    n_engines = cap_engines = 0;
+}
+
+/* Makes sure this thread's engine runs the current bundle and sees the
+ * current caches. Returns the engine, or NULL with err set. */
+static engine *worker_engine(cozy_err *err)
+{
+    if(!kube_watcher_synced(ctl_proc->watcher)) {
+        /* /readyz says 503 meanwhile; a review that arrives anyway is
+         * refused rather than judged against empty caches */
+        cozy_fail(err, COZY_ERR_INTERNAL, "the watch caches have not listed the cluster yet");
+        return NULL;
+    }
+    ctl_bundle *b = ctl_bundle_current();
+    if(!b) {
+        cozy_fail(err, COZY_ERR_INTERNAL, "no policy bundle loaded");
+        return NULL;
+    }
+    if(!W.e || W.b != b) {
+        engine_options eo = ctl_bundle_engine_options(b);
+        engine *e = NULL;
+        if(engine_open(&e, &eo, err) != COZY_OK) {
+            ctl_bundle_unref(b);
+            return NULL;
+        }
+        if(W.e) {
+            unregister_engine(W.e);
+            engine_close(W.e);
+        }
+        ctl_bundle_unref(W.b);
+        W.e = e;
+        W.b = b; /* keeps our reference */
+        W.has_cluster = 0;
+        register_engine(e);
+    } else
+        ctl_bundle_unref(b);
+    unsigned long gen = kube_watcher_generation(ctl_proc->watcher);
+    if(!W.has_cluster || gen != W.cluster_gen) {
+        json_t *snap = ctl_cluster_snapshot();
+        cozy_result rc = engine_set_cluster(W.e, snap, ctl_proc->settings, err);
+        json_decref(snap);
+        if(rc != COZY_OK)
+            return NULL;
+        W.cluster_gen = gen;
+        W.has_cluster = 1;
+    }
+    return W.e;
+}
+
+/* The kind (and its API group) each webhook path serves
+ * (deploy/50-webhooks.yaml rules). */
+static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
+{
+    if(strcmp(ep->path, "/validate/vmi") == 0 || strcmp(ep->path, "/mutate/vmi") == 0)
+        return *group = "kubevirt.io", "VirtualMachineInstance";
+    if(strcmp(ep->path, "/mutate/launcher") == 0 || strcmp(ep->path, "/validate/pod") == 0)
+        return *group = "", "Pod";
+    if(strcmp(ep->path, "/validate/gpuclass") == 0)
+        return *group = "cozystack.io", "GPUClass";
+    if(strcmp(ep->path, "/validate/gpuclaim") == 0)
+        return *group = "cozystack.io", "GPUClaim";
+    return *group = NULL, NULL;
+}
+
+int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
+                     json_t **response)
+{
+    (void)ctx;
+    cozy_err err;
+    const json_t *request = json_object_get(review, "request");
+    engine *e = worker_engine(&err);
+    if(!e) {
+        /* fail closed, and say why (not ready yet, no bundle) */
+        log_write(LOG_WARN, "webhook", "refusing: no engine for the review", "webhook", ep->name, "error", err.msg,
+                  NULL);
+        char msg[1200];
+        snprintf(msg, sizeof msg, "cozygpu webhook %s: not serving: %s", ep->name, err.msg);
+        *response = admission_envelope(NULL, admission_refusal(request, 500, msg));
+        return *response ? 0 : -1;
+    }
+    json_t *resp = NULL;
+    engine_outcome outcome = ENGINE_REFUSED; /* the controller's own refusals below */
+    /* A webhook serves one kind (deploy/50-webhooks.yaml): another kind
+     * means the webhook configuration is wrong; refuse rather than let
+     * rules that do not match it allow it. */
+    const char *want_group = NULL;
+    const char *want = endpoint_kind(ep, &want_group);
+    const json_t *kind = json_object_get(request, "kind");
+    const char *got = json_string_value(json_object_get(kind, "kind"));
+    const char *got_group = json_string_value(json_object_get(kind, "group"));
+    const char *op = json_string_value(json_object_get(request, "operation"));
+    if(want && (!got || strcmp(want, got) != 0 || !got_group || strcmp(want_group, got_group) != 0)) {
+        char msg[600];
+        snprintf(msg, sizeof msg,
+                 "cozygpu webhook %s serves %s objects (group \"%s\"), not %s (group \"%s\"): check the rules of "
+                 "the webhook configuration",
+                 ep->name, want, want_group, got ? got : "(no kind)", got_group ? got_group : "");
+        resp = admission_refusal(request, 400, msg);
+    } else if(op && (strcmp(op, "CREATE") == 0 || strcmp(op, "UPDATE") == 0) &&
+              !json_is_object(json_object_get(request, "object"))) {
+        /* the API server always sends the object of a CREATE or UPDATE */
+        char msg[300];
+        snprintf(msg, sizeof msg, "cozygpu webhook %s: request.object must be an object for %s", ep->name, op);
+        resp = admission_refusal(request, 400, msg);
+    } else {
+        engine_set_deadline(e, deadline);
+        engine_verdict v;
+        cozy_result rc = engine_review(e, request, (engine_phase)ep->phase, &v, &err);
+        engine_set_deadline(e, NULL);
+        if(rc != COZY_OK) {
+            log_write(LOG_ERROR, "webhook", "policy engine failed", "webhook", ep->name, "error", err.msg, NULL);
+            return -1;
+        }
+        resp = v.response;
+        outcome = v.outcome;
+    }
+    if(engine_outcome_is_failure(outcome))
+        metrics_counter_add("cozygpu_policy_errors_total", NULL, 1);
+    *response = admission_envelope(NULL, resp);
+    return *response ? 0 : -1;
+}
+
+int ctl_review_on_ready(void *ctx)
+{
+    (void)ctx;
+    pthread_mutex_lock(&ctl_proc->mu);
+    int ok = ctl_proc->policies_loaded && !ctl_proc->stopping;
+    pthread_mutex_unlock(&ctl_proc->mu);
+    return ok && kube_watcher_synced(ctl_proc->watcher);
+}
