@@ -1,0 +1,102 @@
+/* internal.h — shared by the engine's files only (engine.c, sandbox.c).
+ *
+ * Not a public interface: the engine's state and the sandbox's entry
+ * points. The public API is engine.h.
+ */
+#ifndef COZYGPU_ENGINE_INTERNAL_H
+#define COZYGPU_ENGINE_INTERNAL_H
+
+#include <lua.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "engine/engine.h"
+
+#ifndef COZYGPU_LIBDIR
+#define COZYGPU_LIBDIR "lua"
+#endif
+#ifndef COZYGPU_POLICYDIR
+#define COZYGPU_POLICYDIR "policies"
+#endif
+
+/* Instructions between two runs of the count hook. */
+#define ENGINE_HOOK_STEP 1000
+/* Ceiling on the whole state outside policy calls (library, snapshot). */
+#define ENGINE_STATE_CEILING ((size_t)4 << 30)
+/* Ceiling on one policy or module source file. */
+#define ENGINE_MAX_SOURCE_BYTES (4u * 1024u * 1024u)
+
+#define REG_BASE    "cozygpu.base"
+#define REG_LOADED  "cozygpu.loaded"
+#define REG_LOADING "cozygpu.loading"
+
+struct engine {
+    lua_State *L;
+    size_t mem_used;
+    size_t mem_limit;
+    int in_call;
+    int mem_exhausted;
+    long fail_after;
+    int fail_sticky;
+    long long instr_budget;
+    long long instr_used;
+    int budget_exhausted;
+    int has_deadline;         /* engine_set_deadline was given a time */
+    struct timespec deadline; /* CLOCK_MONOTONIC */
+    int deadline_passed;
+    long long memory_cap;
+    char *library_dir;
+    char *bundle_dir;
+    char *override_dir;
+    engine_source *sources;   /* hoster sources from memory (own copies) */
+    size_t n_sources;
+    int admission_ref;
+    int bundle_ref;
+    int runtime_ref;          /* engine_open_runtime: the module */
+    int rule_count;
+};
+
+/* The lua_Alloc of every engine state (`ud` is the engine): accounts bytes
+ * in mem_used and returns NULL past mem_limit (the per-call cap inside a
+ * budgeted call, ENGINE_STATE_CEILING outside), or at the Nth allocation of
+ * the test switch. Model: HAProxy hlua_alloc, Lua's ltests.c. */
+void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* The engine that owns L (its allocator's userdata). */
+engine *sandbox_engine_of(lua_State *L);
+
+/* Opens the allowed standard libraries (base, table, string, math, utf8,
+ * os) and hides the string metatable. STYLE.md "Open only what you mean to". */
+void sandbox_open_libs(lua_State *L);
+
+/* Builds the shared read-only library view every policy _ENV reads through
+ * to (REG_BASE) and the require caches; `require` is sandbox_require. */
+void sandbox_build_base(lua_State *L);
+
+/* require(name) inside the sandbox: cozygpu.* from the library, then the
+ * bundle's and the override's lib/ (files or sources from memory); a
+ * read-only view of the module, cached per state. Raises on a bad name, a
+ * missing module, a circular require. */
+int sandbox_require(lua_State *L);
+
+/* Loads the file `path` as text (mode "t") with chunk name "@path" and a
+ * fresh _ENV. Pushes the function, or nil and a message; returns the
+ * number of values pushed (1 or 2). */
+int sandbox_push_chunk(lua_State *L, const char *path);
+
+/* 1 when `s` is a module name require accepts: letters, digits, '_', '-'
+ * and '.', not starting with '.', no "..". */
+int sandbox_valid_module_name(const char *s);
+
+/* The host functions handed to the runtime's admission driver:
+ * host.invoke(name, fn, ...) -> "ok", results... | kind, message (the one
+ * way policy code runs: engine_call budgeted); host.load(path[, memory]) ->
+ * chunk | nil, message; host.readonly(v) -> read-only view. */
+int sandbox_host_invoke(lua_State *L);
+int sandbox_host_load(lua_State *L);
+int sandbox_host_readonly(lua_State *L);
+
+/* The engine_outcome named `name` (engine_outcome_name's words), or -1. */
+int sandbox_outcome_of(const char *name);
+
+#endif
