@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/utf8.h"
 #include "base/metrics.h"
 
 struct ctl_bundle {
@@ -121,8 +122,15 @@ static void record_event(const json_t *cm, const char *type, const char *reason,
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%.1000s", message); /* keep Event messages near 1 KiB */
+    /* keep Event messages near 1 KiB; a cut inside a UTF-8 sequence (and
+     * any other byte jansson would refuse) becomes U+FFFD, so the Event is
+     * never dropped for its text */
+    size_t mlen = strlen(message), slen = 0;
+    char *msg = cozy_utf8_sanitize(message, mlen > 1000 ? 1000 : mlen, 0, &slen);
+    if(!msg) {
+        log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error", "out of memory", NULL);
+        return;
+    }
     json_t *ev = json_pack(
         "{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:s, s:s, s:i}",
         "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ctl_proc->f.ns, "involvedObject",
@@ -131,12 +139,16 @@ static void record_event(const json_t *cm, const char *type, const char *reason,
         json_string_value(json_object_get(md, "resourceVersion")), "type", type, "reason", reason, "message", msg,
         "source", "component", "cozygpu-controller", "reportingComponent", "cozygpu-controller",
         "reportingInstance", ctl_proc->f.identity, "firstTimestamp", stamp, "lastTimestamp", stamp, "count", 1);
-    if(!ev)
+    free(msg);
+    if(!ev) {
+        log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error",
+                  "cannot build the Event (a field is not valid UTF-8)", NULL);
         return;
+    }
     char *path = kube_path(&KUBE_EVENTS, ctl_proc->f.ns, NULL, NULL);
     long status = 0;
     json_t *res = NULL;
-    cozy_err err;
+    cozy_err err = {.msg = "out of memory building the Event's path"};
     if(!path || kube_request(ctl_proc->client, "POST", path, NULL, ev, &status, &res, &err) != COZY_OK)
         log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error", err.msg, NULL);
     else if(status != 201 && status != 200) {

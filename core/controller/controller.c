@@ -205,13 +205,16 @@ int controller_main(int argc, char **argv)
         ctl_proc->policies_inf =
             kube_watcher_add(ctl_proc->watcher, &KUBE_CONFIGMAPS, f->ns, NULL, sel, ctl_bundle_on_policies_event, NULL);
     }
+    /* from here on every exit goes through shutdown, which stops what has
+     * started (the watch thread uses the client freed at out) */
     if(kube_watcher_start(ctl_proc->watcher, &err) != COZY_OK) {
         fprintf(stderr, "cozygpu controller: %s\n", err.msg);
-        goto out;
+        goto shutdown;
     }
     if(pthread_create(&ctl_proc->reloader, NULL, ctl_bundle_reloader_main, NULL) != 0) {
+        ctl_proc->reloader = 0;
         fprintf(stderr, "cozygpu controller: cannot start the reload thread\n");
-        goto out;
+        goto shutdown;
     }
 
     /* webhook server */
@@ -250,6 +253,7 @@ int controller_main(int argc, char **argv)
         }
     }
     if(pthread_create(&ctl_proc->writer, NULL, ctl_status_writer_main, NULL) != 0) {
+        ctl_proc->writer = 0;
         fprintf(stderr, "cozygpu controller: cannot start the status writer\n");
         goto shutdown;
     }

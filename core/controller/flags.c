@@ -83,7 +83,7 @@ static void usage(FILE *f)
         "                           cozygpu-policies; \"\" to disable)\n"
         "  --policies DIR           default policy bundle (default: the installed policies/)\n"
         "  --library DIR            policy library (default: the installed lua/)\n"
-        "  --state-dir DIR          where bundles are compiled (default: $TMPDIR or /tmp)\n"
+        "  --state-dir DIR          where SIGUSR1 writes cache.json (default: $TMPDIR or /tmp)\n"
         "\n"
         "webhook server:\n"
         "  --address ADDR           listen address (default 0.0.0.0)\n"
