@@ -89,8 +89,9 @@ cozy_result inuse_scan(const char *proc_root, const char *sysfs_root, const json
             if(!into || json_object_get(into, key))
                 continue;
             if(!have_comm) {
-                snprintf(path, sizeof path, "%s/%s/comm", proc_root, de->d_name);
-                if(read_small(path, comm, sizeof comm) != 0)
+                char comm_path[PATH_MAX];
+                snprintf(comm_path, sizeof comm_path, "%s/%s/comm", proc_root, de->d_name);
+                if(read_small(comm_path, comm, sizeof comm) != 0)
                     comm[0] = 0;
                 have_comm = 1;
             }
