@@ -92,9 +92,27 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     luaL_error(L, e->deadline_passed ? "review deadline passed" : "instruction budget exhausted");
 }
 
+/* 1 when `msg` already starts with a position "CHUNK:LINE: " (what
+ * error(msg, level > 0) and the Lua VM put in front of a message). */
+static int has_position(const char *msg)
+{
+    const char *colon = strchr(msg, ':');
+    if(!colon || colon == msg || memchr(msg, '\n', (size_t)(colon - msg)))
+        return 0;
+    const char *p = colon + 1;
+    if(*p < '0' || *p > '9')
+        return 0;
+    while(*p >= '0' && *p <= '9')
+        p++;
+    return p[0] == ':' && p[1] == ' ';
+}
+
 /* Message handler of engine_call: makes sure the message of a policy's
  * error names file and line of the innermost Lua frame (errors raised by C
- * functions carry none). Upvalue 1 is true for trusted runtime code, whose
+ * functions carry none); a message that already has a position keeps it
+ * (a library function that raises at its caller's line, such as a rule
+ * declaration, names the policy's line, not its own). Upvalue 1 is true
+ * for trusted runtime code, whose
  * messages already name the policy file and line they are about: a string
  * passes unchanged. A non-string error object is described. */
 static int message_handler(lua_State *L)
@@ -111,7 +129,7 @@ static int message_handler(lua_State *L)
         return 1;
     }
     lua_Debug ar;
-    for(int level = 0; !trusted && lua_getstack(L, level, &ar); level++) {
+    for(int level = 0; !trusted && !has_position(msg) && lua_getstack(L, level, &ar); level++) {
         if(!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0)
             continue;
         size_t n = strlen(ar.short_src);

@@ -28,28 +28,33 @@ function M.rule(name)
   if type(name) ~= "string" or not name:match("^[%w][%w%-%._/]*$") then
     error("rule: the name must be a string of letters, digits, '-', '.', '_' or '/'", 2)
   end
+  -- where the declaration stands ("site.lua:12: "): `return rule "x" {...}`
+  -- calls the function below as a tail call, whose caller's frame is gone
+  -- by the time it raises, so the position is taken now
+  local _, where = pcall(error, "", 3)
+  local function fail(message) error(where .. message, 0) end
   return function(spec)
-    if type(spec) ~= "table" then error(("rule %q: expected a table"):format(name), 2) end
+    if type(spec) ~= "table" then fail(("rule %q: expected a table"):format(name)) end
     for k in pairs(spec) do
-      if not FIELDS[k] then error(("rule %q: unknown field %q (known: match, validate, mutate, description)"):format(name, tostring(k)), 2) end
+      if not FIELDS[k] then fail(("rule %q: unknown field %q (known: match, validate, mutate, description)"):format(name, tostring(k))) end
     end
     local hooks = 0
     for h in pairs(HOOKS) do
       if spec[h] ~= nil then
-        if type(spec[h]) ~= "function" then error(("rule %q: %s must be a function"):format(name, h), 2) end
+        if type(spec[h]) ~= "function" then fail(("rule %q: %s must be a function"):format(name, h)) end
         hooks = hooks + 1
       end
     end
-    if hooks == 0 then error(("rule %q: needs a validate or mutate function"):format(name), 2) end
+    if hooks == 0 then fail(("rule %q: needs a validate or mutate function"):format(name)) end
     local m = spec.match
     if m ~= nil and type(m) ~= "function" then
-      if type(m) ~= "table" then error(("rule %q: match must be a table or a function"):format(name), 2) end
+      if type(m) ~= "table" then fail(("rule %q: match must be a table or a function"):format(name)) end
       for k, v in pairs(m) do
-        if not MATCH_FIELDS[k] then error(("rule %q: match: unknown field %q (known: kind, group, operations)"):format(name, tostring(k)), 2) end
-        if not string_or_list(v) then error(("rule %q: match.%s must be a string or a list of strings"):format(name, k), 2) end
+        if not MATCH_FIELDS[k] then fail(("rule %q: match: unknown field %q (known: kind, group, operations)"):format(name, tostring(k))) end
+        if not string_or_list(v) then fail(("rule %q: match.%s must be a string or a list of strings"):format(name, k)) end
       end
       for _, op in ipairs(type(m.operations) == "table" and m.operations or { m.operations }) do
-        if not OPERATIONS[op] then error(("rule %q: match.operations: unknown operation %q"):format(name, tostring(op)), 2) end
+        if not OPERATIONS[op] then fail(("rule %q: match.operations: unknown operation %q"):format(name, tostring(op))) end
       end
     end
     return {

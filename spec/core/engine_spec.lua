@@ -115,6 +115,25 @@ describe("policy engine", function()
     assert.matches('rule "x": unknown field "valdate"', err)
   end)
 
+  -- A fresh hoster's report (issue 10): a misspelt rule field was reported at
+  -- a line of lua/cozygpu/policy.lua, not of the hoster's file, because
+  -- `return rule "x" {...}` is a tail call and the message handler then put
+  -- the library's own line in front.
+  it("names the line of the declaration in the policy's file for a malformed rule, not the library's", function()
+    local cases = {
+      { "-- site rule\n\nreturn rule 'site/x' {\n  valdate = function() end,\n}\n", 'x.lua:3: rule "site/x": unknown field "valdate"' },
+      { "local r = rule 'site/y' { match = { kind = 'Pod', operation = 'CREATE' }, validate = function() end }\nreturn r\n",
+        'x.lua:1: rule "site/y": match: unknown field "operation"' },
+      { "\nreturn rule 'bad name!' { validate = function() end }\n", "x.lua:2: rule: the name must be" },
+    }
+    for _, c in ipairs(cases) do
+      local e, err = core.engine { policies = bundle { ["x.lua"] = c[1] } }
+      assert.is_nil(e)
+      assert.truthy(err:find(c[2], 1, true), err)
+      assert.falsy(err:find("cozygpu/policy.lua", 1, true), err)
+    end
+  end)
+
   it("lets an override file replace a default of the same name and add new ones", function()
     local defaults = bundle {
       ["one.lua"] = pod_rule("site/one", "return deny('default one')"),
