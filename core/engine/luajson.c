@@ -465,12 +465,18 @@ static int l_decode(lua_State *L)
     return 1;
 }
 
+/* Marks table 1 (a new one when absent) with metatable `mt`. A read-only
+ * view is refused: its metatable is protected from setmetatable, and
+ * replacing it here would expose, and empty for every later reader, the
+ * request or cluster view it stands for. Misuse raises (argument error). */
 static int set_marker(lua_State *L, const char *mt)
 {
     if(lua_isnoneornil(L, 1))
         lua_newtable(L);
     else
         luaL_checktype(L, 1, LUA_TTABLE);
+    if(is_proxy(L, 1))
+        return luaL_argerror(L, 1, "a read-only view cannot be marked; mark a copy (json.copy)");
     lua_settop(L, 1);
     luaL_setmetatable(L, mt);
     return 1;

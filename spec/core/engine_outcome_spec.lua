@@ -120,3 +120,27 @@ describe("the runtime's own Lua", function()
     e:close()
   end)
 end)
+
+-- Reported while writing the policy reference (issue 10): json.object and
+-- json.array replaced the metatable of a read-only view, so one rule could
+-- blank the request for every rule after it (a two-vGPU-class VMI was then
+-- allowed) and the cluster view for every later review.
+describe("read-only views", function()
+  it("cannot be marked by json.object or json.array; the next rule still sees the request", function()
+    local dir = H.tmpdir()
+    -- a and b catch the error, so only c's view of the request decides
+    H.write(dir .. "/a.lua", pod_rule("site/a-mark", "if pcall(json.object, req.object.spec) then return deny('marked the request') end"))
+    H.write(dir .. "/b.lua", pod_rule("site/b-array", "if pcall(json.array, cluster:list('Node')) then return deny('marked the cluster view') end"))
+    H.write(dir .. "/c.lua", pod_rule("site/c-reads", "if req.object.spec.containers == nil then return deny('spec was blanked') end"))
+    local e = assert(core.engine { policies = dir })
+    for _ = 1, 2 do
+      local resp, outcome, rule = e:review(pod_request())
+      assert.equal("allowed", outcome, resp.status and resp.status.message)
+      assert.is_nil(rule)
+    end
+    local ok, err = pcall(json.object, json.readonly({ a = 1 }))
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("a read-only view cannot be marked", 1, true), err)
+    e:close()
+  end)
+end)

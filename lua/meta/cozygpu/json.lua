@@ -35,9 +35,9 @@ function json.decode(s) end
 
 ---Marks table `t` (a new one when nil) as a JSON object, so an empty one
 ---encodes as `{}`, and returns it. Raises when `t` is neither nil nor a
----table. Replaces the table's metatable: never call it on a value a policy
----received (a read-only view) or on a patch (see docs/policy-api.md,
----"Known limitations").
+---table, or is a read-only view (a value a policy received: copy it with
+---`json.copy` first). Replaces the table's metatable: never call it on a
+---patch (see docs/policy-api.md, "Pitfalls").
 ---@generic T: table
 ---@param t T?
 ---@return T
