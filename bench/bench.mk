@@ -36,9 +36,15 @@ WEBHOOK_CHECK := $(BUILD)/tests/webhook_check
 
 bench-tools: $(BENCH_LOAD) $(BENCH_BARE) $(WEBHOOK_CHECK)
 
-$(BENCH_LOAD): bench/load.c core/format/yamlload.c core/format/yamlload.h
+# the YAML loader with the base helpers it uses
+LOAD_SRC := core/format/yamlload.c core/format/yamlscalar.c core/base/buf.c core/base/b64.c core/base/utf8.c \
+	core/base/file.c
+LOAD_HDR := core/format/yamlload.h core/format/yaml_internal.h core/base/buf.h core/base/b64.h core/base/utf8.h \
+	core/base/file.h
+
+$(BENCH_LOAD): bench/load.c $(LOAD_SRC) $(LOAD_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(LOAD_CFLAGS) -o $@ bench/load.c core/format/yamlload.c $(LOAD_LIBS)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(LOAD_CFLAGS) -o $@ bench/load.c $(LOAD_SRC) $(LOAD_LIBS)
 
 $(BENCH_BARE): bench/bare.c
 	@mkdir -p $(dir $@)
