@@ -1,0 +1,13 @@
+-- The table-driven C checks of the base helpers (spec/core/base_check.c:
+-- base64 against RFC 4648 §10 and Go's StdEncoding, UTF-8 against RFC 3629,
+-- buffer ceilings, array growth, capped file reads, sorted listings),
+-- compiled and run under ASan/UBSan by spec/core/run-base-check.sh.
+describe("base helpers C checks", function()
+  it("pass under the sanitizers", function()
+    local p = io.popen("env -u LD_PRELOAD bash spec/core/run-base-check.sh 2>&1")
+    local out = p:read("a")
+    local ok = p:close()
+    assert.is_true(ok, out)
+    assert.matches("(%d+) passed, 0 failed", out)
+  end)
+end)
