@@ -293,6 +293,7 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
     }
     if(!r->routed) {
         r->routed = 1;
+        r->body.max = s->max_body; /* whatever the route: no body is kept past it */
         for(size_t i = 0; i < s->n_endpoints && !r->ep; i++)
             if(strcmp(url, s->endpoints[i].path) == 0) {
                 r->ep = &s->endpoints[i];
@@ -319,7 +320,6 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
             if(p) /* room for the whole body at once (else it grows as it comes) */
                 r->body.p = p;
         }
-        r->body.max = s->max_body;
         return MHD_YES;
     }
     if(*upload_data_size) {
