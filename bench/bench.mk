@@ -17,9 +17,12 @@ BUILD   ?= build
 WEBHOOK_PKGS   := libmicrohttpd gnutls jansson
 WEBHOOK_CFLAGS := $(shell pkg-config --cflags $(WEBHOOK_PKGS) 2>/dev/null)
 WEBHOOK_LIBS   := $(shell pkg-config --libs $(WEBHOOK_PKGS) 2>/dev/null) -lpthread -lm
-# the webhook server with the base layer (result codes, log, metrics)
-WEBHOOK_SRC    := core/server/webhook.c core/base/metrics.c core/base/log.c core/base/result.c
-WEBHOOK_HDR    := core/server/webhook.h core/base/metrics.h core/base/log.h core/base/result.h
+# the webhook server (HTTP side, certificate pair) with the base layer
+# (result codes, log, metrics, buffers, file reads)
+WEBHOOK_SRC    := core/server/webhook.c core/server/tls.c core/base/metrics.c core/base/log.c core/base/result.c \
+	core/base/buf.c core/base/file.c
+WEBHOOK_HDR    := core/server/webhook.h core/server/tls.h core/base/metrics.h core/base/log.h core/base/result.h \
+	core/base/buf.h core/base/file.h
 
 LOAD_PKGS      := libcurl jansson yaml-0.1
 LOAD_CFLAGS    := $(shell pkg-config --cflags $(LOAD_PKGS) 2>/dev/null)
@@ -33,9 +36,15 @@ WEBHOOK_CHECK := $(BUILD)/tests/webhook_check
 
 bench-tools: $(BENCH_LOAD) $(BENCH_BARE) $(WEBHOOK_CHECK)
 
-$(BENCH_LOAD): bench/load.c core/format/yamlload.c core/format/yamlload.h
+# the YAML loader with the base helpers it uses
+LOAD_SRC := core/format/yamlload.c core/format/yamlscalar.c core/base/buf.c core/base/b64.c core/base/utf8.c \
+	core/base/file.c
+LOAD_HDR := core/format/yamlload.h core/format/yaml_internal.h core/base/buf.h core/base/b64.h core/base/utf8.h \
+	core/base/file.h
+
+$(BENCH_LOAD): bench/load.c $(LOAD_SRC) $(LOAD_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(LOAD_CFLAGS) -o $@ bench/load.c core/format/yamlload.c $(LOAD_LIBS)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(LOAD_CFLAGS) -o $@ bench/load.c $(LOAD_SRC) $(LOAD_LIBS)
 
 $(BENCH_BARE): bench/bare.c
 	@mkdir -p $(dir $@)

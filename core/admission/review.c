@@ -3,6 +3,8 @@
 #include "admission/review.h"
 #include "admission/response.h"
 
+#include "base/b64.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,47 +256,17 @@ cozy_result review_document(engine *e, const json_t *doc, const char *where, uns
     return COZY_OK;
 }
 
-static int b64val(int c)
-{
-    if(c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if(c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if(c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if(c == '+')
-        return 62;
-    if(c == '/')
-        return 63;
-    return -1;
-}
-
 json_t *review_decode_patch(const json_t *response)
 {
     const char *s = json_string_value(json_object_get(response, "patch"));
     if(!s)
         return NULL;
-    size_t n = strlen(s);
-    char *buf = malloc(n / 4 * 3 + 4);
-    if(!buf)
+    /* the API server reads `patch` ([]byte in Go) with base64.StdEncoding */
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    if(cozy_base64_decode(s, strlen(s), &buf, &n) != 0)
         return NULL;
-    size_t o = 0;
-    unsigned v = 0;
-    int bits = 0;
-    for(size_t i = 0; i < n && s[i] != '='; i++) {
-        int d = b64val((unsigned char)s[i]);
-        if(d < 0) {
-            free(buf);
-            return NULL;
-        }
-        v = (v << 6) | (unsigned)d;
-        bits += 6;
-        if(bits >= 8) {
-            bits -= 8;
-            buf[o++] = (char)((v >> bits) & 0xff);
-        }
-    }
-    json_t *ops = json_loadb(buf, o, 0, NULL);
+    json_t *ops = json_loadb((const char *)buf, n, 0, NULL);
     free(buf);
     return ops;
 }

@@ -46,6 +46,8 @@ static int b64_value(unsigned char c)
 
 int cozy_base64_decode(const char *s, size_t n, unsigned char **out, size_t *outlen)
 {
+    if(n == SIZE_MAX)
+        return -2;
     unsigned char *t = malloc(n + 1), *o = NULL;
     size_t m = 0, k = 0, pad = 0;
     int rc = -1;

@@ -9,8 +9,8 @@
 
 void *cozy_grow(void *p, size_t *cap, size_t need, size_t elem)
 {
-    if(need <= *cap)
-        return p;
+    if(need <= *cap && p)
+        return p; /* a NULL array is always allocated, so NULL means failure */
     size_t n = *cap ? *cap : 16;
     while(n < need) {
         if(n > SIZE_MAX / 2)

@@ -10,11 +10,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-/* Makes room for `need` elements of `elem` bytes in the array `p` whose
- * capacity (in elements) is *cap: doubles *cap (from 16) until it holds
- * `need`. Returns the array (possibly moved; *cap updated), or NULL on
- * overflow or out of memory, in which case `p` and *cap are untouched and
- * still owned by the caller. `p` may be NULL with *cap 0. */
+/* Makes room for `need` elements of `elem` (> 0) bytes in the array `p`
+ * whose capacity (in elements) is *cap: doubles *cap (from 16) until it
+ * holds `need`. Returns the array (possibly moved; *cap updated), or NULL
+ * on overflow (need * elem past SIZE_MAX) or out of memory, in which case
+ * `p` and *cap are untouched and still owned by the caller. `p` may be NULL
+ * with *cap 0; it is then allocated even when `need` is 0, so that NULL
+ * always means failure. */
 void *cozy_grow(void *p, size_t *cap, size_t need, size_t elem);
 
 /* A byte buffer that grows up to `max` bytes. Zero it, set `max`, then

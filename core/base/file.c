@@ -10,15 +10,19 @@
 
 int cozy_read_stream(FILE *f, size_t max, char **out, size_t *len)
 {
-    cozy_buf b = {.max = max};
+    cozy_buf b = {0}; /* the ceiling is checked here: cozy_buf reads max 0 as "none" */
     char chunk[65536];
     int rc = 0;
+    errno = 0; /* a read error that sets none is EIO, not a stale value */
     for(;;) {
-        size_t want = sizeof chunk;
+        size_t room = max - b.len; /* b.len <= max */
         /* read one byte past the ceiling, to tell "exactly max" from more */
-        if(max - b.len + 1 < want)
-            want = max - b.len + 1;
+        size_t want = room < sizeof chunk ? room + 1 : sizeof chunk;
         size_t got = fread(chunk, 1, want, f);
+        if(got > room) {
+            rc = EFBIG;
+            break;
+        }
         if(got && (rc = cozy_buf_add(&b, chunk, got)) != 0)
             break;
         if(got < want) {
@@ -43,7 +47,6 @@ int cozy_read_file(const char *path, size_t max, char **out, size_t *len)
     FILE *f = fopen(path, "rb");
     if(!f)
         return errno ? errno : EIO;
-    errno = 0;
     int rc = cozy_read_stream(f, max, out, len);
     fclose(f);
     return rc;

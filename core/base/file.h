@@ -14,7 +14,8 @@
  * an errno value: the open's or read's (ENOENT, EACCES, EISDIR, ...),
  * EFBIG when the file holds more than `max` bytes, ENOMEM. *out is
  * untouched on error. The caller words the message (it knows which field
- * or flag named the file). */
+ * or flag named the file). `max` 0 accepts only an empty file (unlike
+ * cozy_buf, where 0 means no ceiling). */
 int cozy_read_file(const char *path, size_t max, char **out, size_t *len);
 
 /* The same for an open stream (stdin, a pipe), read to its end. */

@@ -3,6 +3,8 @@
  * cost less than the hashing they would save. */
 #include "base/metrics.h"
 
+#include "base/buf.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -55,14 +57,10 @@ static metrics_family *metrics_add_family(const char *name, metrics_type type, c
     metrics_family *f = metrics_find(name);
     if(f)
         return f;
-    if(metrics_n == metrics_cap) {
-        size_t cap = metrics_cap ? metrics_cap * 2 : 16;
-        metrics_family *nf = realloc(metrics_families, cap * sizeof *nf);
-        if(!nf)
-            return NULL;
-        metrics_families = nf;
-        metrics_cap = cap;
-    }
+    metrics_family *nf = cozy_grow(metrics_families, &metrics_cap, metrics_n + 1, sizeof *nf);
+    if(!nf)
+        return NULL;
+    metrics_families = nf;
     f = &metrics_families[metrics_n];
     memset(f, 0, sizeof *f);
     f->name = strdup(name);
@@ -92,14 +90,10 @@ static metrics_series *metrics_series_get(metrics_family *f, const char *labels)
     for(size_t i = 0; i < f->n_series; i++)
         if(strcmp(f->series[i].labels, labels) == 0)
             return &f->series[i];
-    if(f->n_series == f->cap_series) {
-        size_t cap = f->cap_series ? f->cap_series * 2 : 8;
-        metrics_series *ns = realloc(f->series, cap * sizeof *ns);
-        if(!ns)
-            return NULL;
-        f->series = ns;
-        f->cap_series = cap;
-    }
+    metrics_series *ns = cozy_grow(f->series, &f->cap_series, f->n_series + 1, sizeof *ns);
+    if(!ns)
+        return NULL;
+    f->series = ns;
     metrics_series *s = &f->series[f->n_series];
     memset(s, 0, sizeof *s);
     s->labels = strdup(labels);
@@ -220,8 +214,7 @@ void metrics_reset(void)
 /* --- rendering ------------------------------------------------------------ */
 
 typedef struct metrics_buf {
-    char *p;
-    size_t len, cap;
+    cozy_buf b; /* no ceiling: the exposition grows with the series */
     int failed;
 } metrics_buf;
 
@@ -230,28 +223,11 @@ static void metrics_putf(metrics_buf *b, const char *fmt, ...)
 {
     if(b->failed)
         return;
-    for(;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if(n < 0) {
-            b->failed = 1;
-            return;
-        }
-        if((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *np = realloc(b->p, cap);
-        if(!np) {
-            b->failed = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    if(cozy_buf_vprintf(&b->b, fmt, ap) != 0)
+        b->failed = 1;
+    va_end(ap);
 }
 
 /* Shortest text that reads back as the same double; Prometheus spells the
@@ -282,10 +258,9 @@ static void metrics_put_help(metrics_buf *b, const char *help)
 
 char *metrics_render(void)
 {
-    metrics_buf b = { malloc(4096), 0, 4096, 0 };
-    if(!b.p)
+    metrics_buf b = { 0 };
+    if(cozy_buf_add(&b.b, "", 0) != 0) /* "" when nothing is declared */
         return NULL;
-    b.p[0] = '\0';
     char n1[40], n2[40];
     pthread_mutex_lock(&metrics_lock);
     for(size_t i = 0; i < metrics_n; i++) {
@@ -321,10 +296,10 @@ char *metrics_render(void)
     }
     pthread_mutex_unlock(&metrics_lock);
     if(b.failed) {
-        free(b.p);
+        cozy_buf_free(&b.b);
         return NULL;
     }
-    return b.p;
+    return b.b.p;
 }
 
 char *metrics_escape(const char *value)

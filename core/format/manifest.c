@@ -1,13 +1,14 @@
 /* manifest.c — manifest files and directories (manifest.h). */
 #include "format/manifest.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/buf.h"
+#include "base/file.h"
 #include "format/yamlload.h"
 
 static int is_list_kind(json_t *obj)
@@ -45,8 +46,7 @@ static cozy_result append_doc(json_t *out, const char *name, size_t index, json_
  * there is none. Caller frees. */
 static char *widen_big_integers(const char *buf, size_t len, size_t *outlen)
 {
-    char *out = NULL;
-    size_t o = 0, cap = 0;
+    cozy_buf out = {0};
     int changed = 0, in_str = 0;
     for(size_t i = 0; i < len;) {
         size_t start = i, end = i + 1;
@@ -79,31 +79,19 @@ static char *widen_big_integers(const char *buf, size_t len, size_t *outlen)
                     big = 1;
             }
         }
-        size_t need = o + (end - start) + 3;
-        if(need > cap) {
-            cap = need * 2 + 64;
-            char *bigger = realloc(out, cap);
-            if(!bigger) {
-                free(out);
-                return NULL;
-            }
-            out = bigger;
+        if(cozy_buf_add(&out, buf + start, end - start) != 0 || (big && cozy_buf_add(&out, ".0", 2) != 0)) {
+            cozy_buf_free(&out);
+            return NULL;
         }
-        memcpy(out + o, buf + start, end - start);
-        o += end - start;
-        if(big) {
-            memcpy(out + o, ".0", 2);
-            o += 2;
-            changed = 1;
-        }
+        changed |= big;
         i = end;
     }
     if(!changed) {
-        free(out);
+        cozy_buf_free(&out);
         return NULL;
     }
-    *outlen = o;
-    return out;
+    *outlen = out.len;
+    return out.p;
 }
 
 cozy_result manifest_load_buffer(const char *buf, size_t len, const char *name, json_t *out, cozy_err *err)
@@ -162,24 +150,14 @@ cozy_result manifest_load_file(const char *path, json_t *out, cozy_err *err)
         fclose(f);
         return cozy_fail(err, COZY_ERR_IO, "%s: not a regular file", path);
     }
-    if((unsigned long long)st.st_size > MANIFEST_MAX_FILE_BYTES) {
-        fclose(f);
-        return cozy_fail(err, COZY_ERR_IO, "%s: larger than %u bytes", path, MANIFEST_MAX_FILE_BYTES);
-    }
-    size_t len = (size_t)st.st_size;
-    char *buf = malloc(len + 1);
-    if(!buf) {
-        fclose(f);
-        return cozy_fail(err, COZY_ERR_IO, "%s: out of memory", path);
-    }
-    size_t got = fread(buf, 1, len, f);
-    int bad = ferror(f);
+    char *buf = NULL;
+    size_t len = 0;
+    int e = cozy_read_stream(f, MANIFEST_MAX_FILE_BYTES, &buf, &len);
     fclose(f);
-    if(bad || got != len) {
-        free(buf);
-        return cozy_fail(err, COZY_ERR_IO, "%s: read error", path);
-    }
-    buf[len] = 0;
+    if(e == EFBIG)
+        return cozy_fail(err, COZY_ERR_IO, "%s: larger than %u bytes", path, MANIFEST_MAX_FILE_BYTES);
+    if(e)
+        return cozy_fail(err, COZY_ERR_IO, "%s: %s", path, e == ENOMEM ? "out of memory" : "read error");
     cozy_result rc = manifest_load_buffer(buf, len, path, out, err);
     free(buf);
     return rc;
@@ -192,9 +170,11 @@ static int has_manifest_ext(const char *name)
            (n > 4 && strcmp(name + n - 4, ".yml") == 0);
 }
 
-static int cmp_str(const void *a, const void *b)
+/* cozy_list_dir filter: hidden entries (and "." and "..") are skipped */
+static int not_hidden(const char *name, void *ctx)
 {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    (void)ctx;
+    return name[0] != '.';
 }
 
 static cozy_result list_into(const char *path, json_t *files, int top, cozy_err *err)
@@ -207,41 +187,22 @@ static cozy_result list_into(const char *path, json_t *files, int top, cozy_err 
             json_array_append_new(files, json_string(path));
         return COZY_OK;
     }
-    DIR *d = opendir(path);
-    if(!d)
-        return cozy_fail(err, COZY_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t n = 0, cap = 16;
-    char **names = malloc(cap * sizeof *names);
-    struct dirent *de;
-    while(names && (de = readdir(d))) {
-        if(de->d_name[0] == '.')
-            continue;
-        if(n == cap) {
-            char **bigger = realloc(names, (cap *= 2) * sizeof *names);
-            if(!bigger)
-                break;
-            names = bigger;
-        }
-        names[n++] = strdup(de->d_name);
-    }
-    closedir(d);
-    if(!names)
-        return cozy_fail(err, COZY_ERR_IO, "%s: out of memory", path);
-    qsort(names, n, sizeof *names, cmp_str);
+    char **names = NULL;
+    size_t n = 0;
+    int e = cozy_list_dir(path, not_hidden, NULL, &names, &n);
+    if(e)
+        return cozy_fail(err, COZY_ERR_IO, "%s: %s", path, e == ENOMEM ? "out of memory" : strerror(e));
     cozy_result rc = COZY_OK;
-    for(size_t i = 0; i < n; i++) {
-        if(rc == COZY_OK && names[i]) {
-            char *child;
-            if(asprintf(&child, "%s/%s", path, names[i]) < 0)
-                rc = cozy_fail(err, COZY_ERR_IO, "%s: out of memory", path);
-            else {
-                rc = list_into(child, files, 0, err);
-                free(child);
-            }
+    for(size_t i = 0; i < n && rc == COZY_OK; i++) {
+        char *child;
+        if(asprintf(&child, "%s/%s", path, names[i]) < 0)
+            rc = cozy_fail(err, COZY_ERR_IO, "%s: out of memory", path);
+        else {
+            rc = list_into(child, files, 0, err);
+            free(child);
         }
-        free(names[i]);
     }
-    free(names);
+    cozy_free_names(names, n);
     return rc;
 }
 

@@ -9,6 +9,8 @@
  * RetryOnConflict.
  */
 #include "kube/kube_internal.h"
+#include "base/buf.h"
+#include "base/file.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -257,13 +259,10 @@ static cozy_result current_token(kube_client *c, char **tok, cozy_err *err)
                            st.st_mtim.tv_sec != c->token_st.st_mtim.tv_sec ||
                            st.st_mtim.tv_nsec != c->token_st.st_mtim.tv_nsec);
     if(changed || !c->file_token) {
-        FILE *f = fopen(c->cfg.token_file, "rb");
-        char *buf = f ? malloc(KUBE_TOKEN_MAX_BYTES + 1) : NULL;
-        size_t n = buf ? fread(buf, 1, KUBE_TOKEN_MAX_BYTES, f) : 0;
-        int e = errno;
-        if(f)
-            fclose(f);
-        if(buf && n > 0) {
+        char *buf = NULL;
+        size_t n = 0;
+        int e = cozy_read_file(c->cfg.token_file, KUBE_TOKEN_MAX_BYTES, &buf, &n);
+        if(e == 0 && n > 0) {
             while(n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
                 n--;
             buf[n] = 0;
@@ -276,7 +275,7 @@ static cozy_result current_token(kube_client *c, char **tok, cozy_err *err)
             free(buf);
             if(!c->file_token) {
                 rc = cozy_fail(err, COZY_ERR_IO, "%s: cannot read %s: %s", c->cfg.token_field,
-                               c->cfg.token_file, f ? "empty file" : strerror(e));
+                               c->cfg.token_file, e ? strerror(e) : "empty file");
             } else {
                 log_write(LOG_WARN, "kube", "cannot re-read the token file, keeping the last token",
                           "file", c->cfg.token_file, NULL);
@@ -363,33 +362,18 @@ oom:
 /* ------------------------------------------------------------ requests */
 
 typedef struct body_buf {
-    char *data;
-    size_t len, cap;
+    cozy_buf b; /* up to KUBE_RESPONSE_MAX_BYTES */
     int too_big;
 } body_buf;
 
 static size_t body_write(char *ptr, size_t size, size_t nmemb, void *userp)
 {
-    body_buf *b = userp;
+    body_buf *bb = userp;
     size_t n = size * nmemb;
-    if(b->len + n > KUBE_RESPONSE_MAX_BYTES) {
-        b->too_big = 1;
-        return 0;
-    }
-    if(b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 16384;
-        while(cap < b->len + n + 1)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if(!d)
-            return 0;
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = 0;
-    return n;
+    int rc = cozy_buf_add(&bb->b, ptr, n);
+    if(rc == EFBIG)
+        bb->too_big = 1;
+    return rc == 0 ? n : 0;
 }
 
 int kube_header_retry_after(const char *line, size_t n, long *out)
@@ -440,7 +424,7 @@ cozy_result kube_request(kube_client *c, const char *method, const char *path,
     for(int attempt = 0;; attempt++) {
         CURL *h = curl_easy_init();
         struct curl_slist *hl = NULL;
-        body_buf bb = {0};
+        body_buf bb = {.b = {.max = KUBE_RESPONSE_MAX_BYTES}};
         long retry_after = -1, st = 0;
         char cerr[CURL_ERROR_SIZE] = "";
         if(!h) {
@@ -477,13 +461,13 @@ cozy_result kube_request(kube_client *c, const char *method, const char *path,
 
         if(cc == CURLE_OK && !((st == 429 || st >= 500) && attempt < c->max_retries)) {
             *status = st;
-            if(out && bb.len > 0)
-                *out = json_loadb(bb.data, bb.len, 0, NULL);
-            free(bb.data);
+            if(out && bb.b.len > 0)
+                *out = json_loadb(bb.b.p, bb.b.len, 0, NULL);
+            cozy_buf_free(&bb.b);
             rc = COZY_OK;
             break;
         }
-        free(bb.data);
+        cozy_buf_free(&bb.b);
         if(cc != CURLE_OK) {
             int retry = attempt < c->max_retries && !bb.too_big && (is_get || not_sent(cc));
             if(!retry) {

@@ -36,8 +36,11 @@ cozy_result kube_config_load(kube_config *cfg, const kube_client_options *o, coz
 /* Frees what cfg holds and zeroes it. */
 void kube_config_clear(kube_config *cfg);
 
-/* Decodes standard base64 (RFC 4648 §4, '=' padding, CR/LF ignored) into a
-   malloc'd buffer (NUL-terminated, *len excludes the NUL). NULL when invalid. */
+/* Decodes a kubeconfig "-data" field (the NUL-terminated string s) as
+   client-go does, with Go's base64.StdEncoding (cozy_base64_decode: RFC 4648
+   §4 alphabet, '=' padding required, CR/LF skipped) into a malloc'd buffer
+   (NUL-terminated, *len excludes the NUL; caller frees). NULL when invalid
+   or out of memory. */
 unsigned char *kube_base64_decode(const char *s, size_t *len);
 
 /* Prepares h (a fresh or reset easy handle) for a request to path on c's

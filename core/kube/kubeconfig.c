@@ -22,6 +22,9 @@
 #include "kube/kube_internal.h"
 #include "format/yamlload.h"
 
+#include "base/b64.h"
+#include "base/file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,90 +38,8 @@ static const char *const SA_ROOT = "/var/run/secrets/kubernetes.io/serviceaccoun
 
 unsigned char *kube_base64_decode(const char *s, size_t *len)
 {
-    size_t n = strlen(s);
-    unsigned char *out = malloc(n / 4 * 3 + 4);
-    if(!out)
-        return NULL;
-    unsigned acc = 0;
-    int bits = 0, pad = 0;
-    size_t o = 0;
-    for(size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        int v;
-        if(ch == '\r' || ch == '\n')
-            continue;
-        if(ch == '=') {
-            pad++;
-            continue;
-        }
-        if(pad)
-            goto bad; /* data after padding */
-        if(ch >= 'A' && ch <= 'Z') v = ch - 'A';
-        else if(ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
-        else if(ch >= '0' && ch <= '9') v = ch - '0' + 52;
-        else if(ch == '+') v = 62;
-        else if(ch == '/') v = 63;
-        else goto bad;
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if(bits >= 8) {
-            bits -= 8;
-            out[o++] = (unsigned char)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    /* 6 leftover bits mean a lone symbol; padding must complete a quantum */
-    if(bits >= 6 || pad > 2 || (pad && (bits / 2) != pad))
-        goto bad;
-    out[o] = 0;
-    *len = o;
-    return out;
-bad:
-    free(out);
-    return NULL;
-}
-
-/* Reads a whole file (at most `max` bytes) into a NUL-terminated buffer. */
-static unsigned char *read_file(const char *path, size_t max, size_t *len, int *errn)
-{
-    FILE *f = fopen(path, "rb");
-    if(!f) {
-        *errn = errno;
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    unsigned char *buf = malloc(cap + 1);
-    while(buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if(n < cap)
-            break;
-        if(cap >= max) {
-            free(buf);
-            buf = NULL;
-            *errn = EFBIG;
-            break;
-        }
-        cap *= 2;
-        unsigned char *nb = realloc(buf, cap + 1);
-        if(!nb) {
-            free(buf);
-            buf = NULL;
-            *errn = ENOMEM;
-        }
-        buf = nb;
-    }
-    if(buf && ferror(f)) {
-        *errn = errno ? errno : EIO;
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if(buf) {
-        buf[n] = 0;
-        *len = n;
-    }
-    return buf;
+    unsigned char *out = NULL;
+    return cozy_base64_decode(s, strlen(s), &out, len) == 0 ? out : NULL;
 }
 
 void kube_config_clear(kube_config *cfg)
@@ -217,11 +138,12 @@ static cozy_result pem_field(const json_t *obj, const char *file_key, const char
     }
     if(path) {
         char *full = resolve(kf->dir, path);
-        int e = 0;
+        char *data_read = NULL;
         if(!full)
             return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
-        *buf = read_file(full, KUBE_PEM_MAX_BYTES, len, &e);
-        if(!*buf) {
+        int e = cozy_read_file(full, KUBE_PEM_MAX_BYTES, &data_read, len);
+        *buf = (unsigned char *)data_read;
+        if(e) {
             rc = cozy_fail(err, COZY_ERR_IO, "%s: %s.%s: cannot read %s: %s", kf->path, where,
                            file_key, path, strerror(e));
             free(full);
@@ -452,16 +374,18 @@ static cozy_result load_in_cluster(kube_config *cfg, const kube_client_options *
     {
         /* the token must be readable now (InClusterConfig fails otherwise) */
         size_t len;
-        unsigned char *t = read_file(cfg->token_file, KUBE_PEM_MAX_BYTES, &len, &e);
-        if(!t)
+        char *t = NULL;
+        if((e = cozy_read_file(cfg->token_file, KUBE_PEM_MAX_BYTES, &t, &len)) != 0)
             return cozy_fail(err, COZY_ERR_IO, "in-cluster: cannot read %s: %s", cfg->token_file,
                              strerror(e));
         free(t);
     }
     if(asprintf(&path, "%s/ca.crt", root) < 0)
         goto oom;
-    cfg->ca = read_file(path, KUBE_PEM_MAX_BYTES, &cfg->ca_len, &e);
-    if(!cfg->ca) {
+    char *ca = NULL;
+    e = cozy_read_file(path, KUBE_PEM_MAX_BYTES, &ca, &cfg->ca_len);
+    cfg->ca = (unsigned char *)ca;
+    if(e) {
         cozy_result rc = cozy_fail(err, COZY_ERR_IO, "in-cluster: cannot read %s: %s", path, strerror(e));
         free(path);
         return rc;

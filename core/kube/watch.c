@@ -12,8 +12,10 @@
  */
 #include "kube/watch.h"
 #include "kube/kube_internal.h"
+#include "base/buf.h"
 #include "base/log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,8 +51,7 @@ struct kube_informer {
     struct curl_slist *hdrs;
     long retry_after;
     char cerr[CURL_ERROR_SIZE];
-    char *buf;           /* list body, or the incomplete watch line */
-    size_t len, cap;
+    cozy_buf buf;        /* list body, or the incomplete watch line (ceiling set per use) */
     int overflow;
     json_t *pending;     /* list pages accumulated: key -> object */
     char *cont;          /* continue token of the next page */
@@ -131,16 +132,12 @@ typedef struct dqueue {
 
 static void dq_push(dqueue *q, const char *type, json_t *obj)
 {
-    if(q->n == q->cap) {
-        size_t cap = q->cap ? q->cap * 2 : 16;
-        delivery *nd = realloc(q->d, cap * sizeof *nd);
-        if(!nd) {
-            log_write(LOG_ERROR, "watch", "out of memory queueing an event", NULL);
-            return;
-        }
-        q->d = nd;
-        q->cap = cap;
+    delivery *nd = cozy_grow(q->d, &q->cap, q->n + 1, sizeof *nd);
+    if(!nd) {
+        log_write(LOG_ERROR, "watch", "out of memory queueing an event", NULL);
+        return;
     }
+    q->d = nd;
     q->d[q->n].type = type;
     q->d[q->n].obj = json_incref(obj);
     q->n++;
@@ -285,30 +282,17 @@ void kube_informer_rv(kube_informer *inf, char *buf, size_t n)
 
 static void buf_reset(kube_informer *inf)
 {
-    inf->len = 0;
+    inf->buf.len = 0;
     inf->overflow = 0;
 }
 
 static int buf_append(kube_informer *inf, const char *p, size_t n, size_t max)
 {
-    if(inf->len + n > max) {
+    inf->buf.max = max;
+    int rc = cozy_buf_add(&inf->buf, p, n);
+    if(rc == EFBIG)
         inf->overflow = 1;
-        return -1;
-    }
-    if(inf->len + n + 1 > inf->cap) {
-        size_t cap = inf->cap ? inf->cap : 16384;
-        while(cap < inf->len + n + 1)
-            cap *= 2;
-        char *nb = realloc(inf->buf, cap);
-        if(!nb)
-            return -1;
-        inf->buf = nb;
-        inf->cap = cap;
-    }
-    memcpy(inf->buf + inf->len, p, n);
-    inf->len += n;
-    inf->buf[inf->len] = 0;
-    return 0;
+    return rc == 0 ? 0 : -1;
 }
 
 static size_t list_write(char *p, size_t size, size_t nmemb, void *userp)
@@ -427,11 +411,11 @@ static size_t watch_write(char *p, size_t size, size_t nmemb, void *userp)
         if(p[i] != '\n')
             continue;
         int rc;
-        if(inf->len > 0) {
+        if(inf->buf.len > 0) {
             if(buf_append(inf, p + start, i - start, KUBE_WATCH_EVENT_MAX_BYTES) != 0)
                 goto overflow;
-            rc = watch_line(inf, inf->buf, inf->len);
-            inf->len = 0;
+            rc = watch_line(inf, inf->buf.p, inf->buf.len);
+            inf->buf.len = 0;
         } else {
             rc = watch_line(inf, p + start, i - start);
         }
@@ -625,7 +609,7 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
 {
     json_t *body = NULL, *items;
     if(cc == CURLE_OK && st == 200)
-        body = json_loadb(inf->buf, inf->len, 0, NULL);
+        body = json_loadb(inf->buf.p, inf->buf.len, 0, NULL);
     items = json_object_get(body, "items");
     if(cc == CURLE_OK && st == 410 && inf->cont) {
         /* continue token expired: list again from the start, unpaginated
@@ -864,7 +848,7 @@ void kube_watcher_free(kube_watcher *w)
         free(i->ns);
         free(i->label);
         free(i->field);
-        free(i->buf);
+        cozy_buf_free(&i->buf);
         free(i->cont);
         free(i->rv);
         json_decref(i->pending);

@@ -6,20 +6,15 @@
  * (kept up to the ceiling) and once more at the end (parse, check, review,
  * answer), and wh_completed() when the response has been sent or the
  * connection dropped (no longer in flight). Certificates: MHD hands every
- * TLS handshake to wh_cert_retrieve() (GnuTLS retrieve function 3), which
- * gives GnuTLS private copies of the current pair, so a pair can be
- * replaced at any time without waiting for the sessions that use it.
+ * TLS handshake to webhook_tls_retrieve() (server/tls.c), which loads,
+ * reloads and copies the pair.
  */
 #include "server/webhook.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <gnutls/abstract.h>
-#include <gnutls/gnutls.h>
-#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,11 +22,12 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "server/tls.h"
 
 #define WH_COMPONENT "webhook"
 #define WH_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
@@ -39,30 +35,9 @@
 #define WH_DEFAULT_TIMEOUT_MS 8000L
 #define WH_DEFAULT_WORKERS 4u
 #define WH_DEFAULT_CONN_TIMEOUT_S 120u
-#define WH_PEM_MAX_BYTES (1024 * 1024) /* a certificate chain or key file */
-#define WH_CHAIN_MAX 16
-#define WH_RECHECK_NS 1000000000L /* stat the certificate files at most once a second */
-#define WH_MAX_SERVERS 16
 
 #define WH_REVIEWS "cozygpu_admission_reviews_total"
 #define WH_DURATION "cozygpu_admission_review_duration_seconds"
-
-/* --- certificate pairs ---------------------------------------------------- */
-
-typedef struct wh_pair {
-    gnutls_pcert_st certs[WH_CHAIN_MAX];
-    unsigned n_certs;
-    gnutls_x509_privkey_t key;
-    char serial[80]; /* hex of the leaf's serial number, for logs */
-} wh_pair;
-
-typedef struct wh_sig { /* what stat() says about one file */
-    int ok;
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime;
-} wh_sig;
 
 typedef struct wh_endpoint_labels {
     char *webhook;                  /* webhook="name" */
@@ -83,241 +58,12 @@ struct webhook_server {
     atomic_int in_flight;
     atomic_int quiescing;
     atomic_int started; /* MHD log messages after start are debug noise (bad handshakes) */
-
-    pthread_mutex_t cert_lock; /* guards everything below */
-    char *cert_file, *key_file;
-    wh_pair *pair;                      /* serving */
-    wh_sig sig[2];                      /* of the files the serving pair came from */
-    wh_sig failed[2];                   /* of files that failed to load (warned once) */
-    struct timespec last_check;         /* CLOCK_MONOTONIC */
+    webhook_tls *tls;   /* the certificate pair (server/tls.h) */
 };
-
-/* Servers that are running, for the certificate callback (GnuTLS gives it
-   the session only; we find the server by the session's local port). */
-static pthread_mutex_t wh_registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static webhook_server *wh_registry[WH_MAX_SERVERS];
 
 static long wh_elapsed_ns(const struct timespec *a, const struct timespec *b)
 {
     return (b->tv_sec - a->tv_sec) * 1000000000L + (b->tv_nsec - a->tv_nsec);
-}
-
-static void wh_pair_free(wh_pair *p)
-{
-    if(!p)
-        return;
-    for(unsigned i = 0; i < p->n_certs; i++)
-        gnutls_pcert_deinit(&p->certs[i]);
-    if(p->key)
-        gnutls_x509_privkey_deinit(p->key);
-    free(p);
-}
-
-static int wh_read_file(const char *path, gnutls_datum_t *out, char *why, size_t whylen)
-{
-    FILE *f = fopen(path, "rb");
-    if(!f) {
-        snprintf(why, whylen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    unsigned char *buf = malloc(WH_PEM_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, WH_PEM_MAX_BYTES + 1, f) : 0;
-    int bad = !buf || ferror(f);
-    fclose(f);
-    if(bad || n > WH_PEM_MAX_BYTES || n == 0) {
-        snprintf(why, whylen, "%s: %s", path, bad ? "read error" : n ? "larger than 1 MiB" : "empty file");
-        free(buf);
-        return -1;
-    }
-    buf[n] = '\0';
-    out->data = buf;
-    out->size = (unsigned)n;
-    return 0;
-}
-
-/* Loads and checks a pair: a PEM chain (leaf first) and a PEM private key
-   (PKCS#1, SEC1 or PKCS#8) whose public key is the leaf's. */
-static int wh_pair_load(const char *cert_file, const char *key_file, wh_pair **out, char *why, size_t whylen)
-{
-    gnutls_datum_t cpem = { NULL, 0 }, kpem = { NULL, 0 };
-    wh_pair *p = calloc(1, sizeof *p);
-    int rc = -1, ret;
-    if(!p) {
-        snprintf(why, whylen, "out of memory");
-        return -1;
-    }
-    if(wh_read_file(cert_file, &cpem, why, whylen) < 0 || wh_read_file(key_file, &kpem, why, whylen) < 0)
-        goto out;
-    unsigned n = WH_CHAIN_MAX;
-    ret = gnutls_pcert_list_import_x509_raw(p->certs, &n, &cpem, GNUTLS_X509_FMT_PEM, 0);
-    if(ret < 0 || n == 0) {
-        snprintf(why, whylen, "certificate file %s: not a PEM certificate (%s)", cert_file,
-                 ret < 0 ? gnutls_strerror(ret) : "no certificate");
-        goto out;
-    }
-    p->n_certs = n;
-    if((ret = gnutls_x509_privkey_init(&p->key)) < 0 ||
-       (ret = gnutls_x509_privkey_import2(p->key, &kpem, GNUTLS_X509_FMT_PEM, NULL, 0)) < 0) {
-        snprintf(why, whylen, "key file %s: not a PEM private key (%s)", key_file, gnutls_strerror(ret));
-        goto out;
-    }
-    unsigned char kid[64], cid[64];
-    size_t klen = sizeof kid, clen = sizeof cid;
-    if(gnutls_x509_privkey_get_key_id(p->key, GNUTLS_KEYID_USE_SHA256, kid, &klen) < 0 ||
-       gnutls_pubkey_get_key_id(p->certs[0].pubkey, GNUTLS_KEYID_USE_SHA256, cid, &clen) < 0 || klen != clen ||
-       memcmp(kid, cid, klen) != 0) {
-        snprintf(why, whylen, "key file %s does not match the certificate in %s", key_file, cert_file);
-        goto out;
-    }
-    gnutls_x509_crt_t crt;
-    if(gnutls_x509_crt_init(&crt) >= 0) {
-        unsigned char ser[40];
-        size_t slen = sizeof ser;
-        if(gnutls_x509_crt_import(crt, &p->certs[0].cert, GNUTLS_X509_FMT_DER) >= 0 &&
-           gnutls_x509_crt_get_serial(crt, ser, &slen) >= 0)
-            for(size_t i = 0; i < slen && 2 * i + 2 < sizeof p->serial; i++)
-                snprintf(p->serial + 2 * i, 3, "%02x", ser[i]);
-        gnutls_x509_crt_deinit(crt);
-    }
-    *out = p;
-    p = NULL;
-    rc = 0;
-out:
-    wh_pair_free(p);
-    free(cpem.data);
-    free(kpem.data);
-    return rc;
-}
-
-static void wh_stat(const char *path, wh_sig *sig)
-{
-    struct stat st;
-    memset(sig, 0, sizeof *sig);
-    if(stat(path, &st) != 0) /* stat follows symlinks: a Secret volume's ..data swap changes the inode */
-        return;
-    sig->ok = 1;
-    sig->dev = st.st_dev;
-    sig->ino = st.st_ino;
-    sig->size = st.st_size;
-    sig->mtime = st.st_mtim;
-}
-
-static int wh_sig_eq(const wh_sig *a, const wh_sig *b)
-{
-    return a->ok == b->ok && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
-}
-
-/* Re-reads the pair when the files changed since it was loaded; at most
-   once a second. Caller holds cert_lock. */
-static void wh_maybe_reload(webhook_server *s)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if(wh_elapsed_ns(&s->last_check, &now) < WH_RECHECK_NS)
-        return;
-    s->last_check = now;
-    wh_sig sig[2];
-    wh_stat(s->cert_file, &sig[0]);
-    wh_stat(s->key_file, &sig[1]);
-    if(wh_sig_eq(&sig[0], &s->sig[0]) && wh_sig_eq(&sig[1], &s->sig[1]))
-        return;
-    if(wh_sig_eq(&sig[0], &s->failed[0]) && wh_sig_eq(&sig[1], &s->failed[1]))
-        return; /* already tried these files and warned */
-    char why[512];
-    wh_pair *p = NULL;
-    if(!sig[0].ok || !sig[1].ok) {
-        snprintf(why, sizeof why, "%s: %s", sig[0].ok ? s->key_file : s->cert_file, "cannot stat");
-    } else if(wh_pair_load(s->cert_file, s->key_file, &p, why, sizeof why) == 0) {
-        wh_pair_free(s->pair);
-        s->pair = p;
-        s->sig[0] = sig[0];
-        s->sig[1] = sig[1];
-        memset(s->failed, 0, sizeof s->failed);
-        log_write(LOG_INFO, WH_COMPONENT, "serving a new certificate", "cert", s->cert_file, "serial", p->serial, NULL);
-        return;
-    }
-    s->failed[0] = sig[0];
-    s->failed[1] = sig[1];
-    log_write(LOG_WARN, WH_COMPONENT, "new certificate pair does not load; keeping the old one", "cert", s->cert_file,
-              "key", s->key_file, "serving_serial", s->pair->serial, "error", why, NULL);
-}
-
-static webhook_server *wh_server_for(gnutls_session_t session)
-{
-    webhook_server *found = NULL;
-    int n = 0;
-    pthread_mutex_lock(&wh_registry_lock);
-    for(int i = 0; i < WH_MAX_SERVERS; i++)
-        if(wh_registry[i]) {
-            n++;
-            found = wh_registry[i];
-        }
-    if(n > 1) {
-        found = NULL;
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof ss;
-        int fd = gnutls_transport_get_int(session);
-        if(getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-            int port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                                : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            for(int i = 0; i < WH_MAX_SERVERS && !found; i++)
-                if(wh_registry[i] && wh_registry[i]->port == port)
-                    found = wh_registry[i];
-        }
-    }
-    pthread_mutex_unlock(&wh_registry_lock);
-    return found;
-}
-
-/* gnutls_certificate_retrieve_function3: private copies of the serving pair,
-   freed by GnuTLS (GNUTLS_CERT_RETR_DEINIT_ALL). */
-static int wh_cert_retrieve(gnutls_session_t session, const struct gnutls_cert_retr_st *info, gnutls_pcert_st **certs,
-                            unsigned int *certs_length, gnutls_ocsp_data_st **ocsp, unsigned int *ocsp_length,
-                            gnutls_privkey_t *privkey, unsigned int *flags)
-{
-    (void)info;
-    webhook_server *s = wh_server_for(session);
-    if(!s)
-        return -1;
-    gnutls_pcert_st *copy = NULL;
-    gnutls_privkey_t key = NULL;
-    unsigned n = 0;
-    int rc = -1;
-    pthread_mutex_lock(&s->cert_lock);
-    wh_maybe_reload(s);
-    const wh_pair *p = s->pair;
-    copy = gnutls_malloc(p->n_certs * sizeof *copy);
-    if(!copy)
-        goto out;
-    for(; n < p->n_certs; n++)
-        if(gnutls_pcert_import_x509_raw(&copy[n], &p->certs[n].cert, GNUTLS_X509_FMT_DER, 0) < 0)
-            goto out;
-    if(gnutls_privkey_init(&key) < 0) {
-        key = NULL;
-        goto out;
-    }
-    if(gnutls_privkey_import_x509(key, p->key, GNUTLS_PRIVKEY_IMPORT_COPY) < 0)
-        goto out;
-    rc = 0;
-out:
-    pthread_mutex_unlock(&s->cert_lock);
-    if(rc < 0) {
-        for(unsigned i = 0; i < n; i++)
-            gnutls_pcert_deinit(&copy[i]);
-        gnutls_free(copy);
-        if(key)
-            gnutls_privkey_deinit(key);
-        log_write(LOG_ERROR, WH_COMPONENT, "cannot hand the certificate to a TLS handshake", NULL);
-        return -1;
-    }
-    *certs = copy;
-    *certs_length = n;
-    *ocsp = NULL;
-    *ocsp_length = 0;
-    *privkey = key;
-    *flags = GNUTLS_CERT_RETR_DEINIT_ALL;
-    return 0;
 }
 
 /* --- requests ----------------------------------------------------------- */
@@ -328,8 +74,7 @@ typedef struct wh_req {
     int routed;
     const webhook_endpoint *ep;
     size_t ep_index;
-    char *body;
-    size_t len, cap;
+    cozy_buf body; /* up to the server's max_body */
     int too_large;
 } wh_req;
 
@@ -357,7 +102,7 @@ static void wh_completed(void *cls, struct MHD_Connection *con, void **con_cls, 
         return;
     if(r->counted)
         atomic_fetch_sub(&s->in_flight, 1);
-    free(r->body);
+    cozy_buf_free(&r->body);
     free(r);
     *con_cls = NULL;
 }
@@ -479,7 +224,7 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
     const webhook_endpoint *ep = r->ep;
     const wh_endpoint_labels *lab = &s->labels[r->ep_index];
     json_error_t jerr;
-    json_t *doc = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
+    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.len, 0, &jerr);
     if(!doc)
         return wh_text(s, con, MHD_HTTP_BAD_REQUEST, NULL,
                        "cozygpu webhook %s: the body is not JSON: %s (line %d, column %d)\n", ep->name, jerr.text,
@@ -548,6 +293,7 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
     }
     if(!r->routed) {
         r->routed = 1;
+        r->body.max = s->max_body; /* whatever the route: no body is kept past it */
         for(size_t i = 0; i < s->n_endpoints && !r->ep; i++)
             if(strcmp(url, s->endpoints[i].path) == 0) {
                 r->ep = &s->endpoints[i];
@@ -570,31 +316,21 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
                 return wh_text(s, con, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
                                "cozygpu webhook %s: body of %llu bytes is above the limit of %zu\n", r->ep->name, n,
                                s->max_body);
-            if(n > 0 && (r->body = malloc(n + 1)) != NULL)
-                r->cap = n + 1;
+            char *p = n > 0 ? cozy_grow(NULL, &r->body.cap, n + 1, 1) : NULL;
+            if(p) /* room for the whole body at once (else it grows as it comes) */
+                r->body.p = p;
         }
         return MHD_YES;
     }
     if(*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if(r->too_large || n > s->max_body - r->len) {
+        int rc = r->too_large ? EFBIG : cozy_buf_add(&r->body, upload_data, n);
+        if(rc == EFBIG) {
             r->too_large = 1; /* chunked body: drain it, answer 413 at the end */
             return MHD_YES;
         }
-        if(r->len + n + 1 > r->cap) {
-            size_t cap = r->cap ? r->cap : 4096;
-            while(cap < r->len + n + 1)
-                cap *= 2;
-            char *nb = realloc(r->body, cap);
-            if(!nb)
-                return MHD_NO;
-            r->body = nb;
-            r->cap = cap;
-        }
-        memcpy(r->body + r->len, upload_data, n);
-        r->len += n;
-        return MHD_YES;
+        return rc == 0 ? MHD_YES : MHD_NO;
     }
     if(r->too_large)
         return wh_text(s, con, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
@@ -652,10 +388,8 @@ static void wh_free(webhook_server *s)
         free(s->labels[i].error);
     }
     free(s->labels);
-    wh_pair_free(s->pair);
-    free(s->cert_file);
-    free(s->key_file);
-    pthread_mutex_destroy(&s->cert_lock);
+    webhook_tls_unregister(s->tls); /* no handshake reaches it any more */
+    webhook_tls_free(s->tls);
     free(s);
 }
 
@@ -688,7 +422,6 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     webhook_server *s = calloc(1, sizeof *s);
     if(!s)
         return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: out of memory");
-    pthread_mutex_init(&s->cert_lock, NULL);
     s->endpoints = o->endpoints;
     s->n_endpoints = o->n_endpoints;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : WH_DEFAULT_MAX_BODY;
@@ -696,10 +429,8 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     s->review = o->review;
     s->ctx = o->ctx;
     s->ready = o->ready;
-    s->cert_file = strdup(o->cert_file);
-    s->key_file = strdup(o->key_file);
     s->labels = calloc(o->n_endpoints, sizeof *s->labels);
-    if(!s->cert_file || !s->key_file || !s->labels) {
+    if(!s->labels) {
         wh_free(s);
         return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: out of memory");
     }
@@ -716,26 +447,19 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
         }
     }
     char why[512];
-    wh_stat(s->cert_file, &s->sig[0]);
-    wh_stat(s->key_file, &s->sig[1]);
-    if(wh_pair_load(s->cert_file, s->key_file, &s->pair, why, sizeof why) != 0) {
+    int trc = webhook_tls_open(&s->tls, o->cert_file, o->key_file, why, sizeof why);
+    if(trc != 0) {
         wh_free(s);
+        if(trc == -2)
+            return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: out of memory");
         return cozy_fail(err, COZY_ERR_IO, "webhook: TLS: %s", why);
     }
-    clock_gettime(CLOCK_MONOTONIC, &s->last_check);
     webhook_declare_metrics();
 
-    int slot = -1;
-    pthread_mutex_lock(&wh_registry_lock);
-    for(int i = 0; i < WH_MAX_SERVERS && slot < 0; i++)
-        if(!wh_registry[i]) {
-            slot = i;
-            wh_registry[i] = s;
-        }
-    pthread_mutex_unlock(&wh_registry_lock);
-    if(slot < 0) {
+    if(webhook_tls_register(s->tls) != 0) {
         wh_free(s);
-        return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: more than %d servers in one process", WH_MAX_SERVERS);
+        return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: more than %d servers in one process",
+                         WEBHOOK_TLS_MAX_SERVERS);
     }
 
     unsigned workers = o->workers ? o->workers : WH_DEFAULT_WORKERS;
@@ -744,27 +468,24 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, wh_access, s, MHD_OPTION_EXTERNAL_LOGGER, wh_mhd_log, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, workers, MHD_OPTION_HTTPS_PRIORITIES, WH_TLS_PRIORITIES,
-        MHD_OPTION_HTTPS_CERT_CALLBACK2, wh_cert_retrieve, MHD_OPTION_URI_LOG_CALLBACK, wh_uri_logged, s,
+        MHD_OPTION_HTTPS_CERT_CALLBACK2, webhook_tls_retrieve, MHD_OPTION_URI_LOG_CALLBACK, wh_uri_logged, s,
         MHD_OPTION_NOTIFY_COMPLETED, wh_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, conn_timeout,
         MHD_OPTION_END);
     if(!s->daemon) {
         int e = errno;
-        pthread_mutex_lock(&wh_registry_lock);
-        wh_registry[slot] = NULL;
-        pthread_mutex_unlock(&wh_registry_lock);
         wh_free(s);
         return cozy_fail(err, COZY_ERR_IO, "webhook: cannot listen on %s port %d%s%s", addr, o->port, e ? ": " : "",
                          e ? strerror(e) : "");
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    pthread_mutex_lock(&wh_registry_lock);
     s->port = info ? info->port : o->port;
-    pthread_mutex_unlock(&wh_registry_lock);
+    webhook_tls_set_port(s->tls, s->port);
     atomic_store(&s->started, 1);
-    char port[16];
+    char port[16], serial[80];
     snprintf(port, sizeof port, "%d", s->port);
-    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, "port", port, "serial",
-              s->pair->serial, NULL);
+    webhook_tls_serial(s->tls, serial, sizeof serial);
+    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, "port", port, "serial", serial,
+              NULL);
     *out = s;
     return COZY_OK;
 }
@@ -808,10 +529,5 @@ void webhook_stop(webhook_server *s)
     if(!s)
         return;
     MHD_stop_daemon(s->daemon);
-    pthread_mutex_lock(&wh_registry_lock);
-    for(int i = 0; i < WH_MAX_SERVERS; i++)
-        if(wh_registry[i] == s)
-            wh_registry[i] = NULL;
-    pthread_mutex_unlock(&wh_registry_lock);
     wh_free(s);
 }
