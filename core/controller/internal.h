@@ -148,10 +148,13 @@ extern const size_t ctl_review_n_endpoints;
  *    (CLOCK_MONOTONIC); one whose outcome is a failure (error, budget,
  *    memory, deadline: engine_outcome_is_failure) counts in
  *    cozygpu_policy_errors_total.
+ * *decision is the metric's label from the outcome: a policy failure or no
+ * engine is WEBHOOK_ERROR, a refusal (a rule's, or the 400s above)
+ * WEBHOOK_DENIED, else WEBHOOK_ALLOWED.
  * Returns 0, or -1 when the engine itself failed or out of memory (the
  * server then answers its own fail-closed 500). */
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review,
-                         const struct timespec *deadline, json_t **response);
+                         const struct timespec *deadline, json_t **response, webhook_decision *decision);
 
 /* webhook_options.ready (server/webhook.h): 1 when /readyz should answer
  * 200: a bundle is served, not shutting down, every watch cache listed. */

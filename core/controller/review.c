@@ -140,7 +140,7 @@ static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
 }
 
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
-                     json_t **response)
+                         json_t **response, webhook_decision *decision)
 {
     (void)ctx;
     cozy_err err;
@@ -153,6 +153,7 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
         char msg[1200];
         snprintf(msg, sizeof msg, "cozygpu webhook %s: not serving: %s", ep->name, err.msg);
         *response = admission_envelope(NULL, admission_refusal(request, 500, msg));
+        *decision = WEBHOOK_ERROR;
         return *response ? 0 : -1;
     }
     json_t *resp = NULL;
@@ -193,6 +194,9 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
     }
     if(engine_outcome_is_failure(outcome))
         metrics_counter_add("cozygpu_policy_errors_total", NULL, 1);
+    *decision = engine_outcome_is_failure(outcome) ? WEBHOOK_ERROR
+                : outcome == ENGINE_ALLOWED        ? WEBHOOK_ALLOWED
+                                                   : WEBHOOK_DENIED;
     *response = admission_envelope(NULL, resp);
     return *response ? 0 : -1;
 }

@@ -246,7 +246,8 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
         deadline.tv_nsec -= 1000000000L;
     }
     json_t *out = NULL;
-    int rc = s->review(s->ctx, ep, doc, &deadline, &out);
+    webhook_decision said = WEBHOOK_ERROR;
+    int rc = s->review(s->ctx, ep, doc, &deadline, &out, &said);
     const char *bad = rc != 0 ? "the review callback failed" : wh_response_problem(out, uid);
     const char *decision;
     if(bad) {
@@ -259,9 +260,10 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
                         "AdmissionReview", "response", "uid", uid, "allowed", 0, "status", "code", 500, "message", msg);
         decision = lab->error;
     } else {
-        const json_t *resp = json_object_get(out, "response");
-        json_int_t code = json_integer_value(json_object_get(json_object_get(resp, "status"), "code"));
-        decision = code == 500 ? lab->error : json_is_true(json_object_get(resp, "allowed")) ? lab->allowed : lab->denied;
+        int allowed = json_is_true(json_object_get(json_object_get(out, "response"), "allowed"));
+        decision = said == WEBHOOK_ERROR               ? lab->error
+                   : said == WEBHOOK_ALLOWED && allowed ? lab->allowed
+                                                        : lab->denied;
     }
     json_decref(doc);
     char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
@@ -357,7 +359,7 @@ void webhook_declare_metrics(void)
 {
     metrics_declare(WH_REVIEWS, "counter",
                     "Admission reviews answered, by webhook and decision (allowed, denied, error: the review failed "
-                    "and was refused, or answered status code 500).");
+                    "and was refused, or a policy failed).");
     metrics_declare(WH_DURATION, "histogram",
                     "Time from a review's request line to its response being queued, by webhook.");
 }

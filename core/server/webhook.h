@@ -26,7 +26,7 @@
  *    server is not quiescing, else 503), /metrics (metrics_render());
  *    anything else is 404;
  *  - counts cozygpu_admission_reviews_total{webhook,decision} (allowed,
- *    denied, or error: the callback failed or answered status code 500) and
+ *    denied, or error: the callback failed or said the review failed) and
  *    observes cozygpu_admission_review_duration_seconds{webhook} (from the
  *    request line received to the response queued) per review.
  *
@@ -53,6 +53,15 @@ typedef struct webhook_endpoint {
     int phase;        /* for the callback: engine_phase (ENGINE_VALIDATE, ENGINE_MUTATE) */
 } webhook_endpoint;
 
+/* What a review came to, as the callback reports it: the metric's
+ * `decision` label, decided by the callback's own code (the engine's
+ * outcome), never inferred from a status code or a message. */
+typedef enum webhook_decision {
+    WEBHOOK_ALLOWED = 0,
+    WEBHOOK_DENIED,  /* refused by a rule, or a request the callback refuses */
+    WEBHOOK_ERROR,   /* refused because a policy or the callback failed (fail closed) */
+} webhook_decision;
+
 /* Called on an MHD worker thread for each valid review.
  * review: the AdmissionReview as received (borrowed; apiVersion
  *   admission.k8s.io/v1, kind AdmissionReview, request an object with a
@@ -62,12 +71,15 @@ typedef struct webhook_endpoint {
  * response: set to a new AdmissionReview (caller of the callback takes the
  *   reference) with the same apiVersion and kind and response.uid =
  *   request.uid.
+ * decision: set to what the review came to (the server starts it at
+ *   WEBHOOK_ERROR). A response that does not allow is never counted as
+ *   allowed, whatever the callback says.
  * Returns 0, or -1 on an internal error. On -1, or a missing or malformed
  * response (no response object, wrong uid, no boolean allowed), the server
  * answers a fail-closed refusal: allowed=false, status.code 500, message
- * "cozygpu webhook <name>: internal error". */
+ * "cozygpu webhook <name>: internal error", counted as an error. */
 typedef int (*webhook_review_fn)(void *ctx, const webhook_endpoint *ep, const json_t *review,
-                                 const struct timespec *deadline, json_t **response);
+                                 const struct timespec *deadline, json_t **response, webhook_decision *decision);
 
 typedef struct webhook_options {
     const char *address;                  /* IPv4 or IPv6 literal; NULL: "0.0.0.0" */

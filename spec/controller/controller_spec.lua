@@ -595,6 +595,11 @@ return rule "site/forever" {
     assert.equal(200, st)
     assert.equal(500, r.response.status.code)
     assert.equal(2, E.metrics(c).cozygpu_policy_errors_total)
+    -- the deadline outcome is counted as an error review, from the engine's
+    -- code (issue 10), not from the status code
+    local m = E.metrics(c)
+    assert.equal(2, m['cozygpu_admission_reviews_total{webhook="vmi-validate",decision="error"}'])
+    assert.is_nil(m['cozygpu_admission_reviews_total{webhook="vmi-validate",decision="denied"}'])
   end)
 
   it("serves a replaced certificate on the next handshake without a restart", function()

@@ -62,8 +62,9 @@ static long ms_until(const struct timespec *deadline)
 }
 
 static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
-                      json_t **response)
+                      json_t **response, webhook_decision *decision)
 {
+    *decision = WEBHOOK_ALLOWED;
     (void)ctx;
     long remaining = ms_until(deadline);
     const json_t *req = json_object_get(review, "request");
@@ -93,9 +94,11 @@ static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *revie
     if(strncmp(name, "deny", 4) == 0) {
         json_object_set_new(resp, "allowed", json_false());
         json_object_set_new(resp, "status", json_pack("{s:i,s:s}", "code", 403, "message", "denied by the test callback"));
+        *decision = WEBHOOK_DENIED;
     } else if(strncmp(name, "status500", 9) == 0) {
         json_object_set_new(resp, "allowed", json_false());
         json_object_set_new(resp, "status", json_pack("{s:i,s:s}", "code", 500, "message", "policy error (test)"));
+        *decision = WEBHOOK_ERROR; /* as the controller reports a failed policy */
     }
     *response = json_pack("{s:O,s:s,s:o}", "apiVersion", json_object_get(review, "apiVersion"), "kind",
                           "AdmissionReview", "response", resp);
