@@ -29,6 +29,38 @@ describe("core/ layers", function()
     end
   end)
 
+  it("README's 'may include' column says what spec/support/layers.lua allows", function()
+    local readme = assert(io.open("README.md")):read("a")
+    local col = assert(readme:find("may include", 1, true), "README Layout has no 'may include' column")
+    local line_start = readme:sub(1, col):match(".*()\n") or 1
+    local at = col - line_start -- column of the header within its line
+    local said, current = {}, nil
+    local rows = readme:sub((assert(readme:find("\n", col, true))) + 1)
+    for line in rows:gmatch("[^\n]+") do
+      if not line:match("^  ") then break end
+      local name = line:match("^  core/([%w_]+)/")
+      if name then current = name; said[name] = {} end
+      if current then
+        for w in line:sub(at):gmatch("[%w()]+") do said[current][#said[current] + 1] = w end
+      end
+    end
+    for i, layer in ipairs(layers.order) do
+      local want = layers.below[layer]
+      local got = said[layer]
+      assert.is_truthy(got, "README does not list core/" .. layer .. "/")
+      local text = table.concat(got, " ")
+      if #want == 0 then
+        assert.equal("(nothing)", text, layer)
+      elseif text == "all of the above" then
+        local above = {}
+        for k = 1, i - 1 do above[k] = layers.order[k] end
+        assert.same(above, want, layer)
+      else
+        assert.same(want, got, layer)
+      end
+    end
+  end)
+
   it("reports an upward include, a sideways one, an unqualified one and a stray file", function()
     local root = os.tmpname()
     os.remove(root)
