@@ -1,5 +1,5 @@
 ---@meta
--- cozygpu.json — JSON values in Lua (C: core/luajson.c, jansson). Also the
+-- cozygpu.json — JSON values in Lua (C: core/engine/luajson.c, jansson). Also the
 -- global `json` of every policy.
 --
 -- Mapping: a JSON object is a table marked "object", an array a table
