@@ -97,8 +97,10 @@ static const char *check(engine *e, const json_t *expect, const json_t *review, 
     }
     const json_t *code = json_object_get(expect, "code");
     if(code && json_integer_value(code) != json_integer_value(json_object_get(json_object_get(resp, "status"), "code"))) {
-        snprintf(why, n, "expected status code %lld, got %lld", (long long)json_integer_value(code),
-                 (long long)json_integer_value(json_object_get(json_object_get(resp, "status"), "code")));
+        /* the message says why (for a 500, which policy failed, at which file and line) */
+        snprintf(why, n, "expected status code %lld, got %lld%s%s", (long long)json_integer_value(code),
+                 (long long)json_integer_value(json_object_get(json_object_get(resp, "status"), "code")),
+                 msg ? ": " : "", msg ? msg : "");
         return why;
     }
     const char *frag = json_string_value(json_object_get(expect, "message"));

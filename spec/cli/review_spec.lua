@@ -204,4 +204,24 @@ cases:
     assert.matches("PASS .*refusal with its code and message", out)
     assert.matches("1 passed, 1 failed", out)
   end)
+
+  -- A fresh hoster's report (issue 10): a case expecting 403 from a rule that
+  -- raised said only "expected status code 403, got 500"; which policy
+  -- failed, and where, took a second run through `review` to find.
+  it("shows the refusal's message when the status code differs", function()
+    local pol = H.tmpdir()
+    H.write(pol .. "/site-broken.lua", "return rule 'site/broken' {\n  match = { kind = 'VirtualMachineInstance' },\n  validate = function(req)\n    return Deny('no')\n  end,\n}\n")
+    local dir = H.tmpdir()
+    H.write(dir .. "/t.yaml", ([[
+cluster: [%s/examples/classes, %s/examples/cluster]
+cases:
+- name: expects the site rule's refusal
+  input: %s/examples/reviews/01-vmi-l40s-and-connectx-vf.yaml
+  expect: {allowed: false, code: 403}
+]]):gsub("%%s", (io.popen("pwd"):read("l"))))
+    local out, _, code = H.run { "policy", "test", "--override", pol, dir }
+    assert.are.equal(1, code)
+    assert.truthy(out:find('expected status code 403, got 500: policy "site/broken" failed: ', 1, true), out)
+    assert.truthy(out:find("site-broken.lua:4: attempt to call a nil value (global 'Deny')", 1, true), out)
+  end)
 end)
