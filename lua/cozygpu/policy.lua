@@ -70,14 +70,17 @@ M.REASONS = REASONS
 
 --- A refusal. `opts.field` is the field path it is about
 --- ("spec.tolerations[2].operator"), `opts.code` the HTTP status code
---- (403 by default; 422 for an invalid object, as the API server uses).
+--- (403 by default; 422 for an invalid object, as the API server uses;
+--- 400-499 only: a refusal is the client's, 500 means a policy failed).
 --- @param message string
 --- @param opts {field:string?, code:integer?}|nil
 function M.deny(message, opts)
   if type(message) ~= "string" then error("deny: message must be a string", 2) end
   opts = opts or {}
   local code = opts.code or 403
-  if math.type(code) ~= "integer" or code < 400 or code > 599 then error("deny: code must be an HTTP error status", 2) end
+  -- a refusal is the client's (4xx); 500 is what the runtime answers when a
+  -- policy fails, and a deny must not look like one (issue 11)
+  if math.type(code) ~= "integer" or code < 400 or code > 499 then error("deny: code must be an HTTP 4xx status (400-499)", 2) end
   return { verdict = "deny", message = message, field = opts.field, code = code }
 end
 

@@ -66,12 +66,12 @@
 ---@field verdict "deny"|"warn"
 ---@field message string
 ---@field field string? deny only: the field path the refusal is about
----@field code integer? deny only: the HTTP status code, 400..599
+---@field code integer? deny only: the HTTP status code, 400..499
 
 ---Options of `deny`.
 ---@class cozygpu.DenyOptions
 ---@field field string? field path, e.g. "spec.tolerations[2].operator"; the refusal message becomes "<field>: <message>"
----@field code integer? HTTP status code 400..599; default 403 (Forbidden); 422 for an invalid object
+---@field code integer? HTTP status code 400..499; default 403 (Forbidden); 422 for an invalid object
 
 ---What a rule matches: each field absent means "any". Compared with the
 ---request's `kind.kind`, `kind.group` and `operation`.
@@ -114,7 +114,7 @@ function rule(name) end
 ---A refusal. Several refusals (of one rule or several) join into one
 ---message "field: message; ..." in rule order; the response's code is the
 ---first refusal's. Raises when `message` is not a string or `opts.code` is
----not an integer from 400 to 599.
+---not an integer from 400 to 499 (500 is what a failed policy answers).
 ---Source: lua/cozygpu/policy.lua; docs/decisions/0001; metav1.Status
 ---reasons (403 Forbidden, 422 Invalid).
 ---@param message string

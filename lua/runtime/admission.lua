@@ -76,8 +76,92 @@ local function matches(host, r, req, cluster)
   return one_of(m.kind, kind.kind) and one_of(m.group, kind.group) and one_of(m.operations, req.operation)
 end
 
-local function is_verdict(v)
-  return type(v) == "table" and (v.verdict == "deny" or v.verdict == "warn")
+-- What a hook returned is the policy's: it is read with raw access only
+-- (rawget, rawlen, the raw `next`), so no metamethod of the policy's runs
+-- here, outside the budget of host.invoke.
+
+local VERDICT_KEYS = { verdict = true, message = true, field = true, code = true }
+
+-- the metatables a returned table may carry: the JSON markers, and for a
+-- mutate hook the patch builder's; any other means fields could come from
+-- metamethods the engine does not run, so the value is unreadable
+local ARRAY_MT, OBJECT_MT = getmetatable(json.array()), getmetatable(json.object())
+local PATCH_MT = getmetatable(jsonpatch.new())
+local function readable(t, patch_too)
+  local mt = getmetatable(t)
+  return mt == nil or mt == ARRAY_MT or mt == OBJECT_MT or (patch_too and mt == PATCH_MT)
+end
+
+-- a key for a message: strings as they are, others by their type
+local function key_name(k)
+  return type(k) == "string" and k or ("[" .. (math.type(k) or type(k)) .. "]")
+end
+
+-- "a table with keys code, message", "a string", ...: what a hook returned,
+-- for a refusal's message
+local function shape(v)
+  if type(v) ~= "table" then return "a " .. type(v) end
+  if not readable(v, true) then return "a table with a metatable" end
+  local keys, n = {}, 0
+  for k in next, v do
+    n = n + 1
+    keys[#keys + 1] = key_name(k)
+    if n > 50 then break end
+  end
+  if n == 0 then return "an empty table" end
+  table.sort(keys)
+  if #keys > 6 then keys = { keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], "..." } end
+  return "a table with keys " .. table.concat(keys, ", ")
+end
+
+-- true when t's keys are exactly 1..#t (an empty table is a sequence)
+local function is_sequence(t)
+  local n, count = rawlen(t), 0
+  for k in next, t do
+    if math.type(k) ~= "integer" or k < 1 or k > n then return false end
+    count = count + 1
+  end
+  return count == n
+end
+
+-- nil when v is a verdict the engine can read (as deny() and warn() make
+-- them: a deny carries a 4xx code), else what is wrong with it
+local function verdict_problem(v)
+  if type(v) ~= "table" or not readable(v) then return shape(v) end
+  local kind = rawget(v, "verdict")
+  if kind ~= "deny" and kind ~= "warn" then return shape(v) end
+  for k in next, v do
+    if not VERDICT_KEYS[k] then return ("a %s verdict with an unknown key %q"):format(kind, key_name(k)) end
+  end
+  if type(rawget(v, "message")) ~= "string" then return ("a %s verdict without a message"):format(kind) end
+  local field = rawget(v, "field")
+  if field ~= nil and type(field) ~= "string" then return ("a %s verdict whose field is not a string"):format(kind) end
+  if kind == "deny" then
+    local code = rawget(v, "code")
+    if math.type(code) ~= "integer" or code < 400 or code > 499 then
+      return "a deny verdict without a 4xx code"
+    end
+  elseif rawget(v, "code") ~= nil then
+    return "a warn verdict with a code"
+  end
+  return nil
+end
+
+-- The verdicts of a validate hook's result (not nil): a list, or nil and
+-- what is wrong
+local function verdicts_of(result)
+  if type(result) ~= "table" or not readable(result) then return nil, shape(result) end
+  if rawget(result, "verdict") ~= nil then
+    local bad = verdict_problem(result)
+    if bad then return nil, bad end
+    return { result }
+  end
+  if not is_sequence(result) then return nil, shape(result) end
+  for i = 1, rawlen(result) do
+    local bad = verdict_problem(rawget(result, i))
+    if bad then return nil, ("a list whose item %d is %s"):format(i, bad) end
+  end
+  return result
 end
 
 local function describe(st, message)
@@ -119,17 +203,18 @@ function M.review(bundle, request, phases)
           if st ~= "ok" then
             failed(r, st, result)
           elseif result ~= nil then
-            local list = is_verdict(result) and { result } or result
-            if type(list) ~= "table" then
-              failed(r, "error", ("validate returned a %s; expected nil, a verdict or a list of verdicts"):format(type(result)))
+            local list, bad = verdicts_of(result)
+            if not list then
+              -- fail closed: a verdict the engine cannot read is a refusal
+              failed(r, "error", ("validate returned %s; expected nil, a verdict (deny(), warn()) or a list of them"):format(bad))
             else
-              for _, v in ipairs(list) do
-                if not is_verdict(v) then
-                  failed(r, "error", "validate returned something that is not a verdict (use deny() or warn())")
-                elseif v.verdict == "deny" then
-                  denials[#denials + 1] = { rule = r.name, message = v.message, field = v.field, code = v.code }
+              for i = 1, rawlen(list) do
+                local v = rawget(list, i)
+                if rawget(v, "verdict") == "deny" then
+                  denials[#denials + 1] = { rule = r.name, message = rawget(v, "message"), field = rawget(v, "field"),
+                    code = rawget(v, "code") }
                 else
-                  warnings[#warnings + 1] = v.message
+                  warnings[#warnings + 1] = rawget(v, "message")
                 end
               end
             end
@@ -156,8 +241,10 @@ function M.review(bundle, request, phases)
           if st ~= "ok" then
             failed(r, st, result)
           elseif result ~= nil then
-            if type(result) ~= "table" then
-              failed(r, "error", ("mutate returned a %s; expected nil or a JSONPatch"):format(type(result)))
+            if type(result) == "table" and rawget(result, "verdict") ~= nil then
+              failed(r, "error", ("mutate returned a verdict (%s); a mutate hook returns nil or a JSONPatch (refuse in validate)"):format(key_name(rawget(result, "verdict"))))
+            elseif type(result) ~= "table" or not readable(result, true) or not is_sequence(result) then
+              failed(r, "error", ("mutate returned %s; expected nil or a JSONPatch (patch.new() or a list of operations)"):format(shape(result)))
             else
               local list = json.copy(result)
               local after, err = jsonpatch.apply_shared(current, list)
