@@ -236,7 +236,9 @@ static cozy_result pass(agent *A, cozy_err *err)
             goto out;
         plan_idx = lua_gettop(L);
         lua_getfield(L, plan_idx, "writes");
-        json_t *ws = luajson_to_json(L, -1, err);
+        json_t *ws = NULL;
+        if(engine_to_json(A->e, -1, &ws, err) != COZY_OK)
+            ws = NULL;
         lua_pop(L, 1);
         if(!ws) {
             rc = COZY_ERR_INTERNAL;
@@ -341,7 +343,8 @@ static cozy_result pass(agent *A, cozy_err *err)
         rc = cozy_fail(err, COZY_ERR_POLICY, "layout.status: %s", cerr.msg);
         goto out;
     }
-    status = luajson_to_json(L, -1, err);
+    if(engine_to_json(A->e, -1, &status, err) != COZY_OK)
+        status = NULL;
     if(!status) {
         rc = COZY_ERR_INTERNAL;
         goto out;

@@ -332,6 +332,40 @@ static cozy_result push_json(engine *e, const json_t *j, cozy_err *err)
     return COZY_OK;
 }
 
+/* luajson_to_json of argument 1 into the context of argument 2, for
+ * engine_to_json */
+typedef struct to_json_ctx {
+    json_t *out;
+    cozy_err *err;
+} to_json_ctx;
+
+static int to_json_protected(lua_State *L)
+{
+    to_json_ctx *c = lua_touserdata(L, 2);
+    c->out = luajson_to_json(L, 1, c->err);
+    return 0;
+}
+
+cozy_result engine_to_json(engine *e, int idx, json_t **out, cozy_err *err)
+{
+    lua_State *L = e->L;
+    idx = lua_absindex(L, idx);
+    cozy_err cerr = {{0}};
+    to_json_ctx c = {.out = NULL, .err = &cerr};
+    lua_pushcfunction(L, to_json_protected);
+    lua_pushvalue(L, idx);
+    lua_pushlightuserdata(L, &c);
+    if(engine_call(e, 2, 0, 0, &cerr) != ENGINE_ALLOWED) {
+        lua_pop(L, 1);
+        json_decref(c.out);
+        return cozy_fail(err, COZY_ERR_INTERNAL, "converting to JSON: %s", cerr.msg);
+    }
+    if(!c.out)
+        return cozy_fail(err, COZY_ERR_INTERNAL, "%s", cerr.msg);
+    *out = c.out;
+    return COZY_OK;
+}
+
 cozy_result engine_set_cluster(engine *e, const json_t *objects, const json_t *settings, cozy_err *err)
 {
     lua_State *L = e->L;
@@ -374,10 +408,11 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
         return cozy_fail(err, COZY_ERR_INTERNAL, "admission.review returned no outcome");
     }
     snprintf(out->rule, sizeof out->rule, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
-    json_t *resp = luajson_to_json(L, -3, err);
+    json_t *resp = NULL;
+    rc = engine_to_json(e, -3, &resp, err);
     lua_settop(L, top);
-    if(!resp)
-        return COZY_ERR_INTERNAL;
+    if(rc != COZY_OK)
+        return rc;
     json_t *ops = json_object_get(resp, "patch");
     if(ops && json_is_array(ops)) {
         char *text = json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS);
@@ -440,10 +475,11 @@ cozy_result engine_apply_patch(engine *e, const json_t *doc, const json_t *ops, 
         lua_settop(L, top);
         return rc;
     }
-    json_t *j = luajson_to_json(L, -2, err);
+    json_t *j = NULL;
+    rc = engine_to_json(e, -2, &j, err);
     lua_settop(L, top);
-    if(!j)
-        return COZY_ERR_INTERNAL;
+    if(rc != COZY_OK)
+        return rc;
     *out = j;
     return COZY_OK;
 }

@@ -153,6 +153,13 @@ cozy_result engine_open_runtime(engine **out, const engine_options *opt, const c
  * (nil when absent). */
 void engine_push_runtime_fn(engine *e, const char *fn);
 
+/* Converts the Lua value at `idx` of engine_lua(e)'s stack to JSON
+ * (luajson_to_json) inside engine_call, so that running out of memory or a
+ * value that cannot be converted is an error, never a panic outside a
+ * protected call. *out is a new reference (caller owns). COZY_ERR_INTERNAL
+ * with the reason (the field path) when it cannot be converted. */
+cozy_result engine_to_json(engine *e, int idx, json_t **out, cozy_err *err);
+
 /* The one protected call into Lua: calls the function below `nargs`
  * arguments on engine_lua(e)'s stack, with a traceback message handler
  * that names the file and line. With `budgeted` the call runs under the

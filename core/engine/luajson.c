@@ -16,14 +16,21 @@ static void open_proxy(lua_State *L);
 void luajson_open_markers(lua_State *L)
 {
     open_proxy(L);
+    /* the markers are shared by every JSON value of the state: protected
+     * (getmetatable answers their name), so no policy can add an __index
+     * that every object of every rule would then answer through */
     if(luaL_newmetatable(L, LUAJSON_OBJECT_MT)) {
         lua_pushliteral(L, "object");
         lua_setfield(L, -2, "__jsontype");
+        lua_pushliteral(L, LUAJSON_OBJECT_MT);
+        lua_setfield(L, -2, "__metatable");
     }
     lua_pop(L, 1);
     if(luaL_newmetatable(L, LUAJSON_ARRAY_MT)) {
         lua_pushliteral(L, "array");
         lua_setfield(L, -2, "__jsontype");
+        lua_pushliteral(L, LUAJSON_ARRAY_MT);
+        lua_setfield(L, -2, "__metatable");
     }
     lua_pop(L, 1);
 }
@@ -218,7 +225,10 @@ static int table_marker(lua_State *L, int idx)
 {
     int kind = 0;
     if(lua_getmetatable(L, idx)) {
-        if(lua_getfield(L, -1, "__jsontype") == LUA_TSTRING)
+        /* raw: a metatable a policy made may itself have a metatable, whose
+         * __index must not run here (outside any budget) */
+        lua_pushliteral(L, "__jsontype");
+        if(lua_rawget(L, -2) == LUA_TSTRING)
             kind = strcmp(lua_tostring(L, -1), "array") == 0 ? 2 : 1;
         lua_pop(L, 2);
     }

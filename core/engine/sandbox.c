@@ -427,6 +427,24 @@ int sandbox_host_readonly(lua_State *L)
 
 /* ---- bootstrap ------------------------------------------------------------ */
 
+/* pairs(t) as Lua's, but for a table without __pairs it returns the
+ * sandbox's `next` (luajson_next), never the real one: the real `next`
+ * reads through a read-only view's wrapper and hands out the table behind
+ * it (the library's modules, the request, the cluster view). */
+static int sandbox_pairs(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    if(luaL_getmetafield(L, 1, "__pairs") != LUA_TNIL) {
+        lua_pushvalue(L, 1);
+        lua_call(L, 1, 3);
+        return 3;
+    }
+    lua_pushcfunction(L, luajson_next);
+    lua_pushvalue(L, 1);
+    lua_pushnil(L);
+    return 3;
+}
+
 void sandbox_open_libs(lua_State *L)
 {
     static const luaL_Reg libs[] = {
@@ -485,6 +503,8 @@ void sandbox_build_base(lua_State *L)
     lua_setfield(L, base, "require");
     lua_pushcfunction(L, luajson_next);
     lua_setfield(L, base, "next");
+    lua_pushcfunction(L, sandbox_pairs);
+    lua_setfield(L, base, "pairs");
     lua_setfield(L, LUA_REGISTRYINDEX, REG_BASE);
     lua_newtable(L);
     lua_setfield(L, LUA_REGISTRYINDEX, REG_LOADED);

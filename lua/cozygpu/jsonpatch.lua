@@ -42,7 +42,9 @@ function M.split(ptr)
   return tokens
 end
 
-local Patch = { __jsontype = "array" }
+-- protected (getmetatable answers "cozygpu.Patch"): every rule's patches
+-- share it, so no policy may change a method under another rule
+local Patch = { __jsontype = "array", __metatable = "cozygpu.Patch" }
 Patch.__index = Patch
 
 --- A new, empty patch: a list of operations that encodes as a JSON array.

@@ -1,7 +1,13 @@
 --- cozygpu.policy — what a policy file is made of: rules and verdicts.
 --- These are globals in every policy's environment (rule, deny, warn);
 --- docs/policy-api.md describes them for hosters.
+local json = require "cozygpu.json"
+
 local M = {}
+
+-- what rule() made: the read-only view it returned -> the declaration
+-- behind it (weak keys: a view nobody holds goes)
+local made = setmetatable({}, { __mode = "k" })
 
 local HOOKS = { validate = true, mutate = true }
 local FIELDS = { match = true, validate = true, mutate = true, description = true }
@@ -49,19 +55,55 @@ function M.rule(name)
     local m = spec.match
     if m ~= nil and type(m) ~= "function" then
       if type(m) ~= "table" then fail(("rule %q: match must be a table or a function"):format(name)) end
+      -- a plain copy of strings is what the runtime reads at review time
+      -- (outside the rule's budget): nothing the policy's tables do then
+      local copy = {}
       for k, v in pairs(m) do
         if not MATCH_FIELDS[k] then fail(("rule %q: match: unknown field %q (known: kind, group, operations)"):format(name, tostring(k))) end
         if not string_or_list(v) then fail(("rule %q: match.%s must be a string or a list of strings"):format(name, k)) end
+        if type(v) == "string" then copy[k] = v
+        else
+          local list = {}
+          for i, x in ipairs(v) do list[i] = x end
+          copy[k] = list
+        end
       end
-      for _, op in ipairs(type(m.operations) == "table" and m.operations or { m.operations }) do
+      for _, op in ipairs(type(copy.operations) == "table" and copy.operations or { copy.operations }) do
         if not OPERATIONS[op] then fail(("rule %q: match.operations: unknown operation %q"):format(name, tostring(op))) end
       end
+      m = copy
     end
-    return {
-      __rule = true, name = name, match = m, validate = spec.validate, mutate = spec.mutate,
-      description = spec.description,
-    }
+    local r = { name = name, match = m, validate = spec.validate, mutate = spec.mutate, description = spec.description }
+    -- the policy gets a read-only view: it cannot rename the rule or swap a
+    -- hook after the declaration was checked
+    local view = json.readonly(r)
+    made[view] = r
+    return view
   end
+end
+
+--- The declaration behind `v`, a value `rule(name)(spec)` returned, as a
+--- new plain table {name, match, validate, mutate, description} (match
+--- copied), or nil when `v` is not one. The runtime's loader takes rules
+--- through this only, so a table that merely looks like a rule is refused.
+--- @param v any
+--- @return table|nil
+function M.declared(v)
+  local r = made[v]
+  if not r then return nil end
+  local m = r.match
+  if type(m) == "table" then
+    local copy = {}
+    for k, x in next, m do
+      if type(x) == "table" then
+        local list = {}
+        for i = 1, #x do list[i] = x[i] end
+        copy[k] = list
+      else copy[k] = x end
+    end
+    m = copy
+  end
+  return { name = r.name, match = m, validate = r.validate, mutate = r.mutate, description = r.description }
 end
 
 local REASONS = { [400] = "BadRequest", [403] = "Forbidden", [404] = "NotFound", [409] = "Conflict",

@@ -28,13 +28,20 @@ function M.load(host)
     if not chunk then error(err, 0) end
     local st, result = host.invoke(f.name, chunk)
     if st ~= "ok" then error(("%s: %s"):format(f.path, result), 0) end
-    local list = result
-    if type(result) == "table" and result.__rule then list = { result } end
-    if type(list) ~= "table" or #list == 0 then
+    -- what the file returned is the policy's: read raw (no metamethod of
+    -- its runs here), rules taken only as rule() made them
+    local list
+    if policy.declared(result) then list = { result }
+    elseif type(result) == "table" and (getmetatable(result) == nil or getmetatable(result) == getmetatable(json.array())) then
+      list = result
+    end
+    local n = list and rawlen(list) or 0
+    if n == 0 then
       error(("%s: a policy file must return a rule or a list of rules (got %s)"):format(f.path, type(result)), 0)
     end
-    for i, r in ipairs(list) do
-      if type(r) ~= "table" or not r.__rule then
+    for i = 1, n do
+      local r = policy.declared(rawget(list, i))
+      if not r then
         error(("%s: item %d is not a rule (declare it with rule \"name\" {...})"):format(f.path, i), 0)
       end
       if bundle.byname[r.name] then

@@ -103,7 +103,7 @@ local function targets_for(mod, text)
     return { Cluster = require("cozygpu.cluster").new({}, {}), cluster = require "cozygpu.cluster" }
   end
   local t = { [assert(text:match("\nreturn ([%w_]+)"), "no `return <table>`")] = require("cozygpu." .. mod) }
-  if mod == "jsonpatch" then t.Patch = getmetatable(t.jsonpatch.new()).__index end
+  if mod == "jsonpatch" then t.Patch = debug.getmetatable(t.jsonpatch.new()).__index end
   return t
 end
 
