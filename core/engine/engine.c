@@ -223,6 +223,10 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
     lua_setfield(L, -2, "load");
     lua_pushcfunction(L, sandbox_host_readonly);
     lua_setfield(L, -2, "readonly");
+    lua_pushcfunction(L, sandbox_host_freeze);
+    lua_setfield(L, -2, "freeze");
+    lua_pushcfunction(L, sandbox_host_restore);
+    lua_setfield(L, -2, "restore");
     lua_getfield(L, LUA_REGISTRYINDEX, REG_BASE);
     lua_setfield(L, -2, "base");
     if((rc = push_policy_list(L, e, err)) != COZY_OK) {

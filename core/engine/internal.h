@@ -29,6 +29,7 @@
 #define REG_BASE    "cozygpu.base"
 #define REG_LOADED  "cozygpu.loaded"
 #define REG_LOADING "cozygpu.loading"
+#define REG_FROZEN  "cozygpu.frozen"  /* [i] = chunk, [chunk ptr] = its _ENV, [_ENV] = its globals as loaded */
 
 struct engine {
     lua_State *L;
@@ -88,6 +89,18 @@ int sandbox_push_chunk(lua_State *L, const char *path);
  * and '.', not starting with '.', no "..". */
 int sandbox_valid_module_name(const char *s);
 
+/* Records the globals of the loaded main chunk at `fn` (issue 11: a rule's
+ * globals must not survive a review): tables it left in its globals become
+ * read-only views, and the globals as loaded are kept, so that
+ * sandbox_restore_envs puts them back. A chunk without an _ENV table is
+ * left alone. */
+void sandbox_freeze_env(lua_State *L, int fn);
+
+/* Before each review: every recorded chunk gets its _ENV back in its
+ * upvalue (undoing `_ENV = ...` in a hook) holding exactly the globals it
+ * had once loaded (undoing assignments to globals). */
+void sandbox_restore_envs(lua_State *L);
+
 /* The host functions handed to the runtime's admission driver:
  * host.invoke(name, fn, ...) -> "ok", results... | kind, message (the one
  * way policy code runs: engine_call budgeted); host.load(path[, memory]) ->
@@ -95,6 +108,9 @@ int sandbox_valid_module_name(const char *s);
 int sandbox_host_invoke(lua_State *L);
 int sandbox_host_load(lua_State *L);
 int sandbox_host_readonly(lua_State *L);
+/* host.freeze(chunk): sandbox_freeze_env; host.restore(): sandbox_restore_envs */
+int sandbox_host_freeze(lua_State *L);
+int sandbox_host_restore(lua_State *L);
 
 /* The engine_outcome named `name` (engine_outcome_name's words), or -1. */
 int sandbox_outcome_of(const char *name);

@@ -340,6 +340,103 @@ static int file_exists(const char *path)
 
 /* require(name): library modules (lua/), then <bundle>/lib, <override>/lib.
  * Returns a read-only view of the module's value, cached per state. */
+void sandbox_freeze_env(lua_State *L, int fn)
+{
+    fn = lua_absindex(L, fn);
+    if(!lua_getupvalue(L, fn, 1)) /* a main chunk's first upvalue is its _ENV */
+        return;
+    if(lua_type(L, -1) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        return;
+    }
+    int env = lua_gettop(L);
+    /* tables the file left in its globals become read-only views, and the
+     * globals as loaded are kept, to be put back before each review */
+    lua_newtable(L);
+    int snap = env + 1;
+    lua_pushnil(L);
+    while(lua_next(L, env)) {
+        if(lua_type(L, -1) == LUA_TTABLE) {
+            luajson_push_readonly(L, -1);
+            lua_replace(L, -2);
+            lua_pushvalue(L, -2);
+            lua_pushvalue(L, -2);
+            lua_rawset(L, env);
+        }
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, snap);
+    }
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_FROZEN);
+    int reg = lua_gettop(L);
+    lua_pushvalue(L, fn);
+    lua_rawseti(L, reg, (lua_Integer)lua_rawlen(L, reg) + 1); /* [i] = chunk */
+    lua_pushvalue(L, env);
+    lua_rawsetp(L, reg, lua_topointer(L, fn)); /* [chunk] = _ENV */
+    lua_pushvalue(L, env);
+    lua_pushvalue(L, snap);
+    lua_rawset(L, reg); /* [_ENV] = its globals as loaded */
+    lua_settop(L, env - 1);
+}
+
+void sandbox_restore_envs(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_FROZEN);
+    int reg = lua_gettop(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, reg);
+    for(lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, reg, i); /* the chunk */
+        int fn = lua_gettop(L);
+        lua_rawgetp(L, reg, lua_topointer(L, fn)); /* its _ENV */
+        int env = fn + 1;
+        lua_pushvalue(L, env);
+        if(!lua_setupvalue(L, fn, 1)) /* undo `_ENV = ...` in a hook */
+            lua_pop(L, 1);
+        /* clear what a review added or changed, then the loaded globals */
+        lua_pushnil(L);
+        while(lua_next(L, env)) {
+            lua_pop(L, 1);
+            lua_pushvalue(L, -1);
+            lua_pushnil(L);
+            lua_rawset(L, env);
+        }
+        lua_pushvalue(L, env);
+        lua_rawget(L, reg); /* the snapshot */
+        lua_pushnil(L);
+        while(lua_next(L, -2)) {
+            lua_pushvalue(L, -2);
+            lua_insert(L, -2);
+            lua_rawset(L, env);
+        }
+        lua_settop(L, fn - 1);
+    }
+    lua_pop(L, 1);
+}
+
+/* setmetatable(t, mt) for policies: as Lua's, but a metatable with a __gc
+ * field is refused. A finalizer runs when the collector decides, outside
+ * the rule's call and so outside its budget and deadline (docs/decisions/
+ * 0013); a __gc field added after setmetatable never runs (Lua 5.4 manual
+ * §2.5.3), so checking here is enough. */
+static int sandbox_setmetatable(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int t = lua_type(L, 2);
+    luaL_argexpected(L, t == LUA_TNIL || t == LUA_TTABLE, 2, "nil or table");
+    if(t == LUA_TTABLE) {
+        lua_pushliteral(L, "__gc");
+        if(lua_rawget(L, 2) != LUA_TNIL)
+            return luaL_error(L, "setmetatable: a metatable with __gc is not allowed in a policy (a finalizer would "
+                                 "run outside the rule's budget)");
+        lua_pop(L, 1);
+    }
+    if(luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
+        return luaL_error(L, "cannot change a protected metatable");
+    lua_settop(L, 2);
+    lua_setmetatable(L, 1);
+    return 1;
+}
+
 int sandbox_require(lua_State *L)
 {
     engine *e = sandbox_engine_of(L);
@@ -385,8 +482,12 @@ int sandbox_require(lua_State *L)
             return luaL_error(L, "module '%s': %s", name, lua_tostring(L, -1));
         lua_pushboolean(L, 1);
         lua_setfield(L, 3, name); /* loading[name] = true */
+        lua_pushvalue(L, -1);
+        lua_insert(L, -2); /* the chunk, kept below its call for freezing */
         lua_pushstring(L, name);
         lua_call(L, 1, 1);
+        sandbox_freeze_env(L, -2);
+        lua_remove(L, -2);
         lua_pushnil(L);
         lua_setfield(L, 3, name);
         if(lua_isnil(L, -1)) {
@@ -418,6 +519,19 @@ int sandbox_host_load(lua_State *L)
 }
 
 /* host.readonly(v) -> read-only view */
+int sandbox_host_freeze(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    sandbox_freeze_env(L, 1);
+    return 0;
+}
+
+int sandbox_host_restore(lua_State *L)
+{
+    sandbox_restore_envs(L);
+    return 0;
+}
+
 int sandbox_host_readonly(lua_State *L)
 {
     luaL_checkany(L, 1);
@@ -505,9 +619,13 @@ void sandbox_build_base(lua_State *L)
     lua_setfield(L, base, "next");
     lua_pushcfunction(L, sandbox_pairs);
     lua_setfield(L, base, "pairs");
+    lua_pushcfunction(L, sandbox_setmetatable);
+    lua_setfield(L, base, "setmetatable");
     lua_setfield(L, LUA_REGISTRYINDEX, REG_BASE);
     lua_newtable(L);
     lua_setfield(L, LUA_REGISTRYINDEX, REG_LOADED);
     lua_newtable(L);
     lua_setfield(L, LUA_REGISTRYINDEX, REG_LOADING);
+    lua_newtable(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, REG_FROZEN);
 }

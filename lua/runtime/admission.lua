@@ -28,6 +28,9 @@ function M.load(host)
     if not chunk then error(err, 0) end
     local st, result = host.invoke(f.name, chunk)
     if st ~= "ok" then error(("%s: %s"):format(f.path, result), 0) end
+    -- its globals as loaded are put back before every review: no answer
+    -- depends on which reviews came before (issue 11)
+    host.freeze(chunk)
     -- what the file returned is the policy's: read raw (no metamethod of
     -- its runs here), rules taken only as rule() made them
     local list
@@ -186,6 +189,7 @@ end
 --- DESIGN.md §9); engine.h's engine_outcome mirrors these words.
 function M.review(bundle, request, phases)
   local host, cluster = bundle.host, bundle.cluster
+  host.restore() -- a hook that assigned `_ENV` itself does not carry it over
   local req = host.readonly(request)
   local denials, warnings, failures = {}, {}, {}
 
