@@ -135,4 +135,16 @@ function M.to_integer(q)
   return math.tointeger(tonumber(whole))
 end
 
+--- `a + b` for integer counts, saturating at math.maxinteger and
+--- math.mininteger instead of wrapping around: a count read as 2^63-1
+--- ("8Ei") plus one more is still 2^63-1.
+--- @param a integer
+--- @param b integer
+--- @return integer
+function M.add(a, b)
+  if b > 0 and a > math.maxinteger - b then return math.maxinteger end
+  if b < 0 and a < math.mininteger - b then return math.mininteger end
+  return a + b
+end
+
 return M
