@@ -5,6 +5,7 @@
 local object = require "cozygpu.object"
 local tenant = require "cozygpu.tenant"
 local budget = require "cozygpu.budget"
+local quantity = require "cozygpu.quantity"
 
 -- A VMI that orders GPUs by class carries this label (set by the chart);
 -- then every GPU entry must map to a GPUClass (docs/decisions/0003).
@@ -50,7 +51,7 @@ return rule "gpu/vmi-entries" {
             by_class[name] = { class = e.class, count = 0, first = e }
             class_order[#class_order + 1] = name
           end
-          by_class[name].count = by_class[name].count + e.count
+          by_class[name].count = quantity.add(by_class[name].count, e.count)
         elseif e.class_problem == "ambiguous" then
           out[#out + 1] = deny(("several GPUClasses have resource name %q"):format(e.name), { field = e.field })
         elseif by_class_ref then

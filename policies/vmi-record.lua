@@ -4,6 +4,7 @@
 -- it a Secret volume with the license token of each licensed vGPU class
 -- (docs/decisions/0004).
 local object = require "cozygpu.object"
+local quantity = require "cozygpu.quantity"
 
 local ANNOTATION = "gpu.cozystack.io/classes"
 
@@ -22,7 +23,7 @@ return rule "gpu/vmi-record" {
       if e.class then
         local n = object.get(e.class, "metadata", "name")
         if not counts[n] then counts[n] = 0 names[#names + 1] = n classes[n] = e.class end
-        counts[n] = counts[n] + e.count
+        counts[n] = quantity.add(counts[n], e.count)
       end
     end
     if #names == 0 then return nil end

@@ -26,6 +26,14 @@ local tenant = require "cozygpu.tenant"
 
 local M = {}
 
+-- counts are int64 and a quota may be 2^63-1 ("8Ei", "1e100": no limit):
+-- sums and differences saturate instead of wrapping around
+local add = quantity.add
+local function sub(a, b)
+  if b == math.mininteger then return a >= 0 and math.maxinteger or a - b end
+  return add(a, -b)
+end
+
 M.CLASS_SUFFIX = ".gpuclass.cozystack.io/devices"
 M.TOTAL_KEY = "gpuclass.cozystack.io/devices"
 M.CLASS_REFERENCE = "gpu.cozystack.io/class-reference"
@@ -76,7 +84,7 @@ local function usage(cluster, t, want, rn)
     if type(cls) == "string" and want(cls) and in_subtree(cluster, ns, t) then
       local n = object.get(c, "spec", "count")
       n = math.type(n) == "integer" and n or 1
-      total = total + n
+      total = add(total, n)
       users[#users + 1] = { what = "GPUClaim", name = ns .. "/" .. tostring(object.get(c, "metadata", "name")), count = n }
     end
   end
@@ -88,13 +96,13 @@ local function usage(cluster, t, want, rn)
       local n = 0
       for _, e in ipairs(gpu.entries(object.get(v, "spec") or {}, cluster)) do
         if rn then
-          if e.name == rn then n = n + (e.count or 0) end
+          if e.name == rn then n = add(n, e.count or 0) end
         elseif e.class and want(object.get(e.class, "metadata", "name")) then
-          n = n + (e.count or 0)
+          n = add(n, e.count or 0)
         end
       end
       if n > 0 then
-        total = total + n
+        total = add(total, n)
         users[#users + 1] = { what = "VirtualMachineInstance", name = ns .. "/" .. tostring(object.get(v, "metadata", "name")), count = n }
       end
     end
@@ -143,13 +151,13 @@ function M.check_set(cluster, ns_name, set, opts)
     if o.class then
       local cname = object.get(o.class, "metadata", "name")
       if not by_class[cname] then by_class[cname] = 0; class_order[#class_order + 1] = cname end
-      by_class[cname] = by_class[cname] + o.count
+      by_class[cname] = add(by_class[cname], o.count)
       rn = object.get(o.class, "spec", "resourceName")
-      total = total + o.count
+      total = add(total, o.count)
     end
     if type(rn) == "string" then
       if not by_rn[rn] then by_rn[rn] = { count = 0, classes = {} }; rn_order[#rn_order + 1] = rn end
-      by_rn[rn].count = by_rn[rn].count + o.count
+      by_rn[rn].count = add(by_rn[rn].count, o.count)
       if o.class then by_rn[rn].classes[#by_rn[rn].classes + 1] = object.get(o.class, "metadata", "name") end
     end
   end
@@ -165,8 +173,9 @@ function M.check_set(cluster, ns_name, set, opts)
   for _, t in ipairs(chain) do
     local ok, err = pcall(function()
       local function over(key, lim, used, users, rule, count)
-        if used + count > lim then
-          local short = used + count - lim
+        local room = sub(lim, used)
+        if count > room then
+          local short = sub(count, room)
           out[#out + 1] = {
             tenant = t, key = key, rule = rule, limit = lim, used = used, short = short,
             message = ("tenant %q: %s is %d, %d in use by %s; %d more is short by %d"):format(

@@ -188,7 +188,7 @@ function M.count(vmi, cluster, filter)
         if filter.class and object.get(e.class, "metadata", "name") ~= filter.class then ok = false end
       end
     end
-    if ok then n = n + (e.count or 0) end
+    if ok then n = quantity.add(n, e.count or 0) end
   end
   return n
 end

@@ -178,6 +178,24 @@ local CASES = {
     { { "tenant-a", "gpuclass.cozystack.io/devices", 1 } } },
   { "a fraction of a GPU is refused, naming the quota", "quantity", { ["tenant-a"] = { ["gpuclass.cozystack.io/devices"] = "1500m" } }, {}, { "tenant-a", "l40s", 1 },
     { { "tenant-a", "quantity" } } },
+  -- a quota written huge means "no limit" (k8s.io/apimachinery
+  -- ParseQuantity caps "8Ei" at 2^63-1; decimal values beyond int64 compare
+  -- as larger than any count: decision 0013)
+  { "quantity 8Ei is no limit", "quantity", { ["tenant-a"] = { ["gpuclass.cozystack.io/devices"] = "8Ei" } },
+    { claim("tenant-a", "l40s", 7) }, { "tenant-a", "l40s", 1000000 }, true },
+  { "quantity 100Ei at the root is no limit", "quantity", { ["tenant-root"] = { ["gpuclass.cozystack.io/devices"] = "100Ei" } },
+    { claim("tenant-a", "l40s", 7) }, { "tenant-a-b", "a100", 1000000 }, true },
+  { "quantity 1e100 is no limit", "quantity", { ["tenant-a"] = { ["l40s.gpuclass.cozystack.io/devices"] = "1e100" } },
+    { claim("tenant-a", "l40s", 7) }, { "tenant-a", "l40s", 1000000 }, true },
+  { "quantity 1E (10^18) is exact", "quantity", { ["tenant-a"] = { ["gpuclass.cozystack.io/devices"] = "1E" } },
+    { claim("tenant-a", "l40s", 7) }, { "tenant-a", "l40s", 1000000000000000000 - 7 }, true },
+  { "quantity 1E (10^18), one over", "quantity", { ["tenant-a"] = { ["gpuclass.cozystack.io/devices"] = "1E" } },
+    { claim("tenant-a", "l40s", 7) }, { "tenant-a", "l40s", 1000000000000000000 - 6 },
+    { { "tenant-a", "gpuclass.cozystack.io/devices", 1 } } },
+  { "an order of 2^63-1 over a small budget with usage is refused (no wrap-around)", "quantity",
+    { ["tenant-a"] = { ["gpuclass.cozystack.io/devices"] = "10" } },
+    { claim("tenant-a", "l40s", 7) }, { "tenant-a", "l40s", math.maxinteger },
+    { { "tenant-a", "gpuclass.cozystack.io/devices", math.maxinteger - 3 } } },
   { "two quotas: the smaller wins", "R1", { ["tenant-a"] = { { ["gpuclass.cozystack.io/devices"] = "5" }, { ["gpuclass.cozystack.io/devices"] = "2" } } }, {}, { "tenant-a", "l40s", 3 },
     { { "tenant-a", "gpuclass.cozystack.io/devices", 1 } } },
 }

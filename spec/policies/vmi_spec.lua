@@ -180,6 +180,18 @@ describe("VMI budgets (DESIGN.md §5)", function()
     assert.truthy(resp.status.message:find("wait until the class or total key is granted there", 1, true), resp.status.message)
   end)
 
+  it("reads a huge quota as no limit, and a huge count as over any budget (no wrap-around)", function()
+    -- "8Ei" is 2^63-1 as Kubernetes caps it (decision 0013)
+    e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "8Ei" }), claim("tenant-a", "l40s", 2) })
+    assert.is_true(review(H.vmi { gpus = { L40S, L40S } }).allowed)
+    -- 2^63-1 GPUs by resources plus one more by gpus stays 2^63-1, not negative
+    e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "5" }) })
+    local resp = review(H.vmi { resources = { [L40S] = "8Ei" }, gpus = { L40S } })
+    assert.is_false(resp.allowed)
+    assert.truthy(resp.status.message:find("gpuclass.cozystack.io/devices is 5, 0 in use by nothing; 9223372036854775807 more", 1, true),
+      resp.status.message)
+  end)
+
   it("names only the class rule when the order is wrong anyway", function()
     e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "0" }) })
     local resp = review(H.vmi { gpus = { L40S_24C, L40S_24C, L40S_24C } })
