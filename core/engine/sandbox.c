@@ -416,7 +416,7 @@ void sandbox_restore_envs(lua_State *L)
 /* setmetatable(t, mt) for policies: as Lua's, but a metatable with a __gc
  * field is refused. A finalizer runs when the collector decides, outside
  * the rule's call and so outside its budget and deadline (docs/decisions/
- * 0013); a __gc field added after setmetatable never runs (Lua 5.4 manual
+ * 0014); a __gc field added after setmetatable never runs (Lua 5.4 manual
  * §2.5.3), so checking here is enough. */
 static int sandbox_setmetatable(lua_State *L)
 {

@@ -4,7 +4,7 @@
 -- globals as loaded are put back before every review.
 -- Issue 11, defect 1: "A finalizer escapes every limit": a __gc metamethod
 -- runs when the collector decides, outside the rule's call, its budget and
--- its deadline; policies cannot set one (docs/decisions/0013).
+-- its deadline; policies cannot set one (docs/decisions/0014).
 local core, json = H.core, H.json
 
 local function pod_request()
