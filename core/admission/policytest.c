@@ -22,6 +22,59 @@ static void resolve(const char *testfile, const char *rel, char *out, size_t n)
     snprintf(out, n, "%s/%s", dirname(tmp), rel);
 }
 
+/* The first place where `want` is not contained in `have` (see
+ * contained), as a JSON Pointer (RFC 6901) in `path` (n bytes); returns 1
+ * there, 0 when contained. *want_at and *have_at are the values found
+ * there (have_at NULL when absent). */
+static int first_difference(const json_t *want, const json_t *have, char *path, size_t n, const json_t **want_at,
+                            const json_t **have_at)
+{
+    size_t len = strlen(path);
+    if(json_is_object(want) && json_is_object(have)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)want, k, v) {
+            /* RFC 6901: ~ is ~0, / is ~1 */
+            size_t o = len;
+            if(o + 1 < n)
+                path[o++] = '/';
+            for(const char *c = k; *c && o + 2 < n; c++) {
+                if(*c == '~' || *c == '/') {
+                    path[o++] = '~';
+                    path[o++] = *c == '~' ? '0' : '1';
+                } else
+                    path[o++] = *c;
+            }
+            path[o < n ? o : n - 1] = 0;
+            json_t *h = json_object_get(have, k);
+            if(!h) {
+                *want_at = v;
+                *have_at = NULL;
+                return 1;
+            }
+            if(first_difference(v, h, path, n, want_at, have_at))
+                return 1;
+            path[len] = 0;
+        }
+        return 0;
+    }
+    if(json_is_array(want) && json_is_array(have) && json_array_size(want) == json_array_size(have)) {
+        for(size_t i = 0; i < json_array_size(want); i++) {
+            snprintf(path + len, n - len, "/%zu", i);
+            if(first_difference(json_array_get(want, i), json_array_get(have, i), path, n, want_at, have_at))
+                return 1;
+            path[len] = 0;
+        }
+        return 0;
+    }
+    if(json_is_number(want) && json_is_number(have) ? json_number_value(want) == json_number_value(have)
+                                                     : json_equal((json_t *)want, (json_t *)have))
+        return 0;
+    *want_at = want;
+    *have_at = have;
+    return 1;
+}
+
 /* is `want` contained in `have`? */
 static int contained(const json_t *want, const json_t *have)
 {
@@ -134,8 +187,11 @@ static const char *check(engine *e, const json_t *expect, const json_t *review, 
         int ok = json_is_null(want_patch) ? ops == NULL : (ops && contained(want_patch, ops) && contained(ops, want_patch));
         if(!ok) {
             char *s = ops ? json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-            snprintf(why, n, "patch differs; got %s", s ? s : "no patch");
+            char *w = json_is_null(want_patch) ? NULL : json_dumps(want_patch, JSON_COMPACT | JSON_SORT_KEYS);
+            snprintf(why, n, "patch differs:\n       expected %s\n       got      %s", w ? w : "no patch",
+                     s ? s : "no patch");
             free(s);
+            free(w);
             json_decref(ops);
             return why;
         }
@@ -154,15 +210,71 @@ static const char *check(engine *e, const json_t *expect, const json_t *review, 
             json_decref(ops);
             return why;
         }
-        int ok = contained(patched, after ? after : object);
-        json_decref(after);
-        if(!ok) {
-            snprintf(why, n, "patched object does not contain expect.patched");
+        char at[512] = "";
+        const json_t *want_at = NULL, *have_at = NULL;
+        int differs = first_difference(patched, after ? after : object, at, sizeof at, &want_at, &have_at);
+        if(differs) {
+            char *w = json_dumps(want_at, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+            char *h = have_at ? json_dumps(have_at, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+            snprintf(why, n, "patched object differs from expect.patched at %s:\n       expected %.600s\n       got      %.600s",
+                     at[0] ? at : "(the root)", w ? w : "?", h ? h : "(absent)");
+            free(w);
+            free(h);
+            json_decref(after);
             json_decref(ops);
             return why;
         }
+        json_decref(after);
     }
     json_decref(ops);
+    return NULL;
+}
+
+static const char *const CASE_KEYS[] = {"name", "input", "object", "expect", "cluster", "user", "groups", "webhook", NULL};
+static const char *const EXPECT_KEYS[] = {"allowed", "code", "message", "warnings", "patch", "patched", NULL};
+
+/* NULL when every key of `obj` is in `known`, else a reason in `why`
+ * naming the first unknown key (in key order) and the known ones. */
+static const char *unknown_key(const json_t *obj, const char *const *known, const char *where, char *why, size_t n)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)obj, k, v) {
+        int ok = 0;
+        for(const char *const *q = known; *q && !ok; q++)
+            ok = strcmp(*q, k) == 0;
+        if(!ok) {
+            size_t o = (size_t)snprintf(why, n, "%sunknown key \"%s\" (known:", where, k);
+            for(const char *const *q = known; *q && o < n; q++)
+                o += (size_t)snprintf(why + o, n - o, "%s %s", q == known ? "" : ",", *q);
+            if(o < n)
+                snprintf(why + o, n - o, ")");
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/* NULL when the values of `expect` have the types the format says, else
+ * a reason. */
+static const char *expect_types(const json_t *expect, char *why, size_t n)
+{
+    const json_t *v;
+    if((v = json_object_get(expect, "code")) && !json_is_integer(v))
+        return snprintf(why, n, "expect.code must be an integer (an HTTP status code)"), why;
+    if((v = json_object_get(expect, "message")) && !json_is_string(v))
+        return snprintf(why, n, "expect.message must be a string"), why;
+    if((v = json_object_get(expect, "warnings"))) {
+        size_t i;
+        const json_t *w;
+        if(!json_is_array(v))
+            return snprintf(why, n, "expect.warnings must be a list of strings"), why;
+        json_array_foreach(v, i, w) if(!json_is_string(w)) return snprintf(why, n, "expect.warnings must be a list of strings"), why;
+    }
+    if((v = json_object_get(expect, "patch")) && !json_is_array(v) && !json_is_null(v))
+        return snprintf(why, n, "expect.patch must be a list of operations, or null for no patch"), why;
+    if((v = json_object_get(expect, "patched")) && !json_is_object(v))
+        return snprintf(why, n, "expect.patched must be an object"), why;
     return NULL;
 }
 
@@ -246,6 +358,13 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
         }
         if(!reason && !json_is_object(json_object_get(tc, "expect")))
             reason = "a case needs expect: {...}";
+        /* strict keys (issue 11): a misspelt key would otherwise check nothing */
+        if(!reason)
+            reason = unknown_key(tc, CASE_KEYS, "", why, sizeof why);
+        if(!reason)
+            reason = unknown_key(json_object_get(tc, "expect"), EXPECT_KEYS, "expect: ", why, sizeof why);
+        if(!reason)
+            reason = expect_types(json_object_get(tc, "expect"), why, sizeof why);
         /* snapshot */
         if(!reason) {
             if(json_object_get(tc, "cluster")) {

@@ -1,0 +1,64 @@
+-- Issue 11, defect 5: "policy test accepts typos. Unknown keys in a case or
+-- in expect (alowed, mesage, cod) are ignored, so a misspelt expectation
+-- passes. A failed patched expectation shows no actual object or diff."
+local function run(cases)
+  local dir = H.tmpdir()
+  local root = io.popen("pwd"):read("l")
+  H.write(dir .. "/t.yaml", ("cluster: [%s/examples/classes, %s/examples/cluster]\ncases:\n%s"):format(root, root,
+    cases:gsub("@", root)))
+  return H.run { "policy", "test", dir }
+end
+
+describe("cozygpu policy test, strict", function()
+  local typos = {
+    { "expect: {alowed: false}", 'expect: unknown key "alowed" (known: allowed, code, message, warnings, patch, patched)' },
+    { "expect: {allowed: false, mesage: 'certainly not in the message'}", 'expect: unknown key "mesage"' },
+    { "expect: {allowed: false, cod: 200}", 'expect: unknown key "cod"' },
+    { "webhok: validating\n  expect: {allowed: false}", 'unknown key "webhok" (known: name, input, object, expect, cluster, user, groups, webhook)' },
+    { "expect: {allowed: false, code: '403'}", "expect.code must be an integer" },
+    { "expect: {allowed: false, warnings: 'w'}", "expect.warnings must be a list of strings" },
+  }
+  for _, c in ipairs(typos) do
+    it("fails a case with " .. c[1]:gsub("\n.*", ""), function()
+      local out, _, code = run(("- name: typo\n  input: @/examples/reviews/02-vmi-two-vgpu-classes.yaml\n  %s\n"):format(c[1]))
+      assert.equal(1, code, out)
+      assert.truthy(out:find("FAIL [^\n]*t%.yaml: typo\n"), out)
+      assert.truthy(out:find(c[2], 1, true), out)
+      assert.truthy(out:find("0 passed, 1 failed", 1, true), out)
+    end)
+  end
+
+  it("shows where a patched object differs, with both values", function()
+    local out, _, code = run([[
+- name: wrong label value
+  input: @/examples/reviews/06-vmi-vgpu-licensed.yaml
+  expect:
+    allowed: true
+    patched:
+      metadata: {annotations: {gpu.cozystack.io/classes: l40s-24c=3}}
+- name: a field the patch never adds
+  input: @/examples/reviews/06-vmi-vgpu-licensed.yaml
+  expect:
+    allowed: true
+    patched:
+      metadata: {labels: {tier: gold}}
+]])
+    assert.equal(1, code, out)
+    -- RFC 6901: "/" in a key is written ~1
+    assert.truthy(out:find('patched object differs from expect.patched at /metadata/annotations/gpu.cozystack.io~1classes:\n       expected "l40s-24c=3"\n       got      "l40s-24c=2"', 1, true), out)
+    assert.truthy(out:find("at /metadata/labels", 1, true), out)
+    assert.truthy(out:find('got      (absent)', 1, true), out)
+  end)
+
+  it("shows the expected patch beside the one it got", function()
+    local out, _, code = run([[
+- name: wrong patch
+  input: @/examples/reviews/01-vmi-l40s-and-connectx-vf.yaml
+  expect:
+    allowed: true
+    patch: []
+]])
+    assert.equal(1, code, out)
+    assert.truthy(out:find('patch differs:\n       expected []\n       got      [{"op":"add","path":"/metadata/annotations"', 1, true), out)
+  end)
+end)
