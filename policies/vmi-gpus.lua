@@ -16,6 +16,12 @@ return rule "gpu/vmi-entries" {
   match = { kind = "VirtualMachineInstance", group = "kubevirt.io", operations = { "CREATE" } },
   validate = function(req, cluster)
     local vmi = req.object
+    -- wrong types read as "no entries": refuse them first (issue 11)
+    local bad = {}
+    for _, p in ipairs(gpu.shape_problems(object.get(vmi, "spec"))) do
+      bad[#bad + 1] = deny(p.message, { field = p.field, code = 422 })
+    end
+    if #bad > 0 then return bad end
     local entries = gpu.entries(object.get(vmi, "spec"), cluster)
     if #entries == 0 then return nil end
     local out = {}

@@ -1,6 +1,7 @@
 /* review.c — inputs to AdmissionRequests, answers to AdmissionReviews
  * (review.h). */
 #include "admission/review.h"
+#include "admission/request.h"
 #include "admission/response.h"
 
 #include "base/b64.h"
@@ -121,22 +122,11 @@ cozy_result review_build_request(const json_t *doc, const char *where, unsigned 
         req = json_deep_copy(doc); /* a bare AdmissionRequest */
     }
     if(req) {
-        const char *uid = json_string_value(json_object_get(req, "uid"));
-        if(!uid || !*uid) {
+        /* the same check the webhook makes (admission/request.h) */
+        cozy_result rc = admission_check_request(req, where, err);
+        if(rc != COZY_OK) {
             json_decref(req);
-            return cozy_fail(err, COZY_ERR_INPUT, "%s: request.uid is missing or empty (AdmissionReview v1 requires it)",
-                             where);
-        }
-        /* the API server sends CREATE, UPDATE, DELETE or CONNECT; any other
-         * string matches no rule and is answered as such */
-        const char *op = json_string_value(json_object_get(req, "operation"));
-        if(!op || !*op) {
-            json_decref(req);
-            return cozy_fail(err, COZY_ERR_INPUT, "%s: request.operation is missing", where);
-        }
-        if(!json_is_string(json_object_get(json_object_get(req, "kind"), "kind"))) {
-            json_decref(req);
-            return cozy_fail(err, COZY_ERR_INPUT, "%s: request.kind.kind is missing", where);
+            return rc;
         }
     } else {
         /* a plain object: wrap it as a CREATE. Manifests copied from docs

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission/request.h"
 #include "admission/response.h"
 #include "base/buf.h"
 #include "base/log.h"
@@ -139,11 +140,31 @@ static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
     return *group = NULL, NULL;
 }
 
+/* The operations each path is registered for (deploy/50-webhooks.yaml
+ * rules[].operations): another one means a forged request or a changed
+ * configuration, refused rather than judged by rules that match no such
+ * operation. */
+static int endpoint_serves(const webhook_endpoint *ep, const char *op)
+{
+    static const char *const create[] = {"CREATE"}, *const create_update[] = {"CREATE", "UPDATE"};
+    if(strcmp(ep->path, "/validate/gpuclass") == 0 || strcmp(ep->path, "/validate/gpuclaim") == 0)
+        return admission_operation_in(op, create_update, 2);
+    return admission_operation_in(op, create, 1);
+}
+
+static const char *endpoint_operations(const webhook_endpoint *ep)
+{
+    return strcmp(ep->path, "/validate/gpuclass") == 0 || strcmp(ep->path, "/validate/gpuclaim") == 0 ? "CREATE and UPDATE"
+                                                                                                      : "CREATE";
+}
+
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
                          json_t **response, webhook_decision *decision)
 {
     (void)ctx;
     cozy_err err;
+    char where[96];
+    snprintf(where, sizeof where, "cozygpu webhook %s", ep->name);
     const json_t *request = json_object_get(review, "request");
     engine *e = worker_engine(&err);
     if(!e) {
@@ -179,6 +200,15 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
         /* the API server always sends the object of a CREATE or UPDATE */
         char msg[300];
         snprintf(msg, sizeof msg, "cozygpu webhook %s: request.object must be an object for %s", ep->name, op);
+        resp = admission_refusal(request, 400, msg);
+    } else if(admission_check_request(request, where, &err) != COZY_OK) {
+        /* the same shape `cozygpu review` requires (admission/request.h) */
+        resp = admission_refusal(request, 400, err.msg);
+    } else if(!endpoint_serves(ep, op)) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "cozygpu webhook %s serves %s requests, not %s: check the rules of the webhook configuration",
+                 ep->name, endpoint_operations(ep), op);
         resp = admission_refusal(request, 400, msg);
     } else {
         engine_set_deadline(e, deadline);

@@ -224,7 +224,9 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
     const webhook_endpoint *ep = r->ep;
     const wh_endpoint_labels *lab = &s->labels[r->ep_index];
     json_error_t jerr;
-    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.len, 0, &jerr);
+    /* duplicate keys are refused, as `cozygpu review` refuses them: one
+     * decoding for both (issue 11) */
+    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &jerr);
     if(!doc)
         return wh_text(s, con, MHD_HTTP_BAD_REQUEST, NULL,
                        "cozygpu webhook %s: the body is not JSON: %s (line %d, column %d)\n", ep->name, jerr.text,

@@ -113,6 +113,44 @@ function M.class_for(cluster, name)
   return nil, "ambiguous"
 end
 
+--- Fields of a VMI spec that carry GPU entries but have the wrong JSON
+--- type (KubeVirt's VirtualMachineInstanceSpec: domain.devices.gpus and
+--- hostDevices are lists of objects, domain.resources.limits and requests
+--- are maps). The API server's schema check for the CRD runs after the
+--- mutating webhooks, and entries() reads a wrong type as "no entries", so
+--- a rule refuses these first (issue 11: a VMI whose `gpus` was an object
+--- was allowed past maxCount). Returns a list of {field, message}, empty
+--- when every field present has its type.
+--- @param spec table the VMI `spec`
+--- @param prefix string|nil field path of `spec` (default "spec")
+--- @return {field: string, message: string}[]
+function M.shape_problems(spec, prefix)
+  prefix = prefix or "spec"
+  local out = {}
+  local function kind(v) return v == nil and "absent" or json.kind(v) end
+  if spec ~= nil and kind(spec) ~= "object" then
+    return { { field = prefix, message = "must be an object" } }
+  end
+  for _, f in ipairs { "gpus", "hostDevices" } do
+    local v = object.get(spec, "domain", "devices", f)
+    local path = ("%s.domain.devices.%s"):format(prefix, f)
+    if v ~= nil and kind(v) ~= "array" then
+      out[#out + 1] = { field = path, message = "must be a list" }
+    elseif v ~= nil then
+      for i, item in ipairs(v) do
+        if kind(item) ~= "object" then out[#out + 1] = { field = ("%s[%d]"):format(path, i - 1), message = "must be an object" } end
+      end
+    end
+  end
+  for _, f in ipairs { "limits", "requests" } do
+    local v = object.get(spec, "domain", "resources", f)
+    if v ~= nil and kind(v) ~= "object" then
+      out[#out + 1] = { field = ("%s.domain.resources.%s"):format(prefix, f), message = "must be a map of quantities" }
+    end
+  end
+  return out
+end
+
 --- The GPU entries of a VMI spec, in order: gpus, hostDevices, resources.
 --- Each entry: {source = "gpus"|"hostDevices"|"resources", path = field
 --- path of the entry, field = field path of its resource name, name =

@@ -44,6 +44,17 @@
 ---@class cozygpu.gpu
 local gpu = {}
 
+---Fields of a VMI spec that carry GPU entries but have the wrong JSON type:
+---domain.devices.gpus and hostDevices must be lists of objects,
+---domain.resources.limits and requests maps (KubeVirt's
+---VirtualMachineInstanceSpec). `entries` reads a wrong type as "no
+---entries", so check this first; the default rule gpu/vmi-entries refuses
+---them with 422. Empty when every field present has its type.
+---@param spec table|nil the VMI's spec
+---@param prefix string? field path of `spec` (default "spec")
+---@return {field: string, message: string}[]
+function gpu.shape_problems(spec, prefix) end
+
 ---The GPU entries of a VMI spec, in order: every spec.domain.devices.gpus
 ---entry; every hostDevices entry whose deviceName is a GPU resource name;
 ---every GPU resource name in spec.domain.resources (limits win over
