@@ -555,6 +555,11 @@ return rule "site/no-vms-today" {
       { { "--identity", "" }, "--identity" },
       { { "--policies-configmap", "Bad Name" }, "--policies-configmap" },
       { { "--lease-duration", "1s", "--renew-deadline", "2s" }, "--renew-deadline" },
+      { { "--max-connections", "0" }, "--max-connections" },
+      { { "--max-connections", "8", "--max-connections-per-address", "9" }, "--max-connections-per-address" },
+      { { "--request-timeout", "50ms" }, "--request-timeout" },
+      { { "--request-timeout", "soon" }, "--request-timeout" },
+      { { "--max-body-bytes-in-flight", "2048" }, "--max-body-bytes-in-flight" },
     } do
       local args = { "controller", "--server", d.url, "--tls-cert-file", certs.cert, "--tls-key-file", certs.key }
       for _, a in ipairs(case[1]) do args[#args + 1] = a end
