@@ -101,7 +101,8 @@ static void usage(FILE *f)
         "webhook clients (what one client can hold; defaults fit a 512Mi memory limit):\n"
         "  --max-connections N      open connections in all (default 512)\n"
         "  --max-connections-per-address N  open connections from one IP address; more\n"
-        "                           are closed at once (default 128)\n"
+        "                           are closed at once (default 128, or\n"
+        "                           --max-connections when smaller)\n"
         "  --request-timeout DURATION  time from accept (or, on a kept-alive connection,\n"
         "                           from the request line) to a complete request; the\n"
         "                           connection is closed after it (default 10s)\n"
@@ -208,7 +209,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         .status_interval_ms = 30000,
         .level = LOG_INFO,
     };
-    int c;
+    int c, per_address_set = 0;
     optind = 1;
     while((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         long *dur = NULL;
@@ -248,6 +249,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         case O_MAXCONNADDR:
             if(int_in(optarg, 1, 65536, &f->max_connections_per_address) != 0)
                 return flag_error("--max-connections-per-address: need 1..65536, got %s", optarg);
+            per_address_set = 1;
             break;
         case O_REQTIMEOUT: dur = &f->request_timeout_ms; break;
         case O_BODYFLIGHT:
@@ -321,6 +323,8 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         return flag_error("--review-timeout: need 100ms..29s (webhooks time out at 30s at most)");
     if(f->request_timeout_ms < 100 || f->request_timeout_ms > 60000)
         return flag_error("--request-timeout: need 100ms..60s");
+    if(!per_address_set && f->max_connections_per_address > f->max_connections)
+        f->max_connections_per_address = f->max_connections; /* the default follows a smaller total */
     if(f->max_connections_per_address > f->max_connections)
         return flag_error("--max-connections-per-address (%d) must not be above --max-connections (%d)",
                           f->max_connections_per_address, f->max_connections);

@@ -569,6 +569,19 @@ return rule "site/no-vms-today" {
     end
   end)
 
+  it("documents the webhook client bounds in --help, with their defaults", function()
+    local out, _, code = H.run { "controller", "--help" }
+    assert.equal(0, code)
+    for _, want in ipairs {
+      "--max-connections N      open connections in all (default 512)",
+      "--max-connections-per-address N", "(default 128,",
+      "--request-timeout DURATION", "(default 10s)",
+      "--max-body-bytes-in-flight N", "(default 67108864; >= --max-body-bytes)",
+    } do
+      assert.truthy(out:find(want, 1, true), want)
+    end
+  end)
+
   it("refuses, naming the policy, when a review passes its deadline", function()
     local cm = policies_cm({ ["site-forever.lua"] = [[
 return rule "site/forever" {
