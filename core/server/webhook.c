@@ -466,7 +466,9 @@ static enum MHD_Result wh_busy(webhook_server *s, struct MHD_Connection *con, wh
     metrics_counter_add(WH_REFUSALS, "reason=\"body_budget\"", 1);
     char n[24];
     snprintf(n, sizeof n, "%llu", declared);
-    log_write(LOG_WARN, WH_COMPONENT, "review body refused: bodies in flight at their budget", "webhook", r->ep->name,
+    /* debug, as the reaper's: under a flood a line per refusal would be a
+       flood of its own; cozygpu_webhook_refusals_total is the signal */
+    log_write(LOG_DEBUG, WH_COMPONENT, "review body refused: bodies in flight at their budget", "webhook", r->ep->name,
               "content_length", n, NULL);
     return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, "1",
                    "cozygpu webhook %s: too many review bodies in flight (budget %zu bytes); retry\n", r->ep->name,

@@ -136,7 +136,8 @@ describe("webhook client bounds", function()
     local srv = start({ "--request-timeout-ms", "2000" })
     finally(function() stop(srv) end)
     for _, stage in ipairs({ "headers", "body" }) do
-      local c = keep(clients(srv, "dribble", { "--stage", stage, "--interval", "0.5", "--within", "15", "--hold", "0" }))
+      local c = keep(clients(srv, "dribble",
+        { "--stage", stage, "--interval", "0.5", "--within", "15", "--hold", "0" }))
       assert.is_true(c.report.closed, stage)
       assert.is_true(c.report.seconds >= 1.5 and c.report.seconds < 3.5, stage .. ": " .. c.report.seconds)
       assert.is_true(c.report.sent >= 3, stage) -- it did send, and still was closed
