@@ -19,6 +19,10 @@ seconds have passed, then exits.
           (headers: the header block; body: a complete header block with
           Content-Length 64, then the body), until the server closes it or
           `within` passes; reports {"closed": bool, "seconds": t, "sent": n}.
+  keepalive --requests N --interval S
+          one TLS connection that POSTs a review to /validate N times, S
+          seconds apart, reading each answer; reports {"answered": k, "error": e}
+          (how many came back on the one connection, what ended it).
   bodies  --n N --size BYTES [--path /validate]
           N TLS connections, each sends headers declaring a body of BYTES
           bytes; those the server has not answered after a moment send all
@@ -119,6 +123,41 @@ def dribble(args):
     hold(args, [s])
 
 
+def keepalive(args):
+    body = (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
+            b'"request":{"uid":"uid-keepalive","name":"vm-keepalive"}}')
+    req = (b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    s = tls(args)
+    s.settimeout(5)
+    answered, error = 0, None
+    for i in range(args.requests):
+        if i:
+            time.sleep(args.interval)
+        try:
+            s.sendall(req)
+            data = b""
+            while True:
+                head, sep, rest = data.partition(b"\r\n\r\n")
+                if sep:
+                    n = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
+                         if l.lower().startswith(b"content-length:")]
+                    if n and len(rest) >= n[0]:
+                        break
+                more = s.recv(4096)
+                if not more:
+                    raise ConnectionError("closed by the server")
+                data += more
+            if not data.startswith(b"HTTP/1.1 200"):
+                raise ConnectionError(data.split(b"\r\n")[0].decode())
+            answered += 1
+        except (OSError, ssl.SSLError) as e:
+            error = "%s: %s" % (type(e).__name__, e)
+            break
+    out(args.out, {"answered": answered, "error": error})
+    hold(args, [s])
+
+
 def bodies(args):
     head = ("POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             "Content-Length: %d\r\n\r\n" % (args.path, args.size)).encode()
@@ -155,7 +194,7 @@ def bodies(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["idle", "watch", "dribble", "bodies"])
+    p.add_argument("mode", choices=["idle", "watch", "dribble", "keepalive", "bodies"])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--hold", type=float, default=30)
@@ -166,10 +205,11 @@ def main():
     p.add_argument("--stage", default="headers", choices=["headers", "body"])
     p.add_argument("--size", type=int, default=3 * 1024 * 1024)
     p.add_argument("--path", default="/validate")
+    p.add_argument("--requests", type=int, default=2)
     args = p.parse_args()
     if args.n > 64 or args.hold > 60 or args.within > 60:
         sys.exit("clients.py: bounded: at most 64 connections and 60 seconds")
-    {"idle": idle, "watch": watch, "dribble": dribble, "bodies": bodies}[args.mode](args)
+    {"idle": idle, "watch": watch, "dribble": dribble, "keepalive": keepalive, "bodies": bodies}[args.mode](args)
 
 
 if __name__ == "__main__":

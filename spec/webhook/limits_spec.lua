@@ -147,6 +147,15 @@ describe("webhook client bounds", function()
     assert.is_true(metrics(srv)['cozygpu_webhook_refusals_total{reason="request_timeout"}'] >= 2)
   end)
 
+  it("lets a kept-alive connection sit idle between requests for longer than the request timeout", function()
+    -- the API server reuses its connections: only the idle timeout (120s
+    -- by default) ends one that waits between complete requests
+    local srv = start({ "--request-timeout-ms", "1000" })
+    finally(function() stop(srv) end)
+    local c = keep(clients(srv, "keepalive", { "--requests", "3", "--interval", "1.5", "--hold", "0" }))
+    assert.equals(3, c.report.answered, tostring(c.report.error))
+  end)
+
   it("keeps review bodies in flight within the budget: 503 with Retry-After above it, memory bounded", function()
     local srv = start({ "--max-body-in-flight", tostring(8 * MiB), "--request-timeout-ms", "4000" })
     finally(function() stop(srv) end)
