@@ -169,7 +169,8 @@ describe("webhook client bounds", function()
     assert.equals(6 * MiB, m.cozygpu_webhook_body_bytes_in_flight)
     assert.equals(10, m['cozygpu_webhook_refusals_total{reason="body_budget"}'])
     local grew = rss_kib(srv.pid) - before
-    assert.is_true(grew < 16 * 1024, "RSS grew by " .. grew .. " KiB")
+    -- (under AddressSanitizer RSS says little: its quarantine keeps freed memory)
+    if not H.asan then assert.is_true(grew < 16 * 1024, "RSS grew by " .. grew .. " KiB") end
     -- the refusal says when to come back
     local status, body, headers = P.http({ method = "POST", url = srv.url .. "/validate", body = review("x") ..
       (" "):rep(3 * MiB - #review("x")), cacert = srv.certs.ca, headers = { "Content-Type: application/json" } })
