@@ -54,7 +54,7 @@ typedef struct ctl_flags {
  * lease duration (client-go leaderelection's rule), both TLS files (the API
  * server calls webhooks over HTTPS only), a writable --state-dir, a
  * review timeout of 100ms..29s (webhook timeoutSeconds is at most 30,
- * admissionregistration.k8s.io/v1), the client bounds (decision 0013):
+ * admissionregistration.k8s.io/v1), the client bounds (decision 0015):
  * 1..65536 connections, a per-address limit no larger than that (its
  * default, 128, is lowered to --max-connections when that is smaller), a request
  * timeout of 100ms..60s, and a body budget no smaller than --max-body-bytes

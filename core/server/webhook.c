@@ -7,7 +7,7 @@
  * answer), and wh_completed() when the response has been sent or the
  * connection dropped (no longer in flight).
  *
- * Client bounds (decision 0013): libmicrohttpd limits connections in all
+ * Client bounds (decision 0015): libmicrohttpd limits connections in all
  * and per address and the header memory of each. wh_conn_notify() keeps a
  * wh_conn per TCP connection, with the deadline by which its request must
  * be complete; the reaper thread shuts down (shutdown(2), so MHD sees the

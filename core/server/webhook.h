@@ -25,7 +25,7 @@
  *  - GET /healthz (200 "ok"), /readyz (200 "ok" while `ready` says so and the
  *    server is not quiescing, else 503), /metrics (metrics_render());
  *    anything else is 404;
- *  - bounds what clients hold (decision 0013): open connections in all and
+ *  - bounds what clients hold (decision 0015): open connections in all and
  *    per client address (libmicrohttpd's limits), the time from accept to a
  *    complete request (a deadline no trickle of bytes extends: a reaper
  *    thread shuts down connections past it), and the bytes of review bodies
@@ -102,8 +102,8 @@ typedef struct webhook_options {
     size_t max_body_bytes;                /* 0: 3 MiB (the API server's limit) */
     long review_timeout_ms;               /* per-review deadline; <= 0: 8000 (webhook timeoutSeconds 10) */
     unsigned connection_timeout_s;        /* idle keep-alive connection closed after; 0: 120 */
-    /* What one client can hold (decision 0013; defaults sized for the
-     * Deployment's 512Mi memory limit, see README "Webhook client bounds"): */
+    /* What one client can hold (docs/decisions/0015, which has the
+     * arithmetic of the defaults against the Deployment's 512Mi limit): */
     unsigned max_connections;             /* open connections in all, libmicrohttpd's
                                              MHD_OPTION_CONNECTION_LIMIT (split evenly
                                              among the workers); 0: 512 */
