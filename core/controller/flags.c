@@ -98,6 +98,18 @@ static void usage(FILE *f)
         "  --shutdown-grace DURATION  how long SIGTERM waits for reviews in flight\n"
         "                           (default 25s)\n"
         "\n"
+        "webhook clients (what one client can hold; defaults fit a 512Mi memory limit):\n"
+        "  --max-connections N      open connections in all (default 512)\n"
+        "  --max-connections-per-address N  open connections from one IP address; more\n"
+        "                           are closed at once (default 128, or\n"
+        "                           --max-connections when smaller)\n"
+        "  --request-timeout DURATION  time from accept (or, on a kept-alive connection,\n"
+        "                           from the request line) to a complete request; the\n"
+        "                           connection is closed after it (default 10s)\n"
+        "  --max-body-bytes-in-flight N  bytes of review bodies held at once across\n"
+        "                           connections; above it a review gets 503 with\n"
+        "                           Retry-After (default 67108864; >= --max-body-bytes)\n"
+        "\n"
         "leader election (coordination.k8s.io/v1 Lease in --namespace):\n"
         "  --leader-elect true|false  run leader election (default true); false: this\n"
         "                           replica never runs the writers\n"
@@ -128,7 +140,8 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
     enum {
         O_KUBECONFIG = 1000, O_CONTEXT, O_SERVER, O_NS, O_ID, O_CONFIG, O_PCM, O_POLICIES, O_LIBRARY, O_STATE,
         O_ADDRESS, O_PORT, O_PORTFILE, O_CERT, O_KEY, O_WORKERS, O_RTIMEOUT, O_MAXBODY, O_LEADER, O_LEASE,
-        O_LEASEDUR, O_RENEW, O_RETRY, O_RESYNC, O_GRACE, O_STATUSINT, O_LOGFMT, O_LOGLVL, O_HELP
+        O_LEASEDUR, O_RENEW, O_RETRY, O_RESYNC, O_GRACE, O_STATUSINT, O_LOGFMT, O_LOGLVL, O_HELP, O_MAXCONN,
+        O_MAXCONNADDR, O_REQTIMEOUT, O_BODYFLIGHT
     };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
@@ -145,7 +158,12 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         {"retry-period", required_argument, 0, O_RETRY},    {"resync", required_argument, 0, O_RESYNC},
         {"shutdown-grace", required_argument, 0, O_GRACE},  {"status-interval", required_argument, 0, O_STATUSINT},
         {"log-format", required_argument, 0, O_LOGFMT},     {"log-level", required_argument, 0, O_LOGLVL},
-        {"help", no_argument, 0, O_HELP},                   {0, 0, 0, 0},
+        {"help", no_argument, 0, O_HELP},
+        {"max-connections", required_argument, 0, O_MAXCONN},
+        {"max-connections-per-address", required_argument, 0, O_MAXCONNADDR},
+        {"request-timeout", required_argument, 0, O_REQTIMEOUT},
+        {"max-body-bytes-in-flight", required_argument, 0, O_BODYFLIGHT},
+        {0, 0, 0, 0},
     };
     static char host[300];
     const char *env_ns = getenv("POD_NAMESPACE"), *env_id = getenv("POD_NAME");
@@ -177,6 +195,10 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         .workers = 4,
         .review_timeout_ms = 8000,
         .max_body = 3 * 1024 * 1024,
+        .max_connections = 512,
+        .max_connections_per_address = 128,
+        .request_timeout_ms = 10000,
+        .max_body_in_flight = 64L * 1024 * 1024,
         .leader_elect = 1,
         .lease_name = "cozygpu-controller",
         .lease_ms = 15000,
@@ -187,7 +209,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         .status_interval_ms = 30000,
         .level = LOG_INFO,
     };
-    int c;
+    int c, per_address_set = 0;
     optind = 1;
     while((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         long *dur = NULL;
@@ -219,6 +241,21 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
             f->max_body = strtol(optarg, &end, 10);
             if(!*optarg || *end || f->max_body < 1024)
                 return flag_error("--max-body-bytes: need an integer >= 1024, got %s", optarg);
+            break;
+        case O_MAXCONN:
+            if(int_in(optarg, 1, 65536, &f->max_connections) != 0)
+                return flag_error("--max-connections: need 1..65536, got %s", optarg);
+            break;
+        case O_MAXCONNADDR:
+            if(int_in(optarg, 1, 65536, &f->max_connections_per_address) != 0)
+                return flag_error("--max-connections-per-address: need 1..65536, got %s", optarg);
+            per_address_set = 1;
+            break;
+        case O_REQTIMEOUT: dur = &f->request_timeout_ms; break;
+        case O_BODYFLIGHT:
+            f->max_body_in_flight = strtol(optarg, &end, 10);
+            if(!*optarg || *end || f->max_body_in_flight < 1024)
+                return flag_error("--max-body-bytes-in-flight: need an integer >= 1024, got %s", optarg);
             break;
         case O_LEADER:
             if(one_of_two(optarg, "true", "false", &f->leader_elect) != 0)
@@ -284,5 +321,16 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
     }
     if(f->review_timeout_ms < 100 || f->review_timeout_ms > 29000)
         return flag_error("--review-timeout: need 100ms..29s (webhooks time out at 30s at most)");
+    if(f->request_timeout_ms < 100 || f->request_timeout_ms > 60000)
+        return flag_error("--request-timeout: need 100ms..60s");
+    if(!per_address_set && f->max_connections_per_address > f->max_connections)
+        f->max_connections_per_address = f->max_connections; /* the default follows a smaller total */
+    if(f->max_connections_per_address > f->max_connections)
+        return flag_error("--max-connections-per-address (%d) must not be above --max-connections (%d)",
+                          f->max_connections_per_address, f->max_connections);
+    if(f->max_body_in_flight < f->max_body)
+        return flag_error("--max-body-bytes-in-flight (%ld) must be at least --max-body-bytes (%ld), or the "
+                          "largest review could never be taken",
+                          f->max_body_in_flight, f->max_body);
     return 0;
 }

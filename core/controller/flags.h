@@ -26,6 +26,10 @@ typedef struct ctl_flags {
     int workers;                    /* 1..256 */
     long review_timeout_ms;         /* 100..29000 */
     long max_body;                  /* bytes, >= 1024 */
+    int max_connections;            /* open webhook connections in all, 1..65536 */
+    int max_connections_per_address; /* from one client address, 1..max_connections */
+    long request_timeout_ms;        /* accept to complete request, 100..60000 */
+    long max_body_in_flight;        /* bytes of review bodies held at once, >= max_body */
     int leader_elect;
     const char *lease_name;
     long lease_ms, renew_ms, retry_ms;
@@ -48,9 +52,13 @@ typedef struct ctl_flags {
  * syntax, base/duration.h), a ConfigMap name that is an RFC 1123 DNS
  * subdomain (Kubernetes docs, "Object Names and IDs"), retry < renew <
  * lease duration (client-go leaderelection's rule), both TLS files (the API
- * server calls webhooks over HTTPS only), a writable --state-dir, and a
+ * server calls webhooks over HTTPS only), a writable --state-dir, a
  * review timeout of 100ms..29s (webhook timeoutSeconds is at most 30,
- * admissionregistration.k8s.io/v1).
+ * admissionregistration.k8s.io/v1), the client bounds (decision 0015):
+ * 1..65536 connections, a per-address limit no larger than that (its
+ * default, 128, is lowered to --max-connections when that is smaller), a request
+ * timeout of 100ms..60s, and a body budget no smaller than --max-body-bytes
+ * (else the largest review could never be taken).
  *
  * Returns 0 to run, 1 after printing the usage to stdout for --help, -1
  * after printing one "cozygpu controller: ..." line (or the usage, for an

@@ -5,7 +5,18 @@
  * (route, method, Content-Type, Content-Length checks), again per body chunk
  * (kept up to the ceiling) and once more at the end (parse, check, review,
  * answer), and wh_completed() when the response has been sent or the
- * connection dropped (no longer in flight). Certificates: MHD hands every
+ * connection dropped (no longer in flight).
+ *
+ * Client bounds (decision 0015): libmicrohttpd limits connections in all
+ * and per address and the header memory of each. wh_conn_notify() keeps a
+ * wh_conn per TCP connection, with the deadline by which its request must
+ * be complete; the reaper thread shuts down (shutdown(2), so MHD sees the
+ * peer gone and closes it on its own thread) any connection past its
+ * deadline. The list is under conns_lock, and MHD calls the CLOSED
+ * notification before it closes the socket, so the reaper never touches a
+ * closed (or reused) descriptor. Review bodies take bytes from the
+ * body_budget before they are kept (wh_body_reserve) and give them back
+ * when the body is freed. Certificates: MHD hands every
  * TLS handshake to webhook_tls_retrieve() (server/tls.c), which loads,
  * reloads and copies the pair.
  */
@@ -15,6 +26,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,9 +47,26 @@
 #define WH_DEFAULT_TIMEOUT_MS 8000L
 #define WH_DEFAULT_WORKERS 4u
 #define WH_DEFAULT_CONN_TIMEOUT_S 120u
+#define WH_DEFAULT_MAX_CONNS 512u
+#define WH_DEFAULT_MAX_CONNS_PER_ADDR 128u
+#define WH_DEFAULT_REQUEST_TIMEOUT_MS 10000L /* the webhooks' timeoutSeconds */
+#define WH_DEFAULT_BODY_BUDGET (64u * 1024u * 1024u)
+#define WH_CONN_MEMORY (32u * 1024u) /* MHD's pool per connection: request line, headers, IO buffers */
+#define WH_REAP_EVERY_MS 100L
 
 #define WH_REVIEWS "cozygpu_admission_reviews_total"
 #define WH_DURATION "cozygpu_admission_review_duration_seconds"
+#define WH_CONNS "cozygpu_webhook_connections"
+#define WH_BODY_BYTES "cozygpu_webhook_body_bytes_in_flight"
+#define WH_REFUSALS "cozygpu_webhook_refusals_total"
+
+/* One TCP connection (MHD's socket context). */
+typedef struct wh_conn {
+    struct wh_conn *prev, *next; /* in webhook_server.conns, under conns_lock */
+    int fd;
+    atomic_llong deadline_ms; /* CLOCK_MONOTONIC ms by which the request must be complete; 0: none */
+    int reaped;               /* shut down by the reaper (under conns_lock) */
+} wh_conn;
 
 typedef struct wh_endpoint_labels {
     char *webhook;                  /* webhook="name" */
@@ -59,11 +88,139 @@ struct webhook_server {
     atomic_int quiescing;
     atomic_int started; /* MHD log messages after start are debug noise (bad handshakes) */
     webhook_tls *tls;   /* the certificate pair (server/tls.h) */
+    long request_timeout_ms;
+    long idle_ms;                 /* connection_timeout_s in ms */
+    size_t body_budget;           /* max_body_bytes_in_flight */
+    atomic_size_t body_in_flight; /* bytes reserved from body_budget */
+    pthread_mutex_t conns_lock;
+    wh_conn *conns;               /* open connections */
+    long n_conns;
+    pthread_t reaper;
+    int reaper_started;
+    atomic_int stopping;
 };
 
 static long wh_elapsed_ns(const struct timespec *a, const struct timespec *b)
 {
     return (b->tv_sec - a->tv_sec) * 1000000000L + (b->tv_nsec - a->tv_nsec);
+}
+
+static long long wh_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* --- connections and their deadlines -------------------------------------- */
+
+static wh_conn *wh_conn_of(struct MHD_Connection *con)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Sets the connection's deadline to `ms` (0: none). */
+static void wh_conn_deadline(struct MHD_Connection *con, long long ms)
+{
+    wh_conn *c = wh_conn_of(con);
+    if(c)
+        atomic_store(&c->deadline_ms, ms);
+}
+
+static void wh_conn_notify(void *cls, struct MHD_Connection *con, void **socket_context,
+                           enum MHD_ConnectionNotificationCode toe)
+{
+    webhook_server *s = cls;
+    if(toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+        wh_conn *c = calloc(1, sizeof *c);
+        if(!c || !ci) { /* untracked: MHD's idle timeout still closes it */
+            free(c);
+            log_write(LOG_WARN, WH_COMPONENT, "cannot track a new connection (out of memory)", NULL);
+            return;
+        }
+        c->fd = ci->connect_fd;
+        atomic_init(&c->deadline_ms, wh_now_ms() + s->request_timeout_ms);
+        pthread_mutex_lock(&s->conns_lock);
+        c->next = s->conns;
+        if(s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        long n = ++s->n_conns;
+        pthread_mutex_unlock(&s->conns_lock);
+        metrics_gauge_set(WH_CONNS, "", (double)n);
+        *socket_context = c;
+        return;
+    }
+    wh_conn *c = *socket_context;
+    if(!c)
+        return;
+    pthread_mutex_lock(&s->conns_lock); /* before MHD closes the descriptor */
+    if(c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if(c->next)
+        c->next->prev = c->prev;
+    long n = --s->n_conns;
+    pthread_mutex_unlock(&s->conns_lock);
+    metrics_gauge_set(WH_CONNS, "", (double)n);
+    free(c);
+    *socket_context = NULL;
+}
+
+/* Shuts down every connection past its deadline, every WH_REAP_EVERY_MS,
+   until the server stops. */
+static void *wh_reaper(void *arg)
+{
+    webhook_server *s = arg;
+    struct timespec step = { 0, WH_REAP_EVERY_MS * 1000000L };
+    while(!atomic_load(&s->stopping)) {
+        nanosleep(&step, NULL);
+        long long now = wh_now_ms();
+        int reaped = 0;
+        pthread_mutex_lock(&s->conns_lock);
+        for(wh_conn *c = s->conns; c; c = c->next) {
+            long long d = atomic_load(&c->deadline_ms);
+            if(d && now >= d && !c->reaped) {
+                c->reaped = 1;
+                shutdown(c->fd, SHUT_RDWR);
+                reaped++;
+            }
+        }
+        pthread_mutex_unlock(&s->conns_lock);
+        if(reaped) {
+            metrics_counter_add(WH_REFUSALS, "reason=\"request_timeout\"", reaped);
+            char n[16];
+            snprintf(n, sizeof n, "%d", reaped);
+            log_write(LOG_DEBUG, WH_COMPONENT, "closed connections without a complete request in time", "count", n,
+                      NULL);
+        }
+    }
+    return NULL;
+}
+
+/* --- the body budget ------------------------------------------------------ */
+
+/* Takes n bytes from the budget; 0, or -1 when that would go above it. */
+static int wh_body_reserve(webhook_server *s, size_t n)
+{
+    size_t cur = atomic_load(&s->body_in_flight);
+    do {
+        if(n > s->body_budget || cur > s->body_budget - n)
+            return -1;
+    } while(!atomic_compare_exchange_weak(&s->body_in_flight, &cur, cur + n));
+    metrics_gauge_set(WH_BODY_BYTES, "", (double)(cur + n));
+    return 0;
+}
+
+static void wh_body_release(webhook_server *s, size_t n)
+{
+    if(!n)
+        return;
+    size_t left = atomic_fetch_sub(&s->body_in_flight, n) - n;
+    metrics_gauge_set(WH_BODY_BYTES, "", (double)left);
 }
 
 /* --- requests ----------------------------------------------------------- */
@@ -75,14 +232,23 @@ typedef struct wh_req {
     const webhook_endpoint *ep;
     size_t ep_index;
     cozy_buf body; /* up to the server's max_body */
+    size_t reserved; /* bytes taken from the body budget for body */
     int too_large;
+    int over_budget; /* a chunked body went above the budget: drained, not kept, 503 */
 } wh_req;
 
 static void *wh_uri_logged(void *cls, const char *uri, struct MHD_Connection *con)
 {
     (void)uri;
-    (void)con;
     webhook_server *s = cls;
+    /* the rest of the request within request_timeout of its request line
+       (on a new connection, the deadline from the accept is earlier) */
+    wh_conn *c = wh_conn_of(con);
+    if(c) {
+        long long d = atomic_load(&c->deadline_ms), mine = wh_now_ms() + s->request_timeout_ms;
+        if(!d || mine < d)
+            atomic_store(&c->deadline_ms, mine);
+    }
     wh_req *r = calloc(1, sizeof *r);
     if(!r)
         return NULL;
@@ -94,15 +260,17 @@ static void *wh_uri_logged(void *cls, const char *uri, struct MHD_Connection *co
 
 static void wh_completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)con;
     (void)toe;
     webhook_server *s = cls;
+    /* a kept-alive connection: the next request line within the idle timeout */
+    wh_conn_deadline(con, s->idle_ms ? wh_now_ms() + s->idle_ms : 0);
     wh_req *r = *con_cls;
     if(!r)
         return;
     if(r->counted)
         atomic_fetch_sub(&s->in_flight, 1);
     cozy_buf_free(&r->body);
+    wh_body_release(s, r->reserved);
     free(r);
     *con_cls = NULL;
 }
@@ -110,6 +278,8 @@ static void wh_completed(void *cls, struct MHD_Connection *con, void **con_cls, 
 static enum MHD_Result wh_send(webhook_server *s, struct MHD_Connection *con, unsigned status, const char *ctype,
                                char *body, size_t len, enum MHD_ResponseMemoryMode mode, const char *allow)
 {
+    /* allow: the Allow header (405), or for a 503 the Retry-After seconds */
+    wh_conn_deadline(con, 0); /* the request is complete, or no more of it is read */
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, mode);
     if(!resp) {
         if(mode == MHD_RESPMEM_MUST_FREE)
@@ -118,7 +288,9 @@ static enum MHD_Result wh_send(webhook_server *s, struct MHD_Connection *con, un
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if(allow)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+        MHD_add_response_header(resp, status == MHD_HTTP_SERVICE_UNAVAILABLE ? MHD_HTTP_HEADER_RETRY_AFTER
+                                                                              : MHD_HTTP_HEADER_ALLOW,
+                                allow);
     if(atomic_load(&s->quiescing))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(con, status, resp);
@@ -227,6 +399,10 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
     /* duplicate keys are refused, as `cozygpu review` refuses them: one
      * decoding for both (issue 11) */
     json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    cozy_buf_free(&r->body); /* parsed: its bytes go back to the budget */
+    r->body = (cozy_buf){ 0 };
+    wh_body_release(s, r->reserved);
+    r->reserved = 0;
     if(!doc)
         return wh_text(s, con, MHD_HTTP_BAD_REQUEST, NULL,
                        "cozygpu webhook %s: the body is not JSON: %s (line %d, column %d)\n", ep->name, jerr.text,
@@ -282,6 +458,25 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
     return wh_send(s, con, MHD_HTTP_OK, "application/json", text, strlen(text), MHD_RESPMEM_MUST_FREE, NULL);
 }
 
+/* 503 with Retry-After: 1 for a body the budget has no room for (declared:
+   its Content-Length, 0 for a chunked one). 503, not 413: the body is within
+   max_body and would be accepted once others are done; client-go's REST
+   client, which the API server calls webhooks with, retries a 503 that
+   carries Retry-After while the call's timeout allows. */
+static enum MHD_Result wh_busy(webhook_server *s, struct MHD_Connection *con, wh_req *r, unsigned long long declared)
+{
+    metrics_counter_add(WH_REFUSALS, "reason=\"body_budget\"", 1);
+    char n[24];
+    snprintf(n, sizeof n, "%llu", declared);
+    /* debug, as the reaper's: under a flood a line per refusal would be a
+       flood of its own; cozygpu_webhook_refusals_total is the signal */
+    log_write(LOG_DEBUG, WH_COMPONENT, "review body refused: bodies in flight at their budget", "webhook", r->ep->name,
+              "content_length", n, NULL);
+    return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, "1",
+                   "cozygpu webhook %s: too many review bodies in flight (budget %zu bytes); retry\n", r->ep->name,
+                   s->body_budget);
+}
+
 static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const char *url, const char *method,
                                  const char *version, const char *upload_data, size_t *upload_data_size,
                                  void **con_cls)
@@ -320,6 +515,9 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
                 return wh_text(s, con, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
                                "cozygpu webhook %s: body of %llu bytes is above the limit of %zu\n", r->ep->name, n,
                                s->max_body);
+            if(n > 0 && wh_body_reserve(s, (size_t)n) != 0)
+                return wh_busy(s, con, r, n);
+            r->reserved = (size_t)n;
             char *p = n > 0 ? cozy_grow(NULL, &r->body.cap, n + 1, 1) : NULL;
             if(p) /* room for the whole body at once (else it grows as it comes) */
                 r->body.p = p;
@@ -329,16 +527,34 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
     if(*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        int rc = r->too_large ? EFBIG : cozy_buf_add(&r->body, upload_data, n);
+        if(r->too_large || r->over_budget)
+            return MHD_YES; /* drained, not kept */
+        if(r->body.len + n > r->reserved) { /* chunked, or more than declared */
+            size_t more = r->body.len + n - r->reserved;
+            if(r->body.len + n <= s->max_body && wh_body_reserve(s, more) != 0) {
+                r->over_budget = 1;
+                cozy_buf_free(&r->body);
+                r->body = (cozy_buf){ 0 };
+                wh_body_release(s, r->reserved);
+                r->reserved = 0;
+                return MHD_YES;
+            }
+            if(r->body.len + n <= s->max_body)
+                r->reserved += more;
+        }
+        int rc = cozy_buf_add(&r->body, upload_data, n);
         if(rc == EFBIG) {
             r->too_large = 1; /* chunked body: drain it, answer 413 at the end */
             return MHD_YES;
         }
         return rc == 0 ? MHD_YES : MHD_NO;
     }
+    wh_conn_deadline(con, 0); /* the request is complete: the review has its own deadline */
     if(r->too_large)
         return wh_text(s, con, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
                        "cozygpu webhook %s: body is above the limit of %zu bytes\n", r->ep->name, s->max_body);
+    if(r->over_budget)
+        return wh_busy(s, con, r, 0);
     return wh_review(s, con, r);
 }
 
@@ -364,6 +580,13 @@ void webhook_declare_metrics(void)
                     "and was refused, or a policy failed).");
     metrics_declare(WH_DURATION, "histogram",
                     "Time from a review's request line to its response being queued, by webhook.");
+    metrics_declare(WH_CONNS, "gauge", "Open connections to the webhook server.");
+    metrics_declare(WH_BODY_BYTES, "gauge",
+                    "Bytes of review bodies held at once (declared Content-Length or received), against "
+                    "--max-body-bytes-in-flight.");
+    metrics_declare(WH_REFUSALS, "counter",
+                    "Requests refused for a client bound, by reason (request_timeout: the connection had no "
+                    "complete request in time and was closed; body_budget: 503, bodies in flight at their budget).");
 }
 
 static char *wh_label(const char *name, const char *decision)
@@ -392,6 +615,7 @@ static void wh_free(webhook_server *s)
         free(s->labels[i].error);
     }
     free(s->labels);
+    pthread_mutex_destroy(&s->conns_lock);
     webhook_tls_unregister(s->tls); /* no handshake reaches it any more */
     webhook_tls_free(s->tls);
     free(s);
@@ -433,6 +657,11 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     s->review = o->review;
     s->ctx = o->ctx;
     s->ready = o->ready;
+    s->request_timeout_ms = o->request_timeout_ms > 0 ? o->request_timeout_ms : WH_DEFAULT_REQUEST_TIMEOUT_MS;
+    s->idle_ms = 1000L * (o->connection_timeout_s ? o->connection_timeout_s : WH_DEFAULT_CONN_TIMEOUT_S);
+    s->body_budget = o->max_body_bytes_in_flight ? o->max_body_bytes_in_flight : WH_DEFAULT_BODY_BUDGET;
+    atomic_init(&s->body_in_flight, 0);
+    pthread_mutex_init(&s->conns_lock, NULL);
     s->labels = calloc(o->n_endpoints, sizeof *s->labels);
     if(!s->labels) {
         wh_free(s);
@@ -468,12 +697,18 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
 
     unsigned workers = o->workers ? o->workers : WH_DEFAULT_WORKERS;
     unsigned conn_timeout = o->connection_timeout_s ? o->connection_timeout_s : WH_DEFAULT_CONN_TIMEOUT_S;
+    unsigned max_conns = o->max_connections ? o->max_connections : WH_DEFAULT_MAX_CONNS;
+    unsigned per_addr = o->max_connections_per_address ? o->max_connections_per_address : WH_DEFAULT_MAX_CONNS_PER_ADDR;
+    if(max_conns < workers) /* MHD gives each worker max_conns / workers */
+        max_conns = workers;
     errno = 0;
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, wh_access, s, MHD_OPTION_EXTERNAL_LOGGER, wh_mhd_log, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, workers, MHD_OPTION_HTTPS_PRIORITIES, WH_TLS_PRIORITIES,
         MHD_OPTION_HTTPS_CERT_CALLBACK2, webhook_tls_retrieve, MHD_OPTION_URI_LOG_CALLBACK, wh_uri_logged, s,
         MHD_OPTION_NOTIFY_COMPLETED, wh_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, conn_timeout,
+        MHD_OPTION_CONNECTION_LIMIT, max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_addr,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)WH_CONN_MEMORY, MHD_OPTION_NOTIFY_CONNECTION, wh_conn_notify, s,
         MHD_OPTION_END);
     if(!s->daemon) {
         int e = errno;
@@ -481,6 +716,12 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
         return cozy_fail(err, COZY_ERR_IO, "webhook: cannot listen on %s port %d%s%s", addr, o->port, e ? ": " : "",
                          e ? strerror(e) : "");
     }
+    if(pthread_create(&s->reaper, NULL, wh_reaper, s) != 0) {
+        MHD_stop_daemon(s->daemon);
+        wh_free(s);
+        return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: cannot start the connection reaper thread");
+    }
+    s->reaper_started = 1;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : o->port;
     webhook_tls_set_port(s->tls, s->port);
@@ -532,6 +773,9 @@ void webhook_stop(webhook_server *s)
 {
     if(!s)
         return;
+    atomic_store(&s->stopping, 1);
+    if(s->reaper_started)
+        pthread_join(s->reaper, NULL);
     MHD_stop_daemon(s->daemon);
     wh_free(s);
 }

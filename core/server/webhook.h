@@ -25,6 +25,17 @@
  *  - GET /healthz (200 "ok"), /readyz (200 "ok" while `ready` says so and the
  *    server is not quiescing, else 503), /metrics (metrics_render());
  *    anything else is 404;
+ *  - bounds what clients hold (decision 0015): open connections in all and
+ *    per client address (libmicrohttpd's limits), the time from accept to a
+ *    complete request (a deadline no trickle of bytes extends: a reaper
+ *    thread shuts down connections past it), and the bytes of review bodies
+ *    held at once (503 with Retry-After above it, the body not kept);
+ *    libmicrohttpd keeps at most 32 KiB per connection for the request line
+ *    and headers (MHD_OPTION_CONNECTION_MEMORY_LIMIT; it refuses a larger
+ *    request);
+ *  - exports gauges cozygpu_webhook_connections (open connections) and
+ *    cozygpu_webhook_body_bytes_in_flight, and counts
+ *    cozygpu_webhook_refusals_total{reason="request_timeout"|"body_budget"};
  *  - counts cozygpu_admission_reviews_total{webhook,decision} (allowed,
  *    denied, or error: the callback failed or said the review failed) and
  *    observes cozygpu_admission_review_duration_seconds{webhook} (from the
@@ -91,6 +102,28 @@ typedef struct webhook_options {
     size_t max_body_bytes;                /* 0: 3 MiB (the API server's limit) */
     long review_timeout_ms;               /* per-review deadline; <= 0: 8000 (webhook timeoutSeconds 10) */
     unsigned connection_timeout_s;        /* idle keep-alive connection closed after; 0: 120 */
+    /* What one client can hold (docs/decisions/0015, which has the
+     * arithmetic of the defaults against the Deployment's 512Mi limit): */
+    unsigned max_connections;             /* open connections in all, libmicrohttpd's
+                                             MHD_OPTION_CONNECTION_LIMIT (split evenly
+                                             among the workers); 0: 512 */
+    unsigned max_connections_per_address; /* open connections from one client IP address,
+                                             MHD_OPTION_PER_IP_CONNECTION_LIMIT; a new one
+                                             above it is closed at once; 0: 128 */
+    long request_timeout_ms;              /* a complete request (TLS handshake, headers and
+                                             body) within this many ms of the accept, or of
+                                             the request line on a kept-alive connection
+                                             (which must come within connection_timeout_s
+                                             of the previous response), else the connection
+                                             is shut down; <= 0: 10000 (the webhooks'
+                                             timeoutSeconds: the API server has given up
+                                             by then) */
+    size_t max_body_bytes_in_flight;      /* bytes of review bodies held at once across all
+                                             connections (declared Content-Length, or what
+                                             a chunked body has brought); a request that
+                                             would go above it is answered 503 with
+                                             Retry-After: 1, without keeping its body;
+                                             0: 64 MiB */
     webhook_review_fn review;
     void *ctx;                            /* for review and ready */
     int (*ready)(void *ctx);              /* /readyz; NULL: always ready */

@@ -555,12 +555,30 @@ return rule "site/no-vms-today" {
       { { "--identity", "" }, "--identity" },
       { { "--policies-configmap", "Bad Name" }, "--policies-configmap" },
       { { "--lease-duration", "1s", "--renew-deadline", "2s" }, "--renew-deadline" },
+      { { "--max-connections", "0" }, "--max-connections" },
+      { { "--max-connections", "8", "--max-connections-per-address", "9" }, "--max-connections-per-address" },
+      { { "--request-timeout", "50ms" }, "--request-timeout" },
+      { { "--request-timeout", "soon" }, "--request-timeout" },
+      { { "--max-body-bytes-in-flight", "2048" }, "--max-body-bytes-in-flight" },
     } do
       local args = { "controller", "--server", d.url, "--tls-cert-file", certs.cert, "--tls-key-file", certs.key }
       for _, a in ipairs(case[1]) do args[#args + 1] = a end
       local _, err, code = H.run(args)
       assert.equal(2, code, table.concat(case[1], " "))
       assert.truthy(err:find(case[2], 1, true), err)
+    end
+  end)
+
+  it("documents the webhook client bounds in --help, with their defaults", function()
+    local out, _, code = H.run { "controller", "--help" }
+    assert.equal(0, code)
+    for _, want in ipairs {
+      "--max-connections N      open connections in all (default 512)",
+      "--max-connections-per-address N", "(default 128,",
+      "--request-timeout DURATION", "(default 10s)",
+      "--max-body-bytes-in-flight N", "(default 67108864; >= --max-body-bytes)",
+    } do
+      assert.truthy(out:find(want, 1, true), want)
     end
   end)
 

@@ -69,6 +69,18 @@ describe("kubectl apply of deploy/ against the API server double", function()
     assert.matches("configmap/cozygpu-config unchanged", out, 1, true)
   end)
 
+  it("applies the optional NetworkPolicy once its source is set", function()
+    local f = dir .. "/netpol.yaml"
+    H.write(f, (H.read("deploy/optional/45-webhook-networkpolicy.yaml"):gsub("SET%-THE%-API%-SERVER%-ADDRESSES",
+      "10.0.0.10/32")))
+    local out, code = kubectl("apply -f " .. H.q(f))
+    assert.are.equal(0, code, out)
+    assert.matches("networkpolicy.networking.k8s.io/cozygpu-webhook created", out, 1, true)
+    out, code = kubectl("get networkpolicy -n cozy-gpu cozygpu-webhook -o json")
+    assert.are.equal(0, code, out)
+    assert.are.equal("10.0.0.10/32", H.json.decode(out).spec.ingress[1].from[1].ipBlock.cidr)
+  end)
+
   it("stores every policy file byte for byte in the policies ConfigMap", function()
     local out, code = kubectl("get configmap -n cozy-gpu cozygpu-policies -o json")
     assert.are.equal(0, code, out)

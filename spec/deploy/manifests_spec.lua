@@ -25,7 +25,7 @@ end
 
 local objects, by_kind = {}, {}
 local function load_all()
-  for _, dir in ipairs { "deploy", "deploy/crds" } do
+  for _, dir in ipairs { "deploy", "deploy/crds", "deploy/optional" } do
     for _, f in ipairs(yaml_files(dir)) do
       local docs, err = core.manifests(f)
       assert(docs, err)
@@ -99,7 +99,7 @@ describe("deploy/ manifests", function()
 
   it("are read by kubectl itself, object for object", function()
     if not os.execute("command -v kubectl >/dev/null 2>&1") then pending("kubectl not installed") return end
-    for _, dir in ipairs { "deploy", "deploy/crds" } do
+    for _, dir in ipairs { "deploy", "deploy/crds", "deploy/optional" } do
       for _, f in ipairs(yaml_files(dir)) do
         local p = io.popen("kubectl label --local -o name -f " .. H.q(f) .. " cozygpu-spec=read 2>&1; echo rc=$?")
         local out = p:read("a")
@@ -129,6 +129,7 @@ describe("deploy/ manifests", function()
     get("Deployment", "cozygpu-controller")
     get("PodDisruptionBudget", "cozygpu-controller")
     get("Service", "cozygpu-webhook")
+    get("NetworkPolicy", "cozygpu-webhook") -- optional (deploy/optional/)
     get("MutatingWebhookConfiguration", "cozygpu")
     get("ValidatingWebhookConfiguration", "cozygpu")
     get("Certificate", "cozygpu-webhook")
@@ -493,5 +494,24 @@ describe("deploy/ webhooks", function()
     end
     assert.are.equal(2, #vmi)
     assert.are.equal(vmi[1], vmi[2])
+  end)
+
+  it("offer a NetworkPolicy that admits only the API server to the webhook port, refused until edited", function()
+    local np = get("NetworkPolicy", "cozygpu-webhook")
+    assert.matches("^deploy/optional/", np.__file) -- not applied by `kubectl apply -f deploy/`
+    assert.is_true(labels_match(np.spec.podSelector, deployment().spec.template.metadata.labels))
+    assert.are.same({ "Ingress" }, np.spec.policyTypes)
+    assert.are.equal(1, #np.spec.ingress)
+    local rule = np.spec.ingress[1]
+    assert.are.same({ { protocol = "TCP", port = tonumber(flags().port) } }, rule.ports)
+    assert.are.equal(1, #rule.from)
+    -- a placeholder the API server refuses (not a CIDR), so an unedited
+    -- copy cannot shut the API server out
+    local cidr = rule.from[1].ipBlock.cidr
+    assert.is_nil(cidr:match("^[%x:.]+/%d+$"), cidr)
+    assert.matches("API%-SERVER", cidr)
+    for _, word in ipairs { "konnectivity", "kube-apiserver", "policy-cidr-match-mode", "metrics" } do
+      assert.matches(word, H.read(np.__file), 1, true)
+    end
   end)
 end)

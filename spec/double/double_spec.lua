@@ -50,7 +50,7 @@ describe("kube-double", function()
       for _, g in ipairs(v.groups) do names[g.name] = g.preferredVersion.version end
       assert.are.same({ ["coordination.k8s.io"] = "v1", ["apiextensions.k8s.io"] = "v1", ["kubevirt.io"] = "v1",
         ["cozystack.io"] = "v1alpha1", ["apps"] = "v1", ["policy"] = "v1", ["rbac.authorization.k8s.io"] = "v1",
-        ["admissionregistration.k8s.io"] = "v1", ["cert-manager.io"] = "v1" }, names)
+        ["admissionregistration.k8s.io"] = "v1", ["cert-manager.io"] = "v1", ["networking.k8s.io"] = "v1" }, names)
       st, v = d:request("GET", "/apis/cozystack.io/v1alpha1")
       assert.are.equal("APIResourceList", v.kind)
       local gc, gcs

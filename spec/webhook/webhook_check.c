@@ -16,9 +16,15 @@
  *   webhook_check --cert F --key F [--address A] [--port N] [--port-file F]
  *                 [--workers N] [--max-body BYTES] [--timeout-ms MS]
  *                 [--ready-file F] [--grace-ms MS] [--log-json] [--log-level L]
+ *                 [--max-connections N] [--max-connections-per-address N]
+ *                 [--request-timeout-ms MS] [--max-body-in-flight BYTES]
+ *                 [--idle-timeout-s S]
  *
  * --port-file: the bound port is written there (atomically) once listening.
  * --ready-file: /readyz is 200 only while this file exists.
+ * The client bounds set webhook_options' max_connections,
+ * max_connections_per_address, request_timeout_ms, max_body_bytes_in_flight
+ * and connection_timeout_s (0 or absent: the server's defaults).
  * SIGTERM/SIGINT: webhook_drain(grace), then webhook_stop, exit 0 (1 when
  * requests were still in flight at the end of the grace period).
  *
@@ -109,7 +115,9 @@ static void usage(void)
 {
     fprintf(stderr, "usage: webhook_check --cert F --key F [--address A] [--port N] [--port-file F] [--workers N]\n"
                     "       [--max-body BYTES] [--timeout-ms MS] [--ready-file F] [--grace-ms MS] [--log-json]\n"
-                    "       [--log-level debug|info|warn|error]\n");
+                    "       [--log-level debug|info|warn|error] [--max-connections N]\n"
+                    "       [--max-connections-per-address N] [--request-timeout-ms MS]\n"
+                    "       [--max-body-in-flight BYTES] [--idle-timeout-s S]\n");
     exit(2);
 }
 
@@ -140,6 +148,16 @@ int main(int argc, char **argv)
             o.max_body_bytes = strtoul(v, NULL, 10);
         else if(OPT("--timeout-ms"))
             o.review_timeout_ms = atol(v);
+        else if(OPT("--max-connections"))
+            o.max_connections = (unsigned)atoi(v);
+        else if(OPT("--max-connections-per-address"))
+            o.max_connections_per_address = (unsigned)atoi(v);
+        else if(OPT("--request-timeout-ms"))
+            o.request_timeout_ms = atol(v);
+        else if(OPT("--max-body-in-flight"))
+            o.max_body_bytes_in_flight = strtoul(v, NULL, 10);
+        else if(OPT("--idle-timeout-s"))
+            o.connection_timeout_s = (unsigned)atoi(v);
         else if(OPT("--ready-file"))
             ready_file = v;
         else if(OPT("--grace-ms"))

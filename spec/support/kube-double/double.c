@@ -137,6 +137,7 @@ const dbl_type DBL_TYPES[] = {
     { "apps", "v1", "deployments", "deployment", "Deployment", 1, "deploy", 1, 0, 0, "" },
     { "apps", "v1", "daemonsets", "daemonset", "DaemonSet", 1, "ds", 1, 0, 0, "" },
     { "policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", 1, "pdb", 1, 0, 0, "" },
+    { "networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", 1, "netpol", 0, 0, 0, "" },
     { "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", 0, "", 0, 0, 0, "" },
     { "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", 0, "", 0, 0, 0, "" },
     { "rbac.authorization.k8s.io", "v1", "roles", "role", "Role", 1, "", 0, 0, 0, "" },
