@@ -515,6 +515,56 @@ return rule "site/no-vms-today" {
     assert.equal(0, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
   end)
 
+  -- Issue 11, defect 11: "The webhook allows an over-maxCount VMI when
+  -- request.operation is missing, a number, lower-case or CONNECT, or when
+  -- gpus is an object; review refuses a missing operation. A body with
+  -- duplicate keys is refused by review and judged on the last key by the
+  -- webhook." Both now refuse each, the same way.
+  it("refuses malformed requests as `cozygpu review` does: operation, field types, duplicate keys", function()
+    local c = start { identity = "malformed" }
+    assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
+    local base = H.read("examples/reviews/03-vmi-maxcount-exceeded.yaml")
+    local doc = assert(H.core.yaml(base))[1]
+    local cases = {
+      { "missing", function(r) r.request.operation = nil end, "request.operation is missing" },
+      { "a number", function(r) r.request.operation = 1 end, "request.operation must be one of CREATE, UPDATE, DELETE, CONNECT (got a number)" },
+      { "lower-case", function(r) r.request.operation = "create" end, 'request.operation must be one of CREATE, UPDATE, DELETE, CONNECT (got "create")' },
+      { "CONNECT", function(r) r.request.operation = "CONNECT" end, "serves CREATE requests, not CONNECT" },
+    }
+    for _, k in ipairs(cases) do
+      local r = json.decode(json.encode(doc))
+      k[2](r)
+      local st, got = E.review(c, "/validate/vmi", r)
+      assert.equal(200, st, k[1])
+      assert.is_false(got.response.allowed, k[1])
+      assert.equal(400, got.response.status.code, k[1])
+      assert.truthy(got.response.status.message:find(k[3], 1, true), k[1] .. ": " .. got.response.status.message)
+      -- `review` refuses the same input (exit 2, an input error), except
+      -- CONNECT, which no webhook path serves but a recorded review may hold
+      if k[1] ~= "CONNECT" then
+        local f = dir .. "/malformed.json"
+        H.write(f, json.encode(r))
+        local _, err, code = H.run { "review", "--cluster", "examples/classes", "--cluster", "examples/cluster", f }
+        assert.equal(2, code, k[1])
+        assert.truthy(err:find(k[3], 1, true), err)
+      end
+    end
+    -- gpus as an object: 422 from the default rule, for both
+    local r = json.decode(json.encode(doc))
+    r.request.object.spec.domain.devices.gpus = { first = r.request.object.spec.domain.devices.gpus[1] }
+    local st, got = E.review(c, "/validate/vmi", r)
+    assert.equal(200, st)
+    assert.is_false(got.response.allowed)
+    assert.equal(422, got.response.status.code)
+    assert.equal("spec.domain.devices.gpus: must be a list", got.response.status.message)
+    -- duplicate keys: refused as JSON the API server never sends
+    local text = json.encode(doc):gsub('"operation":"CREATE"', '"operation":"DELETE","operation":"CREATE"')
+    local st2, body = P.http { method = "POST", url = c.url .. "/validate/vmi", cacert = c.cacert, timeout = 15,
+      body = text, headers = { "Content-Type: application/json" } }
+    assert.equal(400, st2, body)
+    assert.truthy(body:find("duplicate", 1, true), body)
+  end)
+
   it("refuses a kind its webhook does not serve, naming both", function()
     local c = start { identity = "kinds" }
     assert.truthy(E.wait_ready(c))
