@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/buf.h"
 #include "base/log.h"
 #include "base/utf8.h"
 #include "base/metrics.h"
@@ -163,28 +164,121 @@ static void record_event(const json_t *cm, const char *type, const char *reason,
 
 /* ---- policy reload ------------------------------------------------------- */
 
-/* A review every bundle must answer without a policy failure: a Namespace
- * CREATE, which no default rule refuses. Catches policies that fail at run
- * time on every request (a bad match function, a library misuse). */
+/* The reviews every bundle must answer without a policy failure before it
+ * is served (issue 11: a bundle that failed on every review used to be
+ * served): one request of each kind the webhooks receive (DESIGN.md §4),
+ * shaped as the API server sends them. NAME and RESOURCE are replaced by a
+ * GPUClass of the cluster (or stand-ins): the rules then run their GPU
+ * paths, not only their early returns. Denials are fine; a rule that
+ * errors, loops or exhausts memory is not. */
+static const char *const GATE_REVIEWS[][2] = {
+    {"a Namespace CREATE",
+     "{\"uid\":\"00000000-0000-4000-8000-5e1fc4ec0000\",\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Namespace\"},"
+     "\"resource\":{\"group\":\"\",\"version\":\"v1\",\"resource\":\"namespaces\"},\"operation\":\"CREATE\","
+     "\"name\":\"cozygpu-self-check\",\"userInfo\":{\"username\":\"system:serviceaccount:cozygpu:self-check\"},"
+     "\"object\":{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"cozygpu-self-check\"}}}"},
+    {"a GPU VirtualMachineInstance CREATE",
+     "{\"uid\":\"00000000-0000-4000-8000-5e1fc4ec0001\",\"kind\":{\"group\":\"kubevirt.io\",\"version\":\"v1\","
+     "\"kind\":\"VirtualMachineInstance\"},\"resource\":{\"group\":\"kubevirt.io\",\"version\":\"v1\","
+     "\"resource\":\"virtualmachineinstances\"},\"operation\":\"CREATE\",\"name\":\"self-check\","
+     "\"namespace\":\"cozygpu-self-check\",\"userInfo\":{\"username\":\"system:serviceaccount:cozygpu:self-check\"},"
+     "\"object\":{\"apiVersion\":\"kubevirt.io/v1\",\"kind\":\"VirtualMachineInstance\",\"metadata\":{\"name\":"
+     "\"self-check\",\"namespace\":\"cozygpu-self-check\",\"labels\":{\"gpu.cozystack.io/class-reference\":\"true\"}},"
+     "\"spec\":{\"domain\":{\"devices\":{\"gpus\":[{\"name\":\"gpu1\",\"deviceName\":\"RESOURCE\"}],\"hostDevices\":"
+     "[{\"name\":\"hd1\",\"deviceName\":\"RESOURCE\"}]},\"resources\":{\"limits\":{\"RESOURCE\":\"1\"}}}}}}"},
+    {"a virt-launcher Pod CREATE",
+     "{\"uid\":\"00000000-0000-4000-8000-5e1fc4ec0002\",\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"},"
+     "\"resource\":{\"group\":\"\",\"version\":\"v1\",\"resource\":\"pods\"},\"operation\":\"CREATE\","
+     "\"namespace\":\"cozygpu-self-check\",\"userInfo\":{\"username\":\"system:serviceaccount:kubevirt:kubevirt-controller\"},"
+     "\"object\":{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"generateName\":\"virt-launcher-self-check-\","
+     "\"namespace\":\"cozygpu-self-check\",\"labels\":{\"kubevirt.io\":\"virt-launcher\"},\"annotations\":"
+     "{\"gpu.cozystack.io/classes\":\"NAME=1\"},\"ownerReferences\":[{\"apiVersion\":\"kubevirt.io/v1\",\"kind\":"
+     "\"VirtualMachineInstance\",\"name\":\"self-check\",\"uid\":\"00000000-0000-4000-8000-5e1fc4ec0003\","
+     "\"controller\":true}]},\"spec\":{\"containers\":[{\"name\":\"compute\",\"resources\":{\"limits\":{\"RESOURCE\":\"1\"},"
+     "\"requests\":{\"RESOURCE\":\"1\"}}}]}}}"},
+    {"a GPUClass CREATE",
+     "{\"uid\":\"00000000-0000-4000-8000-5e1fc4ec0004\",\"kind\":{\"group\":\"cozystack.io\",\"version\":\"v1alpha1\","
+     "\"kind\":\"GPUClass\"},\"resource\":{\"group\":\"cozystack.io\",\"version\":\"v1alpha1\",\"resource\":\"gpuclasses\"},"
+     "\"operation\":\"CREATE\",\"name\":\"cozygpu-self-check\",\"userInfo\":{\"username\":\"system:serviceaccount:cozygpu:self-check\"},"
+     "\"object\":{\"apiVersion\":\"cozystack.io/v1alpha1\",\"kind\":\"GPUClass\",\"metadata\":{\"name\":\"cozygpu-self-check\"},"
+     "\"spec\":{\"displayName\":\"self-check\",\"model\":\"self-check\",\"mode\":\"Passthrough\",\"resourceName\":\"RESOURCE\","
+     "\"tolerations\":[{\"key\":\"gpu.cozystack.io/mode\",\"operator\":\"Equal\",\"value\":\"passthrough\",\"effect\":\"NoSchedule\"}]}}}"},
+    {"a GPUClaim CREATE",
+     "{\"uid\":\"00000000-0000-4000-8000-5e1fc4ec0005\",\"kind\":{\"group\":\"cozystack.io\",\"version\":\"v1alpha1\","
+     "\"kind\":\"GPUClaim\"},\"resource\":{\"group\":\"cozystack.io\",\"version\":\"v1alpha1\",\"resource\":\"gpuclaims\"},"
+     "\"operation\":\"CREATE\",\"name\":\"self-check\",\"namespace\":\"cozygpu-self-check\",\"userInfo\":{\"username\":"
+     "\"system:serviceaccount:cozygpu:self-check\"},\"object\":{\"apiVersion\":\"cozystack.io/v1alpha1\",\"kind\":\"GPUClaim\","
+     "\"metadata\":{\"name\":\"self-check\",\"namespace\":\"cozygpu-self-check\"},\"spec\":{\"class\":\"NAME\",\"count\":1}}}"},
+};
+
+/* `text` with every NAME and RESOURCE replaced (caller frees), or NULL. */
+static char *gate_text(const char *text, const char *name, const char *resource)
+{
+    cozy_buf b = {.max = 1 << 20};
+    for(const char *p = text; *p;) {
+        if(strncmp(p, "RESOURCE", 8) == 0) {
+            if(cozy_buf_add(&b, resource, strlen(resource)))
+                goto fail;
+            p += 8;
+        } else if(strncmp(p, "NAME", 4) == 0) {
+            if(cozy_buf_add(&b, name, strlen(name)))
+                goto fail;
+            p += 4;
+        } else if(cozy_buf_add(&b, p++, 1))
+            goto fail;
+    }
+    return b.p;
+fail:
+    cozy_buf_free(&b);
+    return NULL;
+}
+
+/* 1 when `s` may stand inside a JSON string literal as it is (a class name
+ * or resource name from the cluster: DNS labels and qualified names) */
+static int json_plain(const char *s)
+{
+    for(; s && *s; s++)
+        if(*s == '"' || *s == '\\' || (unsigned char)*s < 0x20)
+            return 0;
+    return s != NULL;
+}
+
+/* Runs GATE_REVIEWS through `e` on the current caches. COZY_ERR_POLICY with
+ * the review and the policy's message when a policy fails on one. */
 static cozy_result self_check(engine *e, cozy_err *err)
 {
     json_t *snap = ctl_cluster_snapshot();
     cozy_result rc = engine_set_cluster(e, snap, ctl_proc->settings, err);
+    /* a GPUClass of the cluster makes the GPU paths of the rules run */
+    const char *name = "cozygpu-self-check", *resource = "nvidia.com/GA102GL_A10";
+    size_t i;
+    json_t *o;
+    json_array_foreach(snap, i, o) {
+        const char *k = json_string_value(json_object_get(o, "kind"));
+        const char *n = json_string_value(json_object_get(json_object_get(o, "metadata"), "name"));
+        const char *r = json_string_value(json_object_get(json_object_get(o, "spec"), "resourceName"));
+        if(k && strcmp(k, "GPUClass") == 0 && json_plain(n) && json_plain(r)) {
+            name = n, resource = r;
+            break;
+        }
+    }
+    for(size_t g = 0; rc == COZY_OK && g < sizeof GATE_REVIEWS / sizeof *GATE_REVIEWS; g++) {
+        char *text = gate_text(GATE_REVIEWS[g][1], name, resource);
+        json_t *req = text ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        if(!req) {
+            rc = cozy_fail(err, COZY_ERR_INTERNAL, "self-check: cannot build %s", GATE_REVIEWS[g][0]);
+            break;
+        }
+        engine_verdict v;
+        rc = engine_review(e, req, ENGINE_BOTH, &v, err);
+        json_decref(req);
+        if(rc == COZY_OK && engine_outcome_is_failure(v.outcome))
+            rc = cozy_fail(err, COZY_ERR_POLICY, "self-check review (%s) failed: %s", GATE_REVIEWS[g][0],
+                           v.message ? v.message : "");
+        json_decref(v.response);
+    }
     json_decref(snap);
-    if(rc != COZY_OK)
-        return rc;
-    json_t *req = json_pack("{s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:s, s:s, s:{s:s}, s:{s:s, s:s, s:{s:s}}}",
-                            "uid", "00000000-0000-4000-8000-5e1fc4ec0000", "kind", "group", "", "version", "v1",
-                            "kind", "Namespace", "resource", "group", "", "version", "v1", "resource",
-                            "namespaces", "operation", "CREATE", "name", "cozygpu-self-check", "userInfo",
-                            "username", "system:serviceaccount:cozygpu:self-check", "object", "apiVersion", "v1",
-                            "kind", "Namespace", "metadata", "name", "cozygpu-self-check");
-    engine_verdict v;
-    rc = engine_review(e, req, ENGINE_BOTH, &v, err);
-    json_decref(req);
-    if(rc == COZY_OK && engine_outcome_is_failure(v.outcome))
-        rc = cozy_fail(err, COZY_ERR_POLICY, "self-check review failed: %s", v.message ? v.message : "");
-    json_decref(v.response);
     return rc;
 }
 

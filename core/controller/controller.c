@@ -137,6 +137,8 @@ int controller_main(int argc, char **argv)
     metrics_declare("cozygpu_admission_reviews_total", "counter", "Admission reviews answered, by webhook and decision.");
     metrics_declare("cozygpu_admission_review_duration_seconds", "histogram", "Time to answer one admission review.");
     metrics_declare("cozygpu_policy_errors_total", "counter", "Reviews refused because a policy failed (error, budget, memory, deadline).");
+    metrics_declare("cozygpu_policy_rule_errors_total", "counter",
+                    "Policy failures by rule and kind (error, budget, memory, deadline); the first failing rule of a review.");
     metrics_declare("cozygpu_policy_reloads_total", "counter", "Policy bundle reloads from the ConfigMap, by result.");
     metrics_declare("cozygpu_policy_bundle_generation", "gauge", "Generation of the policy bundle being served.");
     metrics_declare("cozygpu_watch_restarts_total", "counter", "Watch restarts, by resource and reason.");

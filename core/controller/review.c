@@ -11,7 +11,9 @@
  */
 #include "controller/internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +142,38 @@ static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
     return *group = NULL, NULL;
 }
 
+/* A policy failure, per rule (issue 11: policy errors were neither logged
+ * per review nor counted per rule): cozygpu_policy_rule_errors_total{rule,
+ * kind}, and a log line naming the rule, at most one per second per
+ * process (a rule failing on every review must not flood the log; the
+ * counter has every one, and the line says how many were not logged). */
+static void policy_error(const webhook_endpoint *ep, const engine_verdict *v)
+{
+    char labels[256];
+    snprintf(labels, sizeof labels, "rule=\"%s\",kind=\"%s\"", v->rule, engine_outcome_name(v->outcome));
+    metrics_counter_add("cozygpu_policy_rule_errors_total", labels, 1);
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static time_t last;
+    static unsigned long suppressed;
+    time_t now = time(NULL);
+    pthread_mutex_lock(&mu);
+    int say = now != last;
+    unsigned long quiet = suppressed;
+    if(say) {
+        last = now;
+        suppressed = 0;
+    } else
+        suppressed++;
+    pthread_mutex_unlock(&mu);
+    if(!say)
+        return;
+    char n[32];
+    snprintf(n, sizeof n, "%lu", quiet);
+    log_write(LOG_WARN, "webhook", "a policy failed; the review was refused", "webhook", ep->name, "rule", v->rule,
+              "kind", engine_outcome_name(v->outcome), "message", v->message ? v->message : "",
+              "not_logged_since", n, NULL);
+}
+
 /* The operations each path is registered for (deploy/50-webhooks.yaml
  * rules[].operations): another one means a forged request or a changed
  * configuration, refused rather than judged by rules that match no such
@@ -221,6 +255,8 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
         }
         resp = v.response;
         outcome = v.outcome;
+        if(engine_outcome_is_failure(outcome))
+            policy_error(ep, &v);
     }
     if(engine_outcome_is_failure(outcome))
         metrics_counter_add("cozygpu_policy_errors_total", NULL, 1);

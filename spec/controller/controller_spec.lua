@@ -369,6 +369,66 @@ describe("cozygpu controller", function()
     assert.is_true(writes >= 1)
   end)
 
+  -- Issue 11, defect 6: "A bundle that errors on every review is served.
+  -- The self-check compiles the bundle but runs no review through it, and
+  -- policy errors are neither logged per review nor counted per rule."
+  it("does not serve a bundle that fails on a GPU VMI review, and counts and logs policy errors per rule", function()
+    local c = start { identity = "gate" }
+    assert.truthy(E.wait_ready(c))
+    local cm = policies_cm({ ["site-vmi-bug.lua"] = [[
+return rule "site/vmi-bug" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req) return req.object.spec.domain.devices.gpus[1].deviceName:lower() .. nil end,
+}
+]] })
+    local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
+    assert.equal(201, cst)
+    assert.truthy(P.wait_until(function()
+      return (E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] == 1
+    end, 10), "the bundle was not refused")
+    local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
+    local found
+    for _, ev in ipairs(events.items) do
+      if ev.reason == "PolicyReloadFailed" then found = ev end
+    end
+    assert.truthy(found, json.encode(events))
+    assert.truthy(found.message:find('self-check review (a GPU VirtualMachineInstance CREATE) failed: policy "site/vmi-bug" failed: site-vmi-bug.lua:3:', 1, true), found.message)
+    -- the defaults keep serving: review 01 is allowed as before
+    local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
+    assert.equal(200, st)
+    assert.is_true(r.response.allowed)
+
+    -- a rule that fails only on some requests gets through the gate; its
+    -- failures are counted per rule and logged
+    cm = E.get(d, "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies")
+    cm.data = { ["site-tenant-bug.lua"] = [[
+return rule "site/tenant-bug" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req) if req.namespace == "tenant-a" then error("boom") end end,
+}
+]] }
+    local _, pst = E.send(d, "PUT", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", cm)
+    assert.equal(200, pst)
+    assert.truthy(P.wait_until(function()
+      -- the defaults at start count as the first
+      return (E.metrics(c) or {})['cozygpu_policy_reloads_total{result="success"}'] == 2
+    end, 10), "the second bundle was not served: " .. json.encode(E.metrics(c) or {}))
+    local n = 0
+    for _, rv in ipairs(reviews()) do
+      if rv.review.request.kind.kind == "VirtualMachineInstance" and rv.review.request.namespace == "tenant-a" then
+        st, r = E.review(c, "/validate/vmi", rv.review)
+        assert.equal(200, st)
+        assert.equal(500, r.response.status.code)
+        n = n + 1
+      end
+    end
+    assert.is_true(n >= 1)
+    assert.equal(n, E.metrics(c)['cozygpu_policy_rule_errors_total{rule="site/tenant-bug",kind="error"}'])
+    local log = P.read(c.log) or ""
+    assert.truthy(log:find("a policy failed; the review was refused", 1, true), log)
+    assert.truthy(log:find("site/tenant-bug", 1, true), log)
+  end)
+
   it("keeps serving the old bundle when a reload fails, and reports it; a good one is live in seconds", function()
     local c = start { identity = "reload" }
     assert.truthy(E.wait_ready(c))
