@@ -234,6 +234,7 @@ int controller_main(int argc, char **argv)
         .max_connections_per_address = (unsigned)f->max_connections_per_address,
         .request_timeout_ms = f->request_timeout_ms,
         .max_body_bytes_in_flight = (size_t)f->max_body_in_flight,
+        .probe_port = f->probe_port < 0 ? 0 : f->probe_port == 0 ? WEBHOOK_PROBE_ANY_PORT : f->probe_port,
         .review = ctl_review_on_review,
         .ctx = ctl_proc,
         .ready = ctl_review_on_ready,
@@ -246,6 +247,8 @@ int controller_main(int argc, char **argv)
     snprintf(portbuf, sizeof portbuf, "%d", webhook_port(ctl_proc->server));
     if(f->port_file)
         write_port_file(f->port_file, webhook_port(ctl_proc->server));
+    if(f->probe_port_file && webhook_probe_port(ctl_proc->server))
+        write_port_file(f->probe_port_file, webhook_probe_port(ctl_proc->server));
     log_write(LOG_INFO, "controller", "serving admission webhooks", "port", portbuf, "identity", f->identity,
               "server", kube_client_server(ctl_proc->client), NULL);
 
@@ -276,18 +279,32 @@ shutdown:
     ctl_proc->stopping = 1; /* /readyz answers 503 from now on */
     pthread_cond_broadcast(&ctl_proc->cv);
     pthread_mutex_unlock(&ctl_proc->mu);
+    /* The Lease goes at once (issue 11), before the reviews in flight are
+     * drained: another replica leads now, while this one still answers.
+     * The writer first (it sees `stopping` and ends; its policy calls are
+     * budgeted), so nothing writes once the Lease is released. */
+    if(ctl_proc->writer)
+        pthread_join(ctl_proc->writer, NULL);
+    lease_stop(ctl_proc->lease, 1);
+    ctl_proc->lease = NULL;
     if(ctl_proc->server) {
         webhook_quiesce(ctl_proc->server);
         long long t0 = mono_ms();
         while(webhook_in_flight(ctl_proc->server) > 0 && mono_ms() - t0 < f->shutdown_grace_ms)
             usleep(10000);
-        if(webhook_in_flight(ctl_proc->server) > 0)
-            log_write(LOG_WARN, "controller", "shutdown grace passed with reviews in flight", NULL);
+        if(webhook_in_flight(ctl_proc->server) > 0) {
+            /* a review still running holds its worker, and stopping the
+             * server would wait for it: exit now, as the grace promises
+             * (the API server's failurePolicy answers for it) */
+            char n[16];
+            snprintf(n, sizeof n, "%d", webhook_in_flight(ctl_proc->server));
+            log_write(LOG_WARN, "controller", "shutdown grace passed with reviews in flight; exiting without them",
+                      "in_flight", n, NULL);
+            fflush(NULL);
+            _exit(1);
+        }
         webhook_stop(ctl_proc->server);
     }
-    if(ctl_proc->writer)
-        pthread_join(ctl_proc->writer, NULL);
-    lease_stop(ctl_proc->lease, 1); /* after the writer: nothing writes once released */
     if(ctl_proc->reloader)
         pthread_join(ctl_proc->reloader, NULL);
     if(ctl_proc->watcher) {

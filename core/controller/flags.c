@@ -89,6 +89,11 @@ static void usage(FILE *f)
         "  --address ADDR           listen address (default 0.0.0.0)\n"
         "  --port N                 HTTPS port (default 8443; 0 picks a free one)\n"
         "  --port-file FILE         write the bound port to FILE once listening\n"
+        "  --probe-port N           also serve /healthz, /readyz and /metrics over plain\n"
+        "                           HTTP on port N, on their own thread, so that busy\n"
+        "                           review workers never fail the probes (default: off;\n"
+        "                           0 picks a free one)\n"
+        "  --probe-port-file FILE   write the bound probe port to FILE once listening\n"
         "  --tls-cert-file FILE     PEM certificate (chain); re-read when it changes\n"
         "  --tls-key-file FILE      PEM private key; re-read when it changes\n"
         "  --workers N              review threads, one Lua state each (default 4)\n"
@@ -141,7 +146,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         O_KUBECONFIG = 1000, O_CONTEXT, O_SERVER, O_NS, O_ID, O_CONFIG, O_PCM, O_POLICIES, O_LIBRARY, O_STATE,
         O_ADDRESS, O_PORT, O_PORTFILE, O_CERT, O_KEY, O_WORKERS, O_RTIMEOUT, O_MAXBODY, O_LEADER, O_LEASE,
         O_LEASEDUR, O_RENEW, O_RETRY, O_RESYNC, O_GRACE, O_STATUSINT, O_LOGFMT, O_LOGLVL, O_HELP, O_MAXCONN,
-        O_MAXCONNADDR, O_REQTIMEOUT, O_BODYFLIGHT
+        O_MAXCONNADDR, O_REQTIMEOUT, O_BODYFLIGHT, O_PROBEPORT, O_PROBEPORTFILE
     };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
@@ -150,7 +155,8 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         {"policies-configmap", required_argument, 0, O_PCM}, {"policies", required_argument, 0, O_POLICIES},
         {"library", required_argument, 0, O_LIBRARY},       {"state-dir", required_argument, 0, O_STATE},
         {"address", required_argument, 0, O_ADDRESS},       {"port", required_argument, 0, O_PORT},
-        {"port-file", required_argument, 0, O_PORTFILE},    {"tls-cert-file", required_argument, 0, O_CERT},
+        {"port-file", required_argument, 0, O_PORTFILE},    {"probe-port", required_argument, 0, O_PROBEPORT},
+        {"probe-port-file", required_argument, 0, O_PROBEPORTFILE},    {"tls-cert-file", required_argument, 0, O_CERT},
         {"tls-key-file", required_argument, 0, O_KEY},      {"workers", required_argument, 0, O_WORKERS},
         {"review-timeout", required_argument, 0, O_RTIMEOUT}, {"max-body-bytes", required_argument, 0, O_MAXBODY},
         {"leader-elect", required_argument, 0, O_LEADER},   {"lease-name", required_argument, 0, O_LEASE},
@@ -192,6 +198,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         .state_dir = tmp && *tmp ? tmp : "/tmp",
         .address = "0.0.0.0",
         .port = 8443,
+        .probe_port = -1,
         .workers = 4,
         .review_timeout_ms = 8000,
         .max_body = 3 * 1024 * 1024,
@@ -231,6 +238,11 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
                 return flag_error("--port: not a port number: %s", optarg);
             break;
         case O_PORTFILE: f->port_file = optarg; break;
+        case O_PROBEPORT:
+            if(int_in(optarg, 0, 65535, &f->probe_port) != 0)
+                return flag_error("--probe-port: not a port number: %s", optarg);
+            break;
+        case O_PROBEPORTFILE: f->probe_port_file = optarg; break;
         case O_CERT: f->cert_file = optarg; break;
         case O_KEY: f->key_file = optarg; break;
         case O_WORKERS:

@@ -21,6 +21,8 @@ typedef struct ctl_flags {
     const char *policies_dir, *library_dir, *state_dir;
     const char *address;
     int port;                       /* 0: a free one */
+    int probe_port;                 /* -1: no probe listener; 0: a free one */
+    const char *probe_port_file;    /* where the bound probe port is written, or NULL */
     const char *port_file;
     const char *cert_file, *key_file;
     int workers;                    /* 1..256 */

@@ -41,6 +41,8 @@
 #include "base/metrics.h"
 #include "server/tls.h"
 
+/* Connections the probe listener keeps (kubelet, Prometheus). */
+#define WH_PROBE_MAX_CONNS 32
 #define WH_COMPONENT "webhook"
 #define WH_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 #define WH_DEFAULT_MAX_BODY (3u * 1024u * 1024u) /* k8s.io/apiserver: maxRequestBodyBytes 3 MiB */
@@ -75,7 +77,9 @@ typedef struct wh_endpoint_labels {
 
 struct webhook_server {
     struct MHD_Daemon *daemon;
+    struct MHD_Daemon *probe_daemon; /* /healthz, /readyz, /metrics on their own thread, or NULL */
     int port;
+    int probe_port;
     const webhook_endpoint *endpoints;
     size_t n_endpoints;
     wh_endpoint_labels *labels;
@@ -346,6 +350,18 @@ static enum MHD_Result wh_builtin(webhook_server *s, struct MHD_Connection *con,
         return wh_text(s, con, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, "out of memory\n");
     return wh_send(s, con, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text),
                    MHD_RESPMEM_MUST_FREE, NULL);
+}
+
+/* The probe listener's handler: plain HTTP, on its own thread, so that
+ * workers busy with reviews cannot make the replica look dead (issue 11).
+ * GET or HEAD of /healthz, /readyz, /metrics; anything else 404 or 405. A
+ * body is never read. */
+static enum MHD_Result wh_probe_access(void *cls, struct MHD_Connection *con, const char *url, const char *method,
+                                       const char *version, const char *upload_data, size_t *upload_data_size,
+                                       void **con_cls)
+{
+    (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
+    return wh_builtin(cls, con, url, method);
 }
 
 /* NULL when `doc` is an admission.k8s.io/v1 AdmissionReview with a request
@@ -724,6 +740,32 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     s->reaper_started = 1;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : o->port;
+    if(o->probe_port != 0) {
+        int pp = o->probe_port > 0 ? o->probe_port : 0;
+        struct sockaddr_storage ps = ss;
+        if(ps.ss_family == AF_INET)
+            ((struct sockaddr_in *)&ps)->sin_port = htons((uint16_t)pp);
+        else
+            ((struct sockaddr_in6 *)&ps)->sin6_port = htons((uint16_t)pp);
+        unsigned pflags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (ps.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+        s->probe_daemon = MHD_start_daemon(pflags, (uint16_t)pp, NULL, NULL, wh_probe_access, s,
+                                           MHD_OPTION_EXTERNAL_LOGGER, wh_mhd_log, s, MHD_OPTION_SOCK_ADDR,
+                                           (struct sockaddr *)&ps, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)WH_PROBE_MAX_CONNS,
+                                           MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)WH_PROBE_MAX_CONNS / 2,
+                                           MHD_OPTION_END);
+        if(!s->probe_daemon) {
+            int e = errno;
+            atomic_store(&s->stopping, 1);
+            pthread_join(s->reaper, NULL);
+            MHD_stop_daemon(s->daemon);
+            wh_free(s);
+            return cozy_fail(err, COZY_ERR_IO, "webhook: cannot listen for probes on %s port %d%s%s", addr, pp,
+                             e ? ": " : "", e ? strerror(e) : "");
+        }
+        const union MHD_DaemonInfo *pinfo = MHD_get_daemon_info(s->probe_daemon, MHD_DAEMON_INFO_BIND_PORT);
+        s->probe_port = pinfo ? pinfo->port : pp;
+    }
     webhook_tls_set_port(s->tls, s->port);
     atomic_store(&s->started, 1);
     char port[16], serial[80];
@@ -738,6 +780,11 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
 int webhook_port(const webhook_server *s)
 {
     return s->port;
+}
+
+int webhook_probe_port(const webhook_server *s)
+{
+    return s->probe_daemon ? s->probe_port : 0;
 }
 
 void webhook_quiesce(webhook_server *s)
@@ -776,6 +823,8 @@ void webhook_stop(webhook_server *s)
     atomic_store(&s->stopping, 1);
     if(s->reaper_started)
         pthread_join(s->reaper, NULL);
+    if(s->probe_daemon)
+        MHD_stop_daemon(s->probe_daemon);
     MHD_stop_daemon(s->daemon);
     wh_free(s);
 }

@@ -127,6 +127,12 @@ typedef struct webhook_options {
     webhook_review_fn review;
     void *ctx;                            /* for review and ready */
     int (*ready)(void *ctx);              /* /readyz; NULL: always ready */
+    /* Probes on their own listener and thread (plain HTTP, same address):
+     * GET /healthz, /readyz, /metrics answer there even while every review
+     * worker is busy. > 0: that port; 0: none; WEBHOOK_PROBE_ANY_PORT: a
+     * free port (see webhook_probe_port). The TLS port keeps serving them
+     * too. */
+    int probe_port;
 } webhook_options;
 
 /* Loads the certificate pair, binds and starts the worker threads.
@@ -138,6 +144,12 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
 
 /* The bound TCP port (the chosen one when options.port was 0). */
 int webhook_port(const webhook_server *s);
+
+/* options.probe_port for a free port */
+#define WEBHOOK_PROBE_ANY_PORT (-1)
+
+/* The probe listener's bound port, or 0 when there is none. */
+int webhook_probe_port(const webhook_server *s);
 
 /* Stops accepting connections: the listening socket is closed, so a new
  * connection is refused, while connections already open are still served
