@@ -293,8 +293,9 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
     const char *k;
     json_t *v;
     json_object_foreach(doc, k, v) {
-        if(strcmp(k, "config") && strcmp(k, "cluster") && strcmp(k, "cases")) {
-            fprintf(out, "ERROR %s: unknown key \"%s\" (known: config, cluster, cases)\n", file, k);
+        if(strcmp(k, "config") && strcmp(k, "cluster") && strcmp(k, "cases") && strcmp(k, "policies") &&
+           strcmp(k, "override")) {
+            fprintf(out, "ERROR %s: unknown key \"%s\" (known: config, cluster, policies, override, cases)\n", file, k);
             c->errors++;
             goto out;
         }
@@ -317,6 +318,25 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
         goto out;
     }
     engine_options opt = *base_opt;
+    /* the bundle and overrides a file names (relative to it) win over the
+     * command line's, so a test file says what it tests */
+    char policies_dir[PATH_MAX], override_dir[PATH_MAX];
+    static const char *const dir_keys[] = {"policies", "override"};
+    for(int d = 0; d < 2; d++) {
+        const json_t *dv = json_object_get(doc, dir_keys[d]);
+        if(!dv)
+            continue;
+        if(!json_is_string(dv)) {
+            fprintf(out, "ERROR %s: %s: must be a folder path (relative to the test file)\n", file, dir_keys[d]);
+            c->errors++;
+            goto out;
+        }
+        resolve(file, json_string_value(dv), d == 0 ? policies_dir : override_dir, PATH_MAX);
+        if(d == 0)
+            opt.bundle_dir = policies_dir;
+        else
+            opt.override_dir = override_dir;
+    }
     json_t *budget = json_object_get(settings, "policyBudget");
     opt.instructions = json_integer_value(json_object_get(budget, "instructions"));
     opt.memory_bytes = json_integer_value(json_object_get(budget, "memoryBytes"));

@@ -62,3 +62,43 @@ describe("cozygpu policy test, strict", function()
     assert.truthy(out:find('patch differs:\n       expected []\n       got      [{"op":"add","path":"/metadata/annotations"', 1, true), out)
   end)
 end)
+
+-- Issue 11 (policy test): "a test file may name the policies and overrides
+-- it needs", so `cozygpu policy test DIR` runs each file against the rules
+-- it was written for.
+describe("cozygpu policy test, files that name their rules", function()
+  it("loads the override a file names, relative to the file", function()
+    local dir = H.tmpdir()
+    os.execute("mkdir -p '" .. dir .. "/site'")
+    H.write(dir .. "/site/site-no-tenant-a.lua", [[
+return rule "site/no-tenant-a" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req) if req.namespace == "tenant-a" then return deny("not in tenant-a") end end,
+}
+]])
+    local root = io.popen("pwd"):read("l")
+    H.write(dir .. "/t.yaml", ([[
+override: site
+cluster: [%s/examples/classes, %s/examples/cluster]
+cases:
+- name: refused by the site rule the file names
+  input: %s/examples/reviews/01-vmi-l40s-and-connectx-vf.yaml
+  expect: {allowed: false, code: 403, message: "not in tenant-a"}
+]]):gsub("%%s", root))
+    local out, _, code = H.run { "policy", "test", dir .. "/t.yaml" }
+    assert.equal(0, code, out)
+    assert.truthy(out:find("1 passed, 0 failed", 1, true), out)
+    -- without the key the default rules allow it: the key is what loads the rule
+    H.write(dir .. "/u.yaml", (H.read(dir .. "/t.yaml"):gsub("^override: site\n", "")))
+    out, _, code = H.run { "policy", "test", dir .. "/u.yaml" }
+    assert.equal(1, code, out)
+  end)
+
+  it("refuses a policies or override value that is not a path", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/t.yaml", "override: [a, b]\ncases:\n- name: x\n  object: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n  expect: {allowed: true}\n")
+    local out, _, code = H.run { "policy", "test", dir .. "/t.yaml" }
+    assert.is_true(code ~= 0)
+    assert.truthy(out:find("override: must be a folder path (relative to the test file)", 1, true), out)
+  end)
+end)
