@@ -270,8 +270,18 @@ static cozy_result self_check(engine *e, cozy_err *err)
             rc = cozy_fail(err, COZY_ERR_INTERNAL, "self-check: cannot build %s", GATE_REVIEWS[g][0]);
             break;
         }
+        /* under the deadline a webhook review has: a rule that would run
+         * past it fails here, not in front of the API server */
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += ctl_proc->f.review_timeout_ms / 1000;
+        deadline.tv_nsec += (ctl_proc->f.review_timeout_ms % 1000) * 1000000L;
+        if(deadline.tv_nsec >= 1000000000L)
+            deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+        engine_set_deadline(e, &deadline);
         engine_verdict v;
         rc = engine_review(e, req, ENGINE_BOTH, &v, err);
+        engine_set_deadline(e, NULL);
         json_decref(req);
         if(rc == COZY_OK && engine_outcome_is_failure(v.outcome))
             rc = cozy_fail(err, COZY_ERR_POLICY, "self-check review (%s) failed: %s", GATE_REVIEWS[g][0],

@@ -140,6 +140,16 @@ static void usage(FILE *f)
         f);
 }
 
+/* The long name of option `code` in `opts` (searched: the table is not
+ * in enum order). */
+static const char *option_name(const struct option *opts, int code)
+{
+    for(; opts->name; opts++)
+        if(opts->val == code)
+            return opts->name;
+    return "?";
+}
+
 int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
 {
     enum {
@@ -293,7 +303,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         default: usage(stderr); return -1;
         }
         if(dur && cozy_parse_duration(optarg, dur) != 0)
-            return flag_error("--%s: not a duration (like 500ms, 15s, 2m): %s", opts[c - O_KUBECONFIG].name,
+            return flag_error("--%s: not a duration (like 500ms, 15s, 2m): %s", option_name(opts, c),
                               optarg);
     }
     if(optind < argc)

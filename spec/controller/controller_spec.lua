@@ -697,7 +697,9 @@ return rule "site/no-vms-today" {
 return rule "site/forever" {
   match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
   validate = function(req, cluster)
-    while true do end
+    -- tenant-a only: a rule that ran past the deadline on every review
+    -- would fail the reload gate's own reviews and never be served
+    if req.namespace == "tenant-a" then while true do end end
   end,
 }
 ]] })
@@ -811,6 +813,7 @@ return rule "site/slow" {
 return rule "site/busy" {
   match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
   validate = function(req, cluster)
+    if req.namespace ~= "tenant-a" then return end -- not the reload gate's reviews
     local t = os.clock() + 12
     while os.clock() < t do end
   end,
