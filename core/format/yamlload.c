@@ -82,6 +82,12 @@ struct loader {
     size_t nanchors, anchors_cap;
     json_t *anchor_index; /* name -> index of its latest definition */
     unsigned long long decode_count, alias_count;
+    /* the input, to re-read the raw text of double-quoted scalars */
+    const unsigned char *in;
+    size_t in_len;
+    int in_enc;            /* YAML_UTF8_ENCODING, _UTF16LE_ or _UTF16BE_ */
+    size_t cur_index;      /* libyaml's character index at ... */
+    size_t cur_pos;        /* ... this byte offset in `in` */
 };
 
 void yl_fail(loader *l, unsigned long line, unsigned long column, const char *fmt, ...)
@@ -254,6 +260,146 @@ static void set_key(frame *f, char *key, size_t len, const yaml_mark_t *m, int i
     f->have_key = 1;
 }
 
+/* ------------------------------------------- double-quoted escapes */
+
+/* The input's encoding and where its text starts, as libyaml's reader
+   decides (reader.c yaml_parser_determine_encoding): a UTF-16 byte order
+   mark, else UTF-8 with an optional mark; marks count characters after it. */
+static void input_start(loader *l, const char *buf, size_t len)
+{
+    const unsigned char *b = (const unsigned char *)buf;
+    l->in = b;
+    l->in_len = len;
+    l->in_enc = YAML_UTF8_ENCODING;
+    l->cur_index = 0;
+    l->cur_pos = 0;
+    if (len >= 2 && b[0] == 0xFF && b[1] == 0xFE) {
+        l->in_enc = YAML_UTF16LE_ENCODING;
+        l->cur_pos = 2;
+    } else if (len >= 2 && b[0] == 0xFE && b[1] == 0xFF) {
+        l->in_enc = YAML_UTF16BE_ENCODING;
+        l->cur_pos = 2;
+    } else if (len >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF) {
+        l->cur_pos = 3;
+    }
+}
+
+/* The character at byte offset *pos of the input (libyaml has already
+   checked the encoding); advances *pos past it. Returns -1 at the end. */
+static long next_char(const loader *l, size_t *pos)
+{
+    const unsigned char *b = l->in;
+    size_t p = *pos, n = l->in_len;
+    unsigned long c;
+    if (p >= n)
+        return -1;
+    if (l->in_enc == YAML_UTF8_ENCODING) {
+        size_t w = b[p] < 0x80 ? 1 : b[p] >= 0xF0 ? 4 : b[p] >= 0xE0 ? 3 : 2, i;
+        c = w == 1 ? b[p] : w == 2 ? b[p] & 0x1Fu : w == 3 ? b[p] & 0x0Fu : b[p] & 0x07u;
+        for (i = 1; i < w && p + i < n; i++)
+            c = (c << 6) | (b[p + i] & 0x3Fu);
+        *pos = p + w < n ? p + w : n;
+        return (long)c;
+    }
+    if (p + 2 > n) {
+        *pos = n;
+        return -1;
+    }
+    c = l->in_enc == YAML_UTF16LE_ENCODING ? (unsigned long)(b[p] | b[p + 1] << 8)
+                                           : (unsigned long)(b[p] << 8 | b[p + 1]);
+    p += 2;
+    if (c >= 0xD800 && c <= 0xDBFF && p + 2 <= n) {
+        unsigned long lo = l->in_enc == YAML_UTF16LE_ENCODING ? (unsigned long)(b[p] | b[p + 1] << 8)
+                                                              : (unsigned long)(b[p] << 8 | b[p + 1]);
+        c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+        p += 2;
+    }
+    *pos = p;
+    return (long)c;
+}
+
+/* A line break as libyaml and go-yaml count one (is_break). */
+static int is_break_char(long c) { return c == '\r' || c == '\n' || c == 0x85 || c == 0x2028 || c == 0x2029; }
+
+/* go-yaml v2 scannerc.go yaml_parser_scan_flow_scalar, the switch over the
+   character after '\\' (kubectl 1.32: sigs.k8s.io/yaml/goyaml.v2). libyaml
+   0.2.5 also takes '/', which go-yaml refuses. */
+static int goyaml_escape(long c)
+{
+    return c > 0 && c < 0x80 && strchr("0abt\tnvfre \"'\\N_LPxuU", (int)c) != NULL;
+}
+
+/* libyaml hands us a double-quoted scalar decoded; kubectl's go-yaml
+   refuses some escapes libyaml decodes. Re-read the scalar's raw text, from
+   the event's start (its tag or anchor, if any, then perhaps a comment,
+   then the opening quote) to the closing quote, and refuse the first escape
+   go-yaml does not know, as go-yaml does: at the backslash, "found unknown
+   escape character", in the context of the opening quote. Returns 0 or -1
+   after yl_fail. */
+static int check_escapes(loader *l, const yaml_event_t *ev)
+{
+    size_t target = ev->start_mark.index, pos;
+    unsigned long line = (unsigned long)ev->start_mark.line, col = (unsigned long)ev->start_mark.column;
+    unsigned long qline = 0, qcol = 0;
+    int quoted = 0, comment = 0;
+    long c;
+
+    if (target < l->cur_index) { /* events come in order; be safe anyway */
+        input_start(l, (const char *)l->in, l->in_len);
+    }
+    while (l->cur_index < target && next_char(l, &l->cur_pos) >= 0)
+        l->cur_index++;
+    pos = l->cur_pos;
+    for (;;) {
+        unsigned long at_line = line, at_col = col;
+        c = next_char(l, &pos);
+        if (c < 0)
+            return 0; /* libyaml found the closing quote; not reached */
+        if (is_break_char(c)) {
+            size_t peek = pos;
+            if (c == '\r' && next_char(l, &peek) == '\n')
+                pos = peek;
+            line++;
+            col = 0;
+            comment = 0;
+            continue;
+        }
+        col++;
+        if (!quoted) {
+            if (comment)
+                continue;
+            if (c == '#')
+                comment = 1;
+            else if (c == '"') {
+                quoted = 1;
+                qline = at_line;
+                qcol = at_col;
+            }
+            continue;
+        }
+        if (c == '"')
+            return 0;
+        if (c != '\\')
+            continue;
+        c = next_char(l, &pos);
+        if (is_break_char(c)) { /* an escaped line break */
+            size_t peek = pos;
+            if (c == '\r' && next_char(l, &peek) == '\n')
+                pos = peek;
+            line++;
+            col = 0;
+            continue;
+        }
+        if (!goyaml_escape(c)) {
+            yl_fail(l, at_line + 1, at_col + 1,
+                    "found unknown escape character (while parsing a quoted scalar at line %lu, column %lu)",
+                    qline + 1, qcol + 1);
+            return -1;
+        }
+        col++;
+    }
+}
+
 static void on_scalar(loader *l, const yaml_event_t *ev)
 {
     const char *text = (const char *)ev->data.scalar.value;
@@ -262,6 +408,8 @@ static void on_scalar(loader *l, const yaml_event_t *ev)
     scalar sc;
     json_t *v;
 
+    if (ev->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE && check_escapes(l, ev))
+        return;
     if (count_nodes(l, 1, 0, &ev->start_mark) || yl_resolve_event(l, ev, &sc))
         return;
     if (ev->data.scalar.anchor) {
@@ -488,6 +636,7 @@ static void run(loader *l, const char *buf, size_t len)
         return;
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+    input_start(l, buf, len);
     while (!done && !l->failed) {
         if (!yaml_parser_parse(&parser, &ev)) {
             fail_libyaml(l, &parser, buf, len);
