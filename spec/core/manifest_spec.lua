@@ -86,6 +86,12 @@ empty_list: []
     assert.are.same({ "x\\/", "x\\/", "\\/\n", "\\/ \u{e9}A" }, { d.a, d.b, d.c, d.d })
   end)
 
+  it("reads \\' in double quotes as ' (go-yaml does; libyaml 0.2.5 alone refuses it)", function()
+    local d = assert(core.yaml("msg: \"don\\'t\"\nq: \"\\\"\\'\\\"\"\n"))[1]
+    assert.are.equal("don't", d.msg)
+    assert.are.equal("\"'\"", d.q)
+  end)
+
   it("refuses duplicate keys, naming the key", function()
     local docs, err = core.yaml("a: 1\na: 2\n")
     assert.is_nil(docs)

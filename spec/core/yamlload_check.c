@@ -132,6 +132,15 @@ static const struct value_case value_cases[] = {
     {"escaped line breaks and folding in double quotes",
      "a: \"x\\\n  y\"\nb: \"x \\\n  y\"\nc: \"x\\\n\n  y\"\nd: \"x\n  y\"\ne: \"x\n\n  y\"\nf: \"x\\\r\n  y\"\n",
      "[{\"a\":\"xy\",\"b\":\"x y\",\"c\":\"x\\ny\",\"d\":\"x y\",\"e\":\"x\\ny\",\"f\":\"xy\"}]"},
+    /* "\'" is go-yaml's and not libyaml 0.2.5's (which refuses it) */
+    {"escaped apostrophe", "a: \"it\\'s\"\n\"k\\'\": \"v\\'\"\nc: '\\'\nd: \"x\\\n  \\'y\"\n",
+     "[{\"a\":\"it's\",\"k'\":\"v'\",\"c\":\"\\\\\",\"d\":\"x'y\"}]"},
+    {"escaped apostrophes among escaped quotes",
+     "a: \"\\\"\\'\\x22\\'\\u0022\\U00000022\\'\"\n",
+     "[{\"a\":\"\\\"'\\\"'\\\"\\\"'\"}]"},
+    {"escaped apostrophes in several scalars and documents",
+     "- \"\\'\"\n- '\\'\n- \"\\'\\'\"\n---\nb: [\"\\'\", &x \"\\\\\\'\", *x]\n",
+     "[[\"'\",\"\\\\\",\"''\"],{\"b\":[\"'\",\"\\\\'\",\"\\\\'\"]}]"},
     {"backslashes outside double quotes are text",
      "a: 'x\\/y\\q\\'\nb: x\\/y\\q\nc: |\n  \\/ \\q \"\\/\"\nd: >-\n  \\/\n\"e\": \\/\n# \"\\/\"\nf: [\\/, '\\/']\n",
      "[{\"a\":\"x\\\\/y\\\\q\\\\\",\"b\":\"x\\\\/y\\\\q\",\"c\":\"\\\\/ \\\\q \\\"\\\\/\\\"\\n\","
@@ -264,6 +273,10 @@ static const struct error_case error_cases[] = {
      "found unknown escape character (while parsing a quoted scalar at line 3, column 11)"},
     {"escaped slash as !!binary", "a: !!binary \"aGk\\/\"\n", 1, 17,
      "found unknown escape character (while parsing a quoted scalar at line 1, column 13)"},
+    {"escaped slash after escaped apostrophes", "a: \"\\'\"\nb: \"\\'\\/\"\n", 2, 7,
+     "found unknown escape character (while parsing a quoted scalar at line 2, column 4)"},
+    {"error after an escaped apostrophe keeps its place", "a: \"\\'\"\nb: [1\n", 3, 1,
+     "did not find expected ',' or ']' (while parsing a flow sequence at line 2, column 4)"},
     /* refused by both, with the same text */
     {"short hex escape", "a: \"\\x4\"\n", 1, 7,
      "did not find expected hexdecimal number (while parsing a quoted scalar at line 1, column 4)"},
@@ -572,6 +585,52 @@ int main(int argc, char **argv)
                    be ? "escaped slash in UTF-16BE" : "escaped slash in UTF-16LE", "message %s%s",
                    err.message, "");
                 json_decref(v);
+            }
+        }
+
+        {
+            /* each double-quoted scalar with "\'" costs libyaml a pass; the
+               passes are bounded: 64 for an input of 1 MiB or more */
+            size_t pad = 1024 * 1024, n, k;
+            char *big = malloc(pad + 65 * 8 + 1);
+            memset(big, ' ', pad);
+            big[0] = '#';
+            big[pad - 1] = '\n';
+            for (n = pad, k = 0; k < 64; k++, n += 7)
+                memcpy(big + n, "- \"\\'\"\n", 7);
+            v = yamlload_parse(big, n, "big.yaml", &err);
+            ok(v && json_array_size(json_array_get(v, 0)) == 64, "64 scalars with \\' in 1 MiB",
+               "error %s%s", err.message, "");
+            json_decref(v);
+            memcpy(big + n, "- \"\\'\"\n", 7);
+            n += 7;
+            v = yamlload_parse(big, n, "big.yaml", &err);
+            ok(!v && err.line == 66 && err.column == 4 &&
+                   strcmp(err.message, "too many double-quoted scalars with \\' escapes to read them "
+                                       "as kubectl does (\\' is ') (while parsing a quoted scalar at "
+                                       "line 66, column 3)") == 0,
+               "65 scalars with \\' in 1 MiB", "message %s%s", err.message, "");
+            json_decref(v);
+            free(big);
+        }
+        {
+            const char *text = "a: \"\xe9\\'\"\n", *p;
+            char u16[2][64];
+            size_t n = 2;
+            int be;
+            for (be = 0; be < 2; be++) {
+                u16[be][0] = be ? '\xfe' : '\xff';
+                u16[be][1] = be ? '\xff' : '\xfe';
+                for (p = text, n = 2; *p; p++, n += 2) {
+                    u16[be][n + (be ? 1 : 0)] = *p;
+                    u16[be][n + (be ? 0 : 1)] = 0;
+                }
+                want = json_pack("[{s:s}]", "a", "\xc3\xa9'");
+                v = yamlload_parse(u16[be], n, "u16.yaml", &err);
+                ok(v && json_equal(v, want), be ? "escaped apostrophe in UTF-16BE" : "escaped apostrophe in UTF-16LE",
+                   "error %s%s", v ? "(a different value)" : err.message, "");
+                json_decref(v);
+                json_decref(want);
             }
         }
 
