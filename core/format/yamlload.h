@@ -55,6 +55,10 @@ typedef struct yamlload_error {
  *     integers (sign, underscores, 0x 0o 0b and a leading 0 for octal, as Go's
  *     strconv.ParseInt base 0), floats; anything else is a string;
  *   - quoted and block scalars are strings unless explicitly tagged;
+ *   - a double-quoted scalar's escapes are go-yaml v2's (scannerc.go):
+ *     \0 \a \b \t \<TAB> \n \v \f \r \e \<SPACE> \" \' \\ \N \_ \L \P
+ *     \xHH \uHHHH \UHHHHHHHH and an escaped line break; \' is ' (libyaml
+ *     alone refuses it);
  *   - tags !!str !!int !!float !!bool !!null !!timestamp !!binary are
  *     honoured as go-yaml v2 does; any other tag on a scalar makes it a
  *     string, and tags on mappings and sequences are ignored;
@@ -76,6 +80,9 @@ typedef struct yamlload_error {
  *   - libyaml's reader, scanner and parser errors, with libyaml's problem text
  *     and its 1-based line and column (e.g. a tab used for indentation:
  *     "found character that cannot start any token");
+ *   - a double-quoted escape go-yaml v2 does not know, \/ included (which
+ *     libyaml alone decodes), with go-yaml's and libyaml's text "found
+ *     unknown escape character" at the backslash;
  *   - a line starting with "---" followed by anything but spaces or a comment
  *     (kubectl: "invalid Yaml document separator: ...");
  *   - a duplicate key in one mapping, after keys are made strings (kubectl

@@ -74,6 +74,24 @@ empty_list: []
     assert.are.equal(1, assert(core.yaml("y: 1\n"))[1]["true"])
   end)
 
+  it("refuses a double-quoted escape kubectl refuses, at the backslash, and keeps backslashes elsewhere as text", function()
+    -- go-yaml v2 scannerc.go knows 0 a b t TAB n v f r e SPACE " ' \\ N _ L P x u U;
+    -- libyaml 0.2.5 also decodes "\/"
+    local docs, err = core.yaml('kind: ConfigMap\ndata:\n  url: "https:\\/\\/example.com"\n', "cm.yaml")
+    assert.is_nil(docs)
+    assert.are.equal(3, err.line)
+    assert.are.equal(15, err.column)
+    assert.are.equal("found unknown escape character (while parsing a quoted scalar at line 3, column 8)", err.message)
+    local d = assert(core.yaml("a: 'x\\/'\nb: x\\/\nc: |\n  \\/\nd: \"\\\\/ \\u00e9\\x41\"\n"))[1]
+    assert.are.same({ "x\\/", "x\\/", "\\/\n", "\\/ \u{e9}A" }, { d.a, d.b, d.c, d.d })
+  end)
+
+  it("reads \\' in double quotes as ' (go-yaml does; libyaml 0.2.5 alone refuses it)", function()
+    local d = assert(core.yaml("msg: \"don\\'t\"\nq: \"\\\"\\'\\\"\"\n"))[1]
+    assert.are.equal("don't", d.msg)
+    assert.are.equal("\"'\"", d.q)
+  end)
+
   it("refuses duplicate keys, naming the key", function()
     local docs, err = core.yaml("a: 1\na: 2\n")
     assert.is_nil(docs)

@@ -114,6 +114,37 @@ static const struct value_case value_cases[] = {
      "\"h\":\"\",\"i\":\"0x10\"}]"},
     {"double-quoted escapes", "a: \"A\\tB\\u00e9\\x41\\\"\"\nb: 'it''s'\n",
      "[{\"a\":\"A\\tB\\u00e9A\\\"\",\"b\":\"it's\"}]"},
+
+    /* double-quoted escapes: go-yaml v2 scannerc.go yaml_parser_scan_flow_scalar
+       (vendored by kubectl 1.32 as sigs.k8s.io/yaml/goyaml.v2) knows exactly
+       0 a b t TAB n v f r e SPACE " ' \ N _ L P x u U and an escaped line
+       break; each decodes as below (kubectl v1.32.4 gives the same) */
+    {"every escape go-yaml knows",
+     "a: \"\\0\\a\\b\\t\\\t\\n\\v\\f\\r\\e\\ \\\"\\\\\\N\\_\\L\\P\"\n",
+     "[{\"a\":\"\\u0000\\u0007\\b\\t\\t\\n\\u000b\\f\\r\\u001b \\\"\\\\\\u0085\\u00a0\\u2028\\u2029\"}]"},
+    {"hex escapes are code points written as UTF-8",
+     "- \"\\x41\\x7f\\x80\\xFF\"\n- \"\\u00e9\\u07FF\\u0800\\uD7FF\\uE000\\uFFFF\"\n"
+     "- \"\\U0001F600\\U0010FFFF\\U00000041\"\n",
+     "[[\"A\\u007f\\u0080\\u00ff\",\"\\u00e9\\u07ff\\u0800\\ud7ff\\ue000\\uffff\","
+     "\"\\ud83d\\ude00\\udbff\\udfffA\"]]"},
+    {"escaped backslash then slash is two characters", "a: \"\\\\/\"\nb: \"/\"\n",
+     "[{\"a\":\"\\\\/\",\"b\":\"/\"}]"},
+    {"escaped line breaks and folding in double quotes",
+     "a: \"x\\\n  y\"\nb: \"x \\\n  y\"\nc: \"x\\\n\n  y\"\nd: \"x\n  y\"\ne: \"x\n\n  y\"\nf: \"x\\\r\n  y\"\n",
+     "[{\"a\":\"xy\",\"b\":\"x y\",\"c\":\"x\\ny\",\"d\":\"x y\",\"e\":\"x\\ny\",\"f\":\"xy\"}]"},
+    /* "\'" is go-yaml's and not libyaml 0.2.5's (which refuses it) */
+    {"escaped apostrophe", "a: \"it\\'s\"\n\"k\\'\": \"v\\'\"\nc: '\\'\nd: \"x\\\n  \\'y\"\n",
+     "[{\"a\":\"it's\",\"k'\":\"v'\",\"c\":\"\\\\\",\"d\":\"x'y\"}]"},
+    {"escaped apostrophes among escaped quotes",
+     "a: \"\\\"\\'\\x22\\'\\u0022\\U00000022\\'\"\n",
+     "[{\"a\":\"\\\"'\\\"'\\\"\\\"'\"}]"},
+    {"escaped apostrophes in several scalars and documents",
+     "- \"\\'\"\n- '\\'\n- \"\\'\\'\"\n---\nb: [\"\\'\", &x \"\\\\\\'\", *x]\n",
+     "[[\"'\",\"\\\\\",\"''\"],{\"b\":[\"'\",\"\\\\'\",\"\\\\'\"]}]"},
+    {"backslashes outside double quotes are text",
+     "a: 'x\\/y\\q\\'\nb: x\\/y\\q\nc: |\n  \\/ \\q \"\\/\"\nd: >-\n  \\/\n\"e\": \\/\n# \"\\/\"\nf: [\\/, '\\/']\n",
+     "[{\"a\":\"x\\\\/y\\\\q\\\\\",\"b\":\"x\\\\/y\\\\q\",\"c\":\"\\\\/ \\\\q \\\"\\\\/\\\"\\n\","
+     "\"d\":\"\\\\/\",\"e\":\"\\\\/\",\"f\":[\"\\\\/\",\"\\\\/\"]}]"},
     {"literal block, clip", "a: |\n  l1\n  l2\n", "[{\"a\":\"l1\\nl2\\n\"}]"},
     {"literal block, strip", "a: |-\n  l1\n  l2\n", "[{\"a\":\"l1\\nl2\"}]"},
     {"literal block, keep", "a: |+\n  l1\n\nb: 1\n", "[{\"a\":\"l1\\n\\n\",\"b\":1}]"},
@@ -212,6 +243,48 @@ static const struct error_case error_cases[] = {
     {"bad indentation", "a:\n  - 1\n - 2\n", 3, 2,
      "did not find expected key (while parsing a block mapping at line 1, column 1)"},
     {"unknown escape", "a: \"\\q\"\n", 1, 5,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+
+    /* escapes libyaml 0.2.5 decodes but go-yaml v2 refuses (its switch has no
+       '/'): kubectl fails with "found unknown escape character", at the
+       backslash, so we do too */
+    {"escaped slash", "a: \"\\/\"\n", 1, 5,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped slash in a key", "\"k\\/\": 1\n", 1, 3,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 1)"},
+    {"escaped slash on a continuation line", "a: \"x\n  y \\/\"\n", 2, 5,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped slash after an escaped line break", "a: \"x\\\n  \\/\"\n", 2, 3,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped slash after an escaped backslash", "a: \"\\\\\\/\"\n", 1, 7,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped slash after an escaped quote", "a: \"\\\"\\/\"\n", 1, 7,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped slash after multibyte characters", "a: \"\xc3\xa9\xe2\x82\xac\\/\"\n", 1, 7,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped slash after a byte order mark", "\xef\xbb\xbf" "a: \"\\/\"\n", 1, 5,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped slash in a tagged, anchored scalar", "a: !!str &x\n  \"\\/\"\n", 2, 4,
+     "found unknown escape character (while parsing a quoted scalar at line 2, column 3)"},
+    {"escaped slash after a comment holding a quote", "a: !!str # \"\n  \"\\/\"\n", 2, 4,
+     "found unknown escape character (while parsing a quoted scalar at line 2, column 3)"},
+    {"escaped slash in a flow sequence of a later document, CRLF",
+     "a: 1\r\n---\r\nb: [\"ok\", \"x\\/\"]\r\n", 3, 13,
+     "found unknown escape character (while parsing a quoted scalar at line 3, column 11)"},
+    {"escaped slash as !!binary", "a: !!binary \"aGk\\/\"\n", 1, 17,
+     "found unknown escape character (while parsing a quoted scalar at line 1, column 13)"},
+    {"escaped slash after escaped apostrophes", "a: \"\\'\"\nb: \"\\'\\/\"\n", 2, 7,
+     "found unknown escape character (while parsing a quoted scalar at line 2, column 4)"},
+    {"error after an escaped apostrophe keeps its place", "a: \"\\'\"\nb: [1\n", 3, 1,
+     "did not find expected ',' or ']' (while parsing a flow sequence at line 2, column 4)"},
+    /* refused by both, with the same text */
+    {"short hex escape", "a: \"\\x4\"\n", 1, 7,
+     "did not find expected hexdecimal number (while parsing a quoted scalar at line 1, column 4)"},
+    {"surrogate escape", "a: \"\\uD800\"\n", 1, 7,
+     "found invalid Unicode character escape code (while parsing a quoted scalar at line 1, column 4)"},
+    {"escape beyond U+10FFFF", "a: \"\\U00110000\"\n", 1, 7,
+     "found invalid Unicode character escape code (while parsing a quoted scalar at line 1, column 4)"},
+    {"escaped multibyte character", "a: \"\\\xc3\xa9\"\n", 1, 5,
      "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
     {"invalid UTF-8", "a: \xff\n", 1, 4, "invalid leading UTF-8 octet"},
     {"control character", "a: \x01\n", 1, 4, "control characters are not allowed"},
@@ -404,7 +477,7 @@ int main(int argc, char **argv)
         const struct value_case *c = &value_cases[i];
         yamlload_error err;
         json_error_t jerr;
-        json_t *want = json_loads(c->want, JSON_DECODE_ANY, &jerr);
+        json_t *want = json_loads(c->want, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         json_t *got = yamlload_parse(c->yaml, strlen(c->yaml), "case.yaml", &err);
         char *gs = got ? dump(got) : NULL, *ws = dump(want);
         if (!want) {
@@ -489,6 +562,76 @@ int main(int argc, char **argv)
             ok(v != NULL, "nesting at the ceiling parses", "error %s%s", err.message, "");
             json_decref(v);
             free(within);
+        }
+
+        {
+            /* UTF-16 input (libyaml and go-yaml both read it after a byte
+               order mark): the raw text is re-read in its own encoding */
+            const char *text = "a: \"\xe9\\/\"\n", *p;
+            char u16[2][64];
+            size_t n = 2;
+            int be;
+            for (be = 0; be < 2; be++) {
+                u16[be][0] = be ? '\xfe' : '\xff';
+                u16[be][1] = be ? '\xff' : '\xfe';
+                for (p = text, n = 2; *p; p++, n += 2) {
+                    u16[be][n + (be ? 1 : 0)] = *p;
+                    u16[be][n + (be ? 0 : 1)] = 0;
+                }
+                v = yamlload_parse(u16[be], n, "u16.yaml", &err);
+                ok(!v && err.line == 1 && err.column == 6 &&
+                       strcmp(err.message, "found unknown escape character (while parsing a quoted "
+                                           "scalar at line 1, column 4)") == 0,
+                   be ? "escaped slash in UTF-16BE" : "escaped slash in UTF-16LE", "message %s%s",
+                   err.message, "");
+                json_decref(v);
+            }
+        }
+
+        {
+            /* each double-quoted scalar with "\'" costs libyaml a pass; the
+               passes are bounded: 64 for an input of 1 MiB or more */
+            size_t pad = 1024 * 1024, n, k;
+            char *big = malloc(pad + 65 * 8 + 1);
+            memset(big, ' ', pad);
+            big[0] = '#';
+            big[pad - 1] = '\n';
+            for (n = pad, k = 0; k < 64; k++, n += 7)
+                memcpy(big + n, "- \"\\'\"\n", 7);
+            v = yamlload_parse(big, n, "big.yaml", &err);
+            ok(v && json_array_size(json_array_get(v, 0)) == 64, "64 scalars with \\' in 1 MiB",
+               "error %s%s", err.message, "");
+            json_decref(v);
+            memcpy(big + n, "- \"\\'\"\n", 7);
+            n += 7;
+            v = yamlload_parse(big, n, "big.yaml", &err);
+            ok(!v && err.line == 66 && err.column == 4 &&
+                   strcmp(err.message, "too many double-quoted scalars with \\' escapes to read them "
+                                       "as kubectl does (\\' is ') (while parsing a quoted scalar at "
+                                       "line 66, column 3)") == 0,
+               "65 scalars with \\' in 1 MiB", "message %s%s", err.message, "");
+            json_decref(v);
+            free(big);
+        }
+        {
+            const char *text = "a: \"\xe9\\'\"\n", *p;
+            char u16[2][64];
+            size_t n = 2;
+            int be;
+            for (be = 0; be < 2; be++) {
+                u16[be][0] = be ? '\xfe' : '\xff';
+                u16[be][1] = be ? '\xff' : '\xfe';
+                for (p = text, n = 2; *p; p++, n += 2) {
+                    u16[be][n + (be ? 1 : 0)] = *p;
+                    u16[be][n + (be ? 0 : 1)] = 0;
+                }
+                want = json_pack("[{s:s}]", "a", "\xc3\xa9'");
+                v = yamlload_parse(u16[be], n, "u16.yaml", &err);
+                ok(v && json_equal(v, want), be ? "escaped apostrophe in UTF-16BE" : "escaped apostrophe in UTF-16LE",
+                   "error %s%s", v ? "(a different value)" : err.message, "");
+                json_decref(v);
+                json_decref(want);
+            }
         }
 
         v = yamlload_file("/nonexistent/cozygpu.yaml", &err);
