@@ -14,7 +14,7 @@
 --   rename:   a rule could rename itself after the load and blame another.
 local function review(dir, file)
   return H.run({ "review", "--override", dir, "--cluster", "examples/classes", "--cluster", "examples/cluster",
-    "--config", "examples/config.yaml", "--output", "table", file }, "timeout 60 ")
+    "--config", "examples/config.yaml", "--output", "table", file }, "timeout 60 env ")
 end
 
 local function policy_dir(files)

@@ -102,7 +102,7 @@ local keep = setmetatable({}, { __gc = function() while true do end end })
 return rule "site/gc-load" { validate = function() end }
 ]])
     local t0 = os.time()
-    local _, err, code = H.run({ "review", "--override", dir, "examples/reviews/01-vmi-l40s-and-connectx-vf.yaml" }, "timeout 60 ")
+    local _, err, code = H.run({ "review", "--override", dir, "examples/reviews/01-vmi-l40s-and-connectx-vf.yaml" }, "timeout 60 env ")
     assert.equal(2, code)
     assert.is_true(os.time() - t0 < 20)
     assert.truthy(err:find("a metatable with __gc is not allowed in a policy", 1, true), err)
