@@ -13,6 +13,9 @@ art=$build/artifacts/$t/
 mkdir -p "$build/logs" "$art" "$build/corpus/$t"
 [ -x "$bin" ] || { echo "not ok - fuzz $t: $bin missing (make fuzz-build)"; exit 1; }
 dirs=("$build/corpus/$t")
+# the harnesses write their temporary files (a settings file, a kubeconfig,
+# a sysfs tree per input) under $TMPDIR: a tmpfs when there is one
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 [ -d "fuzz/regressions/$t" ] && dirs+=("fuzz/regressions/$t")
 
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1} \
