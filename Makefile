@@ -162,3 +162,6 @@ demo: deps
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# `make fuzz`: libFuzzer targets for the parsers (fuzz/; README "Fuzzing")
+include fuzz/fuzz.mk
