@@ -17,17 +17,11 @@ local function review(dir, file)
     "--config", "examples/config.yaml", "--output", "table", file }, "timeout 60 env ")
 end
 
-local function policy_dir(files)
-  local dir = H.tmpdir()
-  for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
-  return dir
-end
-
 local HARMLESS = 'return rule "site/harmless" { match = function() return false end, validate = function() end }\n'
 
 describe("policy isolation", function()
   it("cannot unwrap a read-only view through the `next` that pairs returns", function()
-    local dir = policy_dir { ["00-unwrap.lua"] = [[
+    local dir = H.policy_dir { ["00-unwrap.lua"] = [[
 local rawnext = pairs({})
 pcall(function()
   local _, target = rawnext(gpu)
@@ -42,7 +36,7 @@ pcall(function() local _, t = rawnext(gpu); rawset(t, "entries", function() retu
   end)
 
   it("cannot change the shared JSON marker metatables", function()
-    local dir = policy_dir { ["00-marker.lua"] = [[
+    local dir = H.policy_dir { ["00-marker.lua"] = [[
 pcall(function()
   getmetatable(json.object {}).__index = function(t, k) if k == "gpu.cozystack.io/vgpu" then return "true" end end
 end)
@@ -55,7 +49,7 @@ assert(type(getmetatable(patch.new())) == "string")
   end)
 
   it("refuses, never aborts, on a verdict whose message has metamethods", function()
-    local dir = policy_dir { ["zz-panic.lua"] = [[
+    local dir = H.policy_dir { ["zz-panic.lua"] = [[
 local mm = setmetatable({}, { __index = function() error("outside the pcall") end })
 return rule "site/panic" {
   validate = function() return { verdict = "warn", message = setmetatable({}, mm) } end,
@@ -84,7 +78,7 @@ return rule "site/loop-tostring" {
   for _, c in ipairs(hangs) do
     it("answers, within its budget, a policy returning " .. c[1], function()
       local t0 = os.time()
-      local out, err, code = review(policy_dir { ["p.lua"] = c[2] }, "examples/reviews/01-vmi-l40s-and-connectx-vf.yaml")
+      local out, err, code = review(H.policy_dir { ["p.lua"] = c[2] }, "examples/reviews/01-vmi-l40s-and-connectx-vf.yaml")
       assert.equal(0, code, err)
       assert.is_true(os.time() - t0 < 20)
       assert.truthy(out:find(c[3], 1, not c[3]:find("^%^")), out)
@@ -93,7 +87,7 @@ return rule "site/loop-tostring" {
 
   it("refuses to load, without hanging, a file whose result has metamethods", function()
     local t0 = os.time()
-    local _, err, code = review(policy_dir { ["p.lua"] = "return setmetatable({}, { __index = function() while true do end end, __len = function() while true do end end })\n" },
+    local _, err, code = review(H.policy_dir { ["p.lua"] = "return setmetatable({}, { __index = function() while true do end end, __len = function() while true do end end })\n" },
       "examples/reviews/01-vmi-l40s-and-connectx-vf.yaml")
     assert.equal(2, code)
     assert.is_true(os.time() - t0 < 20)
@@ -101,7 +95,7 @@ return rule "site/loop-tostring" {
   end)
 
   it("does not let a rule rename itself after its declaration was checked", function()
-    local dir = policy_dir { ["zz-blame.lua"] = [[
+    local dir = H.policy_dir { ["zz-blame.lua"] = [[
 local r
 r = rule "site/innocent" {
   validate = function()
@@ -119,11 +113,11 @@ return r
   end)
 
   it("does not take a table that merely looks like a rule", function()
-    local _, err, code = review(policy_dir { ["p.lua"] = "return { __rule = true, name = 'site/fake', validate = function() end }\n" },
+    local _, err, code = review(H.policy_dir { ["p.lua"] = "return { __rule = true, name = 'site/fake', validate = function() end }\n" },
       "examples/reviews/01-vmi-l40s-and-connectx-vf.yaml")
     assert.equal(2, code)
     assert.truthy(err:find("p.lua: a policy file must return a rule or a list of rules (got table)", 1, true), err)
-    _, err, code = review(policy_dir { ["p.lua"] = "return { { __rule = true, name = 'site/fake', validate = function() end } }\n" },
+    _, err, code = review(H.policy_dir { ["p.lua"] = "return { { __rule = true, name = 'site/fake', validate = function() end } }\n" },
       "examples/reviews/01-vmi-l40s-and-connectx-vf.yaml")
     assert.equal(2, code)
     assert.truthy(err:find('p.lua: item 1 is not a rule (declare it with rule "name" {...})', 1, true), err)

@@ -5,16 +5,6 @@
 -- policy's reach (DESIGN.md §9, issue 10).
 local core, json = H.core, H.json
 
-local function bundle(files)
-  local dir = H.tmpdir()
-  for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
-  return dir
-end
-
-local function pod_request()
-  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } })
-end
-
 local function pod_rule(name, body)
   return ("return rule %q { match = { kind = 'Pod' }, validate = function(req, cluster) %s end }"):format(name, body)
 end
@@ -31,8 +21,8 @@ describe("review outcome", function()
   }
   for _, c in ipairs(cases) do
     it(("names %s %q, with the rule"):format(c[1], c[3]), function()
-      local e = assert(core.engine { policies = bundle { ["p.lua"] = c[2] }, instructions = 2000000, memory = 1024 * 1024 })
-      local resp, outcome, rule = e:review(pod_request())
+      local e = assert(core.engine { policies = H.policy_dir { ["p.lua"] = c[2] }, instructions = 2000000, memory = 1024 * 1024 })
+      local resp, outcome, rule = e:review(H.pod_request())
       assert.equal(c[3], outcome)
       assert.equal(c[4], rule)
       assert.equal(c[5], resp.allowed)
@@ -42,12 +32,12 @@ describe("review outcome", function()
   end
 
   it("lets a failing rule win over a denial, and names the first failure in bundle order", function()
-    local e = assert(core.engine { policies = bundle {
+    local e = assert(core.engine { policies = H.policy_dir {
       ["a.lua"] = pod_rule("site/a-deny", "return deny('no')"),
       ["b.lua"] = pod_rule("site/b-error", "error('first failure')"),
       ["c.lua"] = pod_rule("site/c-loop", "while true do end"),
     }, instructions = 100000 })
-    local resp, outcome, rule = e:review(pod_request())
+    local resp, outcome, rule = e:review(H.pod_request())
     assert.equal("error", outcome)
     assert.equal("site/b-error", rule)
     assert.equal(500, resp.status.code)
@@ -55,7 +45,7 @@ describe("review outcome", function()
   end)
 
   it("is what `review_document` reports for the CLI", function()
-    local e = assert(core.engine { policies = bundle { ["p.lua"] = pod_rule("site/no", "return deny('no')") } })
+    local e = assert(core.engine { policies = H.policy_dir { ["p.lua"] = pod_rule("site/no", "return deny('no')") } })
     local doc = { apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } }
     local out, outcome = e:review_document(doc, { user = "u" })
     assert.is_false(out.response.allowed)
@@ -70,7 +60,7 @@ describe("hoster sources from memory", function()
       ["lib.site.names.lua"] = "return { banned = 'p' }\n",
       ["site-names.lua"] = "local n = require 'site.names'\n" .. pod_rule("site/names", "if req.object.metadata.name == n.banned then return deny('banned name') end"),
     } })
-    local resp, outcome, rule = e:review(pod_request())
+    local resp, outcome, rule = e:review(H.pod_request())
     assert.equal("refused", outcome)
     assert.equal("site/names", rule)
     assert.equal("banned name", resp.status.message)
@@ -78,9 +68,9 @@ describe("hoster sources from memory", function()
   end)
 
   it("replace a default of the same name", function()
-    local e = assert(core.engine { policies = bundle { ["p.lua"] = pod_rule("site/default", "return deny('default')") },
+    local e = assert(core.engine { policies = H.policy_dir { ["p.lua"] = pod_rule("site/default", "return deny('default')") },
       sources = { ["p.lua"] = pod_rule("site/hoster", "return deny('hoster')") } })
-    local resp = e:review(pod_request())
+    local resp = e:review(H.pod_request())
     assert.equal("hoster", resp.status.message)
     assert.equal(1, e:rules())
     e:close()
@@ -114,8 +104,8 @@ describe("the runtime's own Lua", function()
       if not pcall(require, "cozygpu.object") then out[#out + 1] = "cozygpu.object missing" end
       return deny("reached: " .. table.concat(out, ","))
     ]]
-    local e = assert(core.engine { policies = bundle { ["p.lua"] = pod_rule("site/probe", body) } })
-    local resp = e:review(pod_request())
+    local e = assert(core.engine { policies = H.policy_dir { ["p.lua"] = pod_rule("site/probe", body) } })
+    local resp = e:review(H.pod_request())
     assert.equal("reached: ", resp.status.message)
     e:close()
   end)
@@ -134,7 +124,7 @@ describe("read-only views", function()
     H.write(dir .. "/c.lua", pod_rule("site/c-reads", "if req.object.spec.containers == nil then return deny('spec was blanked') end"))
     local e = assert(core.engine { policies = dir })
     for _ = 1, 2 do
-      local resp, outcome, rule = e:review(pod_request())
+      local resp, outcome, rule = e:review(H.pod_request())
       assert.equal("allowed", outcome, resp.status and resp.status.message)
       assert.is_nil(rule)
     end

@@ -2,16 +2,6 @@
 -- override directory (DESIGN.md §9).
 local core, json = H.core, H.json
 
-local function bundle(files)
-  local dir = H.tmpdir()
-  for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
-  return dir
-end
-
-local function pod_request()
-  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } })
-end
-
 -- a policy that validates pods with `body` as its validate function body
 local function pod_rule(name, body)
   return ("return rule %q { match = { kind = 'Pod' }, validate = function(req, cluster) %s end }"):format(name, body)
@@ -35,81 +25,81 @@ describe("policy engine", function()
     body[#body + 1] = "local ok = pcall(require, 'os') if ok then return deny('require os') end"
     body[#body + 1] = "if getmetatable('') ~= 'string' then return deny('string metatable visible') end"
     body[#body + 1] = "return deny('sandbox ok')"
-    local dir = bundle { ["probe.lua"] = pod_rule("probe", table.concat(body, "\n")) }
+    local dir = H.policy_dir { ["probe.lua"] = pod_rule("probe", table.concat(body, "\n")) }
     local e = assert(core.engine { policies = dir })
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.are.equal("sandbox ok", resp.status.message)
   end)
 
   it("refuses a policy that loops forever within its budget, naming it, and answers the next review", function()
-    local dir = bundle {
+    local dir = H.policy_dir {
       ["a-loop.lua"] = pod_rule("site/loop", "while true do end"),
     }
     local e = assert(core.engine { policies = dir, instructions = 100000 })
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_false(resp.allowed)
     assert.are.equal(500, resp.status.code)
     assert.are.equal('policy "site/loop" exceeded its instruction budget of 100000 instructions', resp.status.message)
-    resp = assert(e:review(pod_request()))
+    resp = assert(e:review(H.pod_request()))
     assert.is_false(resp.allowed)
     assert.matches("site/loop", resp.status.message)
   end)
 
   it("keeps refusing a policy that catches the budget error with pcall", function()
-    local dir = bundle {
+    local dir = H.policy_dir {
       ["p.lua"] = pod_rule("site/sneaky", "for i = 1, 100 do pcall(function() while true do end end) end return nil"),
     }
     local e = assert(core.engine { policies = dir, instructions = 100000 })
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_false(resp.allowed)
     assert.matches("site/sneaky.*instruction budget", resp.status.message)
   end)
 
   it("refuses a policy that allocates without bound, and the state keeps serving", function()
-    local dir = bundle {
+    local dir = H.policy_dir {
       ["a.lua"] = pod_rule("site/hog", "local t = {} local i = 0 while true do i = i + 1 t[i] = ('x'):rep(1024) .. i end"),
       ["b.lua"] = pod_rule("site/fine", "return warn('fine ran')"),
     }
     local e = assert(core.engine { policies = dir, memory = 8 * 1024 * 1024, instructions = 1000000000 })
     local before = e:memory()
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_false(resp.allowed)
     assert.are.equal('policy "site/hog" exceeded its memory cap of 8388608 bytes', resp.status.message)
     -- memory was given back, and the next review is answered
     assert.is_true(e:memory() < before + 8 * 1024 * 1024)
-    resp = assert(e:review(pod_request()))
+    resp = assert(e:review(H.pod_request()))
     assert.matches("site/hog", resp.status.message)
   end)
 
   it("turns the failure of the Nth allocation into a refusal (test switch)", function()
-    local dir = bundle { ["a.lua"] = pod_rule("site/alloc", "local t = {} for i = 1, 100 do t[i] = {i} end return nil") }
+    local dir = H.policy_dir { ["a.lua"] = pod_rule("site/alloc", "local t = {} for i = 1, 100 do t[i] = {i} end return nil") }
     local e = assert(core.engine { policies = dir })
     e:fail_alloc_after(5)
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_false(resp.allowed)
     assert.matches('policy "site/alloc" exceeded its memory cap', resp.status.message)
-    resp = assert(e:review(pod_request()))
+    resp = assert(e:review(H.pod_request()))
     assert.is_true(resp.allowed)
   end)
 
   it("names the policy, file and line of a runtime error (fail closed)", function()
-    local dir = bundle { ["broken.lua"] = pod_rule("site/broken", "\nlocal x = nil\nreturn x.field") }
+    local dir = H.policy_dir { ["broken.lua"] = pod_rule("site/broken", "\nlocal x = nil\nreturn x.field") }
     local e = assert(core.engine { policies = dir })
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_false(resp.allowed)
     assert.are.equal(500, resp.status.code)
     assert.matches('^policy "site/broken" failed: .*broken.lua:3: attempt to index a nil value', resp.status.message)
   end)
 
   it("refuses to load a bundle with a syntax error, naming file and line", function()
-    local dir = bundle { ["bad.lua"] = "return rule 'x' {\n validate = function( end }" }
+    local dir = H.policy_dir { ["bad.lua"] = "return rule 'x' {\n validate = function( end }" }
     local e, err = core.engine { policies = dir }
     assert.is_nil(e)
     assert.matches("bad.lua:2:", err)
   end)
 
   it("refuses a malformed rule declaration", function()
-    local dir = bundle { ["x.lua"] = "return rule 'x' { valdate = function() end }" }
+    local dir = H.policy_dir { ["x.lua"] = "return rule 'x' { valdate = function() end }" }
     local e, err = core.engine { policies = dir }
     assert.is_nil(e)
     assert.matches('rule "x": unknown field "valdate"', err)
@@ -127,7 +117,7 @@ describe("policy engine", function()
       { "\nreturn rule 'bad name!' { validate = function() end }\n", "x.lua:2: rule: the name must be" },
     }
     for _, c in ipairs(cases) do
-      local e, err = core.engine { policies = bundle { ["x.lua"] = c[1] } }
+      local e, err = core.engine { policies = H.policy_dir { ["x.lua"] = c[1] } }
       assert.is_nil(e)
       assert.truthy(err:find(c[2], 1, true), err)
       assert.falsy(err:find("cozygpu/policy.lua", 1, true), err)
@@ -135,16 +125,16 @@ describe("policy engine", function()
   end)
 
   it("lets an override file replace a default of the same name and add new ones", function()
-    local defaults = bundle {
+    local defaults = H.policy_dir {
       ["one.lua"] = pod_rule("site/one", "return deny('default one')"),
       ["two.lua"] = pod_rule("site/two", "return warn('default two')"),
     }
-    local override = bundle {
+    local override = H.policy_dir {
       ["one.lua"] = pod_rule("site/one", "return warn('hoster one')"),
       ["three.lua"] = pod_rule("site/three", "return warn('hoster three')"),
     }
     local e = assert(core.engine { policies = defaults, override = override })
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_true(resp.allowed)
     local got = {}
     for _, w in ipairs(resp.warnings) do got[w] = true end
@@ -153,34 +143,34 @@ describe("policy engine", function()
   end)
 
   it("gives policies read-only views of the request and the cluster", function()
-    local dir = bundle {
+    local dir = H.policy_dir {
       ["w.lua"] = pod_rule("site/writer", "req.object.metadata.name = 'x' return nil"),
       ["c.lua"] = pod_rule("site/cluster-writer", "cluster:namespace('tenant-a').metadata.labels.x = 'y' return nil"),
     }
     local e = assert(core.engine { policies = dir })
     assert(e:set_cluster(json.array { H.namespace("tenant-a", { a = "b" }) }))
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_false(resp.allowed)
     assert.matches("site/cluster%-writer.*read%-only", resp.status.message)
     assert.matches("site/writer.*read%-only", resp.status.message)
   end)
 
   it("does not let next() expose the table behind a read-only view", function()
-    local dir = bundle {
+    local dir = H.policy_dir {
       ["n.lua"] = pod_rule("site/next", "local k, v = next(req.object) if type(k) ~= 'string' then return deny('leak') end local ok = pcall(function() v.x = 1 end) if ok then return deny('writable') end return nil"),
     }
     local e = assert(core.engine { policies = dir })
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_true(resp.allowed)
   end)
 
   it("does not let one policy change what another sees (globals are per policy)", function()
-    local dir = bundle {
+    local dir = H.policy_dir {
       ["a.lua"] = pod_rule("site/a", "string = nil; deny = nil; return nil"),
       ["b.lua"] = pod_rule("site/b", "return warn(string.upper('b sees string'))"),
     }
     local e = assert(core.engine { policies = dir })
-    local resp = assert(e:review(pod_request()))
+    local resp = assert(e:review(H.pod_request()))
     assert.is_true(resp.allowed)
     assert.are.equal("B SEES STRING", resp.warnings[1])
   end)

@@ -7,10 +7,6 @@
 -- its deadline; policies cannot set one (docs/decisions/0014).
 local core, json = H.core, H.json
 
-local function pod_request()
-  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } })
-end
-
 local function engine_with(files)
   local dir = H.tmpdir()
   for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
@@ -28,7 +24,7 @@ return rule "site/count" { match = { kind = "Pod" }, validate = function()
 end }
 ]] }
     for _ = 1, 3 do
-      local resp = e:review(pod_request())
+      local resp = e:review(H.pod_request())
       assert.equal("counter 1, calls 1", resp.status.message)
     end
     e:close()
@@ -43,7 +39,7 @@ return rule "site/env" { match = { kind = "Pod" }, validate = function()
 end }
 ]] }
     for _ = 1, 3 do
-      assert.equal("n 1", e:review(pod_request()).status.message)
+      assert.equal("n 1", e:review(H.pod_request()).status.message)
     end
     e:close()
   end)
@@ -56,7 +52,7 @@ return rule "site/seen" { match = { kind = "Pod" }, validate = function()
 end }
 ]] }
     for _ = 1, 2 do
-      local resp, outcome = e:review(pod_request())
+      local resp, outcome = e:review(H.pod_request())
       assert.equal("error", outcome)
       assert.truthy(resp.status.message:find("attempt to modify a read-only value", 1, true), resp.status.message)
     end
@@ -73,7 +69,7 @@ return rule "site/lib" { match = { kind = "Pod" }, validate = function() return 
 ]])
     local e = assert(core.engine { policies = dir })
     for _ = 1, 3 do
-      assert.equal("total 1", e:review(pod_request()).status.message)
+      assert.equal("total 1", e:review(H.pod_request()).status.message)
     end
     e:close()
   end)
@@ -87,7 +83,7 @@ return rule "site/gc" { match = { kind = "Pod" }, validate = function()
   setmetatable({}, { __gc = %s })
 end }
 ]]):format(gc) }
-      local resp, outcome, rule = e:review(pod_request())
+      local resp, outcome, rule = e:review(H.pod_request())
       assert.equal("error", outcome)
       assert.equal("site/gc", rule)
       assert.truthy(resp.status.message:find("a metatable with __gc is not allowed in a policy", 1, true), resp.status.message)
@@ -120,7 +116,7 @@ return rule "site/gc-late" { match = { kind = "Pod" }, validate = function()
 end }
 ]] }
     for _ = 1, 3 do
-      local resp, outcome = e:review(pod_request())
+      local resp, outcome = e:review(H.pod_request())
       assert.equal("allowed", outcome, resp.status and resp.status.message)
     end
     e:close()

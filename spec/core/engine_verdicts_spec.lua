@@ -7,10 +7,6 @@
 -- what it returned (fail closed, DESIGN.md §9); a deny carries a 4xx code.
 local core, json = H.core, H.json
 
-local function pod_request()
-  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } })
-end
-
 local function engine_with(hook, body)
   local dir = H.tmpdir()
   H.write(dir .. "/p.lua", ("return rule 'site/x' { match = { kind = 'Pod' }, %s = function(req, cluster) %s end }"):format(hook, body))
@@ -39,7 +35,7 @@ describe("verdicts the engine cannot read", function()
   for _, c in ipairs(refused) do
     it(("refuse with 500 when %s returns `%s`"):format(c[1], c[2]), function()
       local e = engine_with(c[1], c[2])
-      local resp, outcome, rule = e:review(pod_request())
+      local resp, outcome, rule = e:review(H.pod_request())
       assert.equal("error", outcome)
       assert.equal("site/x", rule)
       assert.is_false(resp.allowed)
@@ -64,7 +60,7 @@ describe("verdicts the engine cannot read", function()
   for _, c in ipairs(read) do
     it(("read `%s` from %s as %s"):format(c[2], c[1], c[3]), function()
       local e = engine_with(c[1], c[2])
-      local resp, outcome = e:review(pod_request())
+      local resp, outcome = e:review(H.pod_request())
       assert.equal(c[3], outcome, resp.status and resp.status.message)
       assert.equal(c[4], resp.status and resp.status.code)
       e:close()

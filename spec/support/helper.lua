@@ -194,6 +194,25 @@ function H.vmi(o)
 end
 
 --- An AdmissionRequest for `object` (CREATE unless op given).
+--- A Pod CREATE request in namespace tenant-a with no containers: the
+--- engine specs' plain input (rules under test match kind Pod).
+function H.pod_request()
+  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" },
+    spec = { containers = json.array {} } })
+end
+
+--- A new folder holding `files` ({[relative path] = text}; folders are
+--- made), for a policy bundle or override. Returns its path.
+function H.policy_dir(files)
+  local dir = H.tmpdir()
+  for name, text in pairs(files) do
+    local sub = name:match("^(.*)/[^/]+$")
+    if sub then os.execute("mkdir -p " .. H.q(dir .. "/" .. sub)) end
+    H.write(dir .. "/" .. name, text)
+  end
+  return dir
+end
+
 function H.request(object, op, old)
   local group, version = object.apiVersion:match("^(.-)/(.*)$")
   if not group then group, version = "", object.apiVersion end
