@@ -16,6 +16,9 @@
  *     (outcome: engine_outcome_name, "allowed" ... "deadline"; rule: the deciding rule or nil)
  *   Engine:review_document(doc [, {user=, groups=, webhook=}]) -> AdmissionReview, outcome | nil, message
  *   Engine:fail_alloc_after(n)        test switch (engine.h)
+ *   Engine:set_deadline(ms | nil)     test switch: the review deadline ms from now (engine_set_deadline), nil: none
+ *   core.pattern                      {find, match, gmatch, gsub}: the engine's bounded matcher
+ *                                     (pattern.h) without a meter, for the differential spec
  *   Engine:memory()                   bytes held by the engine's state
  *   Engine:rules()                    number of rules loaded
  *   Engine:close()                    also __gc / __close
@@ -24,11 +27,13 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <string.h>
+#include <time.h>
 
 #include "format/config.h"
 #include "engine/engine.h"
 #include "host/inventory.h"
 #include "engine/luajson.h"
+#include "engine/pattern.h"
 #include "format/manifest.h"
 #include "admission/review.h"
 #include "format/yamlload.h"
@@ -289,6 +294,24 @@ static int l_fail_alloc_after(lua_State *L)
     return 0;
 }
 
+static int l_set_deadline(lua_State *L)
+{
+    engine *e = check_engine(L);
+    if(lua_isnoneornil(L, 2)) {
+        engine_set_deadline(e, NULL);
+        return 0;
+    }
+    lua_Integer ms = luaL_checkinteger(L, 2);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if(t.tv_nsec >= 1000000000L)
+        t.tv_sec++, t.tv_nsec -= 1000000000L;
+    engine_set_deadline(e, &t);
+    return 0;
+}
+
 static int l_memory(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)engine_memory_in_use(check_engine(L)));
@@ -308,6 +331,7 @@ int luaopen_cozygpu_core(lua_State *L)
         {"review", l_review},
         {"review_document", l_review_document},
         {"fail_alloc_after", l_fail_alloc_after},
+        {"set_deadline", l_set_deadline},
         {"memory", l_memory},
         {"rules", l_rules},
         {"close", l_engine_close},
@@ -330,5 +354,8 @@ int luaopen_cozygpu_core(lua_State *L)
     luaL_newlib(L, fns);
     luaopen_cozygpu_json(L);
     lua_setfield(L, -2, "json");
+    lua_newtable(L);
+    pattern_register(L, -1, NULL);
+    lua_setfield(L, -2, "pattern");
     return 1;
 }

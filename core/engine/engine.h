@@ -131,9 +131,10 @@ cozy_result engine_apply_patch(engine *e, const json_t *doc, const json_t *ops, 
  * is stopped at its next hook check (every 1000 instructions) and the
  * review answers a refusal naming it ("did not finish before the review
  * deadline"), as for the instruction budget. Used by the webhook server so
- * an answer always leaves before the API server's timeoutSeconds. Time
- * spent inside one C function (e.g. a pathological string.find) is not
- * interrupted. */
+ * an answer always leaves before the API server's timeoutSeconds. The
+ * string library's pattern functions (find, match, gmatch, gsub) count
+ * their steps against the same budget and deadline (pattern.h, decision
+ * 0016). */
 void engine_set_deadline(engine *e, const struct timespec *deadline);
 
 /* The engine's Lua state, for callers that push arguments and read

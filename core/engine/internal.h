@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "engine/pattern.h"
 
 #ifndef COZYGPU_LIBDIR
 #define COZYGPU_LIBDIR "lua"
@@ -45,6 +46,7 @@ struct engine {
     int has_deadline;         /* engine_set_deadline was given a time */
     struct timespec deadline; /* CLOCK_MONOTONIC */
     int deadline_passed;
+    pattern_meter meter;      /* the string library's matcher charges here (pattern.h) */
     long long memory_cap;
     char *library_dir;
     char *bundle_dir;
@@ -67,7 +69,10 @@ void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
 engine *sandbox_engine_of(lua_State *L);
 
 /* Opens the allowed standard libraries (base, table, string, math, utf8,
- * os) and hides the string metatable. STYLE.md "Open only what you mean to". */
+ * os) and hides the string metatable. STYLE.md "Open only what you mean to".
+ * string.find, match, gmatch and gsub are the bounded ones of pattern.h,
+ * charged to the policy call's instruction budget and deadline (decision
+ * 0016); the string metatable's __index is that same table. */
 void sandbox_open_libs(lua_State *L);
 
 /* Builds the shared read-only library view every policy _ENV reads through

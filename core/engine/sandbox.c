@@ -68,12 +68,21 @@ engine *sandbox_engine_of(lua_State *L)
 
 /* ---- budget hook -------------------------------------------------------- */
 
+/* Adds `steps` to the call's count and checks the budget and the deadline;
+ * raises when either is spent, and from then on on every instruction, so a
+ * pcall in the policy that catches the error is stopped again at once. */
+static void charge(lua_State *L, engine *e, long long steps);
+
 static void count_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
-    engine *e = sandbox_engine_of(L);
+    charge(L, sandbox_engine_of(L), ENGINE_HOOK_STEP);
+}
+
+static void charge(lua_State *L, engine *e, long long steps)
+{
     if(!e->budget_exhausted && !e->deadline_passed) {
-        e->instr_used += ENGINE_HOOK_STEP;
+        e->instr_used += steps;
         if(e->has_deadline) {
             struct timespec now;
             clock_gettime(CLOCK_MONOTONIC, &now);
@@ -85,11 +94,21 @@ static void count_hook(lua_State *L, lua_Debug *ar)
             return;
         if(!e->deadline_passed)
             e->budget_exhausted = 1;
-        /* from now on raise on every instruction, so a pcall in the policy
-         * that catches this error is stopped again at once */
         lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
     }
     luaL_error(L, e->deadline_passed ? "review deadline passed" : "instruction budget exhausted");
+}
+
+/* The meter of the string library's matcher (pattern.h): a matching step
+ * costs what a Lua instruction does, inside a policy call only (trusted
+ * runtime code runs without a budget; the matcher's recursion bound holds
+ * there too). A call that starts after the budget or the deadline is spent
+ * raises at once. */
+static void pattern_charge(lua_State *L, void *ud, long steps)
+{
+    engine *e = ud;
+    if(e->in_call)
+        charge(L, e, steps);
 }
 
 /* 1 when `msg` already starts with a position "CHUNK:LINE: " (what
@@ -570,6 +589,14 @@ void sandbox_open_libs(lua_State *L)
         luaL_requiref(L, lib->name, lib->func, 1);
         lua_pop(L, 1);
     }
+    /* the bounded matcher replaces the string library's own, in the table
+     * that is also the string metatable's __index ("x"):find(...) */
+    engine *e = sandbox_engine_of(L);
+    e->meter.charge = pattern_charge;
+    e->meter.ud = e;
+    lua_getglobal(L, LUA_STRLIBNAME);
+    pattern_register(L, -1, &e->meter);
+    lua_pop(L, 1);
     /* hide the string metatable: getmetatable("") must not hand out the
      * real string library */
     lua_pushliteral(L, "");
