@@ -17,7 +17,7 @@
 FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := fuzz_yaml fuzz_json_lua fuzz_review fuzz_config fuzz_kubeconfig fuzz_inventory
+FUZZ_TARGETS := fuzz_yaml fuzz_json_lua fuzz_review fuzz_config fuzz_kubeconfig fuzz_inventory fuzz_pattern
 FUZZ_DEB_PACKAGES := clang libclang-rt-14-dev
 FUZZ_FIXTURES ?= $(or $(COZYGPU_FIXTURES),../shared/fixtures)
 # objects: instrumented for coverage, ASan and UBSan; harnesses link libFuzzer
@@ -54,6 +54,8 @@ FUZZ_SRC_fuzz_kubeconfig := $(call layer_src,base format kube)
 FUZZ_LIBS_fuzz_kubeconfig := $(PKG_LIBS) $(NET_LIBS)
 FUZZ_SRC_fuzz_inventory  := $(call layer_src,base host)
 FUZZ_LIBS_fuzz_inventory := $(PKG_LIBS) $(HOST_LIBS)
+FUZZ_SRC_fuzz_pattern    := core/engine/pattern.c
+FUZZ_LIBS_fuzz_pattern   := $(PKG_LIBS) -lm
 
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(BUILD)/bin/%)
 fuzz-bins: check-deps $(FUZZ_BINS)

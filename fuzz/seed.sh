@@ -40,6 +40,7 @@ add fuzz_review $reviews
 add fuzz_config examples/config.yaml deploy/*config*.yaml $(files examples -- -name '*.yaml')
 add fuzz_kubeconfig fuzz/seeds/fuzz_kubeconfig/*
 add fuzz_inventory fuzz/seeds/fuzz_inventory/* $catalogs
+add fuzz_pattern fuzz/seeds/fuzz_pattern/*
 for t in fuzz_yaml fuzz_json_lua fuzz_review fuzz_config; do
   [ -d fuzz/seeds/$t ] && add $t fuzz/seeds/$t/*
 done
