@@ -8,33 +8,10 @@
 -- addresses bind 127.0.0.2 and up (all of 127/8 is local on Linux).
 local P = require "proc"
 local json = H.json
+local W = require "webhook_env"
 
-local BIN = os.getenv("WEBHOOK_CHECK") or (H.build .. "/tests/webhook_check")
 local CLIENTS = "spec/webhook/clients.py"
 local MiB = 1024 * 1024
-
-local function start(args)
-  local dir = H.tmpdir()
-  local certs = P.certs(dir, { "localhost" })
-  local log, pf = dir .. "/server.log", dir .. "/port"
-  local argv = { BIN, "--cert", certs.cert, "--key", certs.key, "--port", "0", "--port-file", pf, "--workers", "2",
-    "--log-level", "debug" }
-  for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local pid = P.spawn(argv, log, H.asan and "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 " or nil)
-  local port = P.wait_until(function()
-    local s = P.read(pf)
-    return s and tonumber(s:match("%d+"))
-  end, 10)
-  assert(port, "server did not start: " .. (P.read(log) or ""))
-  return { pid = pid, port = port, log = log, dir = dir, certs = certs, url = "https://127.0.0.1:" .. port }
-end
-
-local function stop(srv)
-  if not srv then return end
-  P.stop(srv.pid, 15)
-  local log = P.read(srv.log) or ""
-  assert.is_nil(log:match("AddressSanitizer") or log:match("LeakSanitizer") or log:match("runtime error"), log)
-end
 
 --- Starts clients.py in the background; returns {pid, out} once it has
 --- written its report (decoded in .report).
@@ -98,9 +75,9 @@ describe("webhook client bounds", function()
 
   it("idle connections above the per-address limit are closed at once; other clients are answered", function()
     -- a long request timeout: only the limits are at work here
-    local srv = start({ "--max-connections", "32", "--max-connections-per-address", "8", "--request-timeout-ms",
-      "30000" })
-    finally(function() stop(srv) end)
+    local srv = W.start({ args = { "--max-connections", "32", "--max-connections-per-address", "8", "--request-timeout-ms",
+      "30000" } })
+    finally(function() W.stop(srv) end)
     local c = keep(clients(srv, "idle", { "--n", "20", "--hold", "20" }))
     assert.equals(20, c.report.opened)
     assert.equals(12, c.report.closed_at_once)
@@ -117,9 +94,9 @@ describe("webhook client bounds", function()
 
   it("with every connection taken by idle clients, a new client is answered once the request timeout frees them",
     function()
-      local srv = start({ "--max-connections", "16", "--max-connections-per-address", "8", "--request-timeout-ms",
-        "2000" })
-      finally(function() stop(srv) end)
+      local srv = W.start({ args = { "--max-connections", "16", "--max-connections-per-address", "8", "--request-timeout-ms",
+        "2000" } })
+      finally(function() W.stop(srv) end)
       -- four addresses, 8 each: 32 wanted, 16 allowed in all
       for i = 3, 6 do keep(clients(srv, "idle", { "--n", "8", "--src", "127.0.0." .. i, "--hold", "20" })) end
       local status, _, took = from(srv, "127.0.0.9", "/healthz")
@@ -133,8 +110,8 @@ describe("webhook client bounds", function()
     end)
 
   it("closes a client that trickles its request, one byte at a time, after the request timeout", function()
-    local srv = start({ "--request-timeout-ms", "2000" })
-    finally(function() stop(srv) end)
+    local srv = W.start({ args = { "--request-timeout-ms", "2000" } })
+    finally(function() W.stop(srv) end)
     for _, stage in ipairs({ "headers", "body" }) do
       local c = keep(clients(srv, "dribble",
         { "--stage", stage, "--interval", "0.5", "--within", "15", "--hold", "0" }))
@@ -150,15 +127,15 @@ describe("webhook client bounds", function()
   it("lets a kept-alive connection sit idle between requests for longer than the request timeout", function()
     -- the API server reuses its connections: only the idle timeout (120s
     -- by default) ends one that waits between complete requests
-    local srv = start({ "--request-timeout-ms", "1000" })
-    finally(function() stop(srv) end)
+    local srv = W.start({ args = { "--request-timeout-ms", "1000" } })
+    finally(function() W.stop(srv) end)
     local c = keep(clients(srv, "keepalive", { "--requests", "3", "--interval", "1.5", "--hold", "0" }))
     assert.equals(3, c.report.answered, tostring(c.report.error))
   end)
 
   it("keeps review bodies in flight within the budget: 503 with Retry-After above it, memory bounded", function()
-    local srv = start({ "--max-body-in-flight", tostring(8 * MiB), "--request-timeout-ms", "4000" })
-    finally(function() stop(srv) end)
+    local srv = W.start({ args = { "--max-body-in-flight", tostring(8 * MiB), "--request-timeout-ms", "4000" } })
+    finally(function() W.stop(srv) end)
     assert.equals(200, (from(srv, "127.0.0.1", "/validate", review("vm-warm"))))
     local before = rss_kib(srv.pid)
     -- 12 bodies of 3 MiB, all but the last byte sent: 36 MiB without a budget

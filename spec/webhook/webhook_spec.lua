@@ -8,44 +8,9 @@
 -- graceful stop during a slow review.
 local P = require "proc"
 local json = H.json
+local W = require "webhook_env"
 
-local BIN = os.getenv("WEBHOOK_CHECK") or (H.build .. "/tests/webhook_check")
 local MiB = 1024 * 1024
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() return true end
-  return false
-end
-
---- Starts the driver; returns a server table {pid, port, log, url, certs, dir}.
-local function start(o)
-  o = o or {}
-  assert(exists(BIN), BIN .. " is missing: build it with `make -f bench/bench.mk " .. BIN .. "`")
-  local dir = o.dir or H.tmpdir()
-  local certs = o.certs or P.certs(dir, { "localhost" })
-  local log, pf = dir .. "/server.log", dir .. "/port"
-  os.remove(pf)
-  local argv = { BIN, "--cert", o.cert or certs.cert, "--key", o.key or certs.key, "--port", "0", "--port-file", pf,
-    "--workers", "2", "--log-level", "debug" }
-  for _, a in ipairs(o.args or {}) do argv[#argv + 1] = a end
-  local env = H.asan and "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 " or nil
-  local pid = P.spawn(argv, log, env)
-  local port = P.wait_until(function()
-    local s = P.read(pf)
-    return s and tonumber(s:match("%d+"))
-  end, 10)
-  assert(port, "server did not start: " .. (P.read(log) or ""))
-  return { pid = pid, port = port, log = log, dir = dir, certs = certs, url = "https://127.0.0.1:" .. port }
-end
-
---- Stops the server (TERM: drain, stop) and checks the sanitizers said nothing.
-local function stop(srv)
-  if not srv then return end
-  P.stop(srv.pid, 15)
-  local log = P.read(srv.log) or ""
-  assert.is_nil(log:match("AddressSanitizer") or log:match("LeakSanitizer") or log:match("runtime error"), log)
-end
 
 local function review(name, uid, extra)
   local r = {
@@ -117,8 +82,8 @@ end
 
 describe("webhook server", function()
   local srv
-  setup(function() srv = start({ args = { "--timeout-ms", "3000" } }) end)
-  teardown(function() stop(srv) end)
+  setup(function() srv = W.start({ args = { "--timeout-ms", "3000" } }) end)
+  teardown(function() W.stop(srv) end)
 
   describe("TLS", function()
     it("negotiates TLS 1.2 and TLS 1.3", function()
@@ -315,8 +280,8 @@ describe("webhook readiness", function()
   it("is ready only while the ready callback says so", function()
     local dir = H.tmpdir()
     local flag = dir .. "/ready"
-    local srv = start({ dir = dir, args = { "--ready-file", flag } })
-    finally(function() stop(srv) end)
+    local srv = W.start({ dir = dir, args = { "--ready-file", flag } })
+    finally(function() W.stop(srv) end)
     local status, body = get(srv, "/readyz")
     assert.equals(503, status)
     assert.equals("not ready\n", body)
@@ -337,8 +302,8 @@ describe("webhook certificate rotation", function()
     local b = P.certs(dir, { "localhost" }, "b")
     local crt, key = dir .. "/tls.crt", dir .. "/tls.key"
     copy(a.cert, crt) copy(a.key, key)
-    local srv = start({ dir = dir, certs = a, cert = crt, key = key })
-    finally(function() stop(srv) end)
+    local srv = W.start({ dir = dir, certs = a, cert = crt, key = key })
+    finally(function() W.stop(srv) end)
     assert.equals(file_serial(a.cert), served_serial(srv))
     -- in place: the certificate first, the key a moment later (a mismatched
     -- pair in between must not be served)
@@ -363,8 +328,8 @@ describe("webhook certificate rotation", function()
     assert(os.execute(("mkdir -p %s/..2024_01_01_a && cp %s %s/..2024_01_01_a/tls.crt && cp %s %s/..2024_01_01_a/tls.key"):format(
       P.q(vol), P.q(a.cert), P.q(vol), P.q(a.key), P.q(vol))))
     assert(os.execute(("cd %s && ln -s ..2024_01_01_a ..data && ln -s ..data/tls.crt tls.crt && ln -s ..data/tls.key tls.key"):format(P.q(vol))))
-    local srv = start({ dir = dir, certs = a, cert = vol .. "/tls.crt", key = vol .. "/tls.key" })
-    finally(function() stop(srv) end)
+    local srv = W.start({ dir = dir, certs = a, cert = vol .. "/tls.crt", key = vol .. "/tls.key" })
+    finally(function() W.stop(srv) end)
     local pid = srv.pid
     assert.equals(file_serial(a.cert), served_serial(srv))
     -- what the kubelet's atomic writer does: a new timestamped dir, a new
@@ -383,8 +348,8 @@ describe("webhook certificate rotation", function()
     local d = P.certs(dir, { "localhost" }, "d")
     local crt, key = dir .. "/tls.crt", dir .. "/tls.key"
     copy(a.cert, crt) copy(a.key, key)
-    local srv = start({ dir = dir, certs = a, cert = crt, key = key })
-    finally(function() stop(srv) end)
+    local srv = W.start({ dir = dir, certs = a, cert = crt, key = key })
+    finally(function() W.stop(srv) end)
     local old = file_serial(a.cert)
     local function warned(n)
       return P.wait_until(function()
@@ -412,8 +377,8 @@ end)
 
 describe("webhook graceful stop", function()
   it("answers a review in flight, refuses new connections, then exits", function()
-    local srv = start({ args = { "--grace-ms", "10000" } })
-    finally(function() stop(srv) end)
+    local srv = W.start({ args = { "--grace-ms", "10000" } })
+    finally(function() W.stop(srv) end)
     local out, rc = srv.dir .. "/slow.out", srv.dir .. "/slow.rc"
     local body = srv.dir .. "/slow.json"
     H.write(body, review("slow-3000", "uid-slow"))
