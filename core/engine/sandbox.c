@@ -487,12 +487,13 @@ int sandbox_require(lua_State *L)
         const char *dirs[3] = {public_name ? e->library_dir : NULL, e->bundle_dir, e->override_dir};
         const char *subs[3] = {"", "/lib", "/lib"};
         char path[PATH_MAX];
-        int found = 0;
+        int found = 0, library = 0;
         for(int i = 0; i < 3 && !found; i++) {
             if(!dirs[i])
                 continue;
             snprintf(path, sizeof path, "%s%s/%s.lua", dirs[i], subs[i], rel);
             found = file_exists(path);
+            library = found && i == 0;
         }
         const engine_source *src = found ? NULL : find_source(e, name, 1);
         if(!found && !src)
@@ -505,7 +506,11 @@ int sandbox_require(lua_State *L)
         lua_insert(L, -2); /* the chunk, kept below its call for freezing */
         lua_pushstring(L, name);
         lua_call(L, 1, 1);
-        sandbox_freeze_env(L, -2);
+        /* a bundle's module is the hoster's: its globals are put back
+         * before each review. The library's own modules are ours and keep
+         * no state in globals: restoring them would only cost every review. */
+        if(!library)
+            sandbox_freeze_env(L, -2);
         lua_remove(L, -2);
         lua_pushnil(L);
         lua_setfield(L, 3, name);
