@@ -16,6 +16,7 @@
  * YAML of examples/ and the shared fixtures (mostly refused: unknown keys).
  */
 #include "format/config.h"
+#include "fuzz_tmp.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -25,13 +26,15 @@
 
 #define CHECK(c) do { if(!(c)) { fprintf(stderr, "fuzz_config: check failed: %s\n", #c); abort(); } } while(0)
 
-static char path[4096];
+static char dir[4000], path[4096];
 static json_t *defaults;
 
 static void cleanup(void)
 {
     if(path[0])
         unlink(path);
+    if(dir[0])
+        rmdir(dir);
     json_decref(defaults);
 }
 
@@ -39,14 +42,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/cozygpu-fuzz-config-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemp(path);
-    if(fd < 0) {
-        perror("fuzz_config: mkstemp");
-        exit(1);
-    }
-    close(fd);
+    fuzz_tmpdir(dir, sizeof dir, "config");
+    snprintf(path, sizeof path, "%s/config.yaml", dir);
     defaults = config_defaults();
     atexit(cleanup);
     return 0;

@@ -35,6 +35,7 @@
  * catalog, mdev parent, bare T4) plus the fixtures' creatable_vgpu_types
  * files (read as a field stream, they land in the first fields).
  */
+#include "fuzz_tmp.h"
 #include "host/inventory.h"
 
 #include <errno.h>
@@ -148,12 +149,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(base, sizeof base, "%s/cozygpu-fuzz-inventory-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if(!mkdtemp(base)) {
-        perror("fuzz_inventory: mkdtemp");
-        exit(1);
-    }
+    fuzz_tmpdir(base, sizeof base, "inventory");
     snprintf(root, sizeof root, "%s/sys", base);
     snprintf(ids, sizeof ids, "%s/pci.ids", base);
     write_file(ids, PCI_IDS, sizeof PCI_IDS - 1);

@@ -22,6 +22,7 @@
  * Seeds: the kubeconfigs of fuzz/seeds/kubeconfig/ (the forms the specs
  * use: -data fields, relative files, tokenFile, insecure, several contexts).
  */
+#include "fuzz_tmp.h"
 #include "kube/kube_internal.h"
 
 #include <stdint.h>
@@ -65,12 +66,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/cozygpu-fuzz-kubeconfig-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if(!mkdtemp(dir)) {
-        perror("fuzz_kubeconfig: mkdtemp");
-        exit(1);
-    }
+    fuzz_tmpdir(dir, sizeof dir, "kubeconfig");
     char p[4200];
     for(size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i][0]);
