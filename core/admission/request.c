@@ -74,8 +74,8 @@ cozy_result admission_check_request(const json_t *req, const char *where, cozy_e
     int writes = strcmp(op, "CREATE") == 0 || strcmp(op, "UPDATE") == 0;
     v = json_object_get(req, "object");
     if(writes ? !json_is_object(v) : wrong(v, is_object_or_null))
-        return cozy_fail(err, COZY_ERR_INPUT, "%s: request.object must be an object%s (got %s)", where,
-                         writes ? " for a CREATE or UPDATE" : " or null", v ? type_name(v) : "none");
+        return cozy_fail(err, COZY_ERR_INPUT, "%s: request.object must be an object%s%s (got %s)", where,
+                         writes ? " for " : " or null", writes ? op : "", v ? type_name(v) : "none");
     v = json_object_get(req, "oldObject");
     if(strcmp(op, "UPDATE") == 0 ? !json_is_object(v) : wrong(v, is_object_or_null))
         return cozy_fail(err, COZY_ERR_INPUT, "%s: request.oldObject must be an object%s (got %s)", where,

@@ -229,12 +229,6 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
                  "the webhook configuration",
                  ep->name, want, want_group, got ? got : "(no kind)", got_group ? got_group : "");
         resp = admission_refusal(request, 400, msg);
-    } else if(op && (strcmp(op, "CREATE") == 0 || strcmp(op, "UPDATE") == 0) &&
-              !json_is_object(json_object_get(request, "object"))) {
-        /* the API server always sends the object of a CREATE or UPDATE */
-        char msg[300];
-        snprintf(msg, sizeof msg, "cozygpu webhook %s: request.object must be an object for %s", ep->name, op);
-        resp = admission_refusal(request, 400, msg);
     } else if(admission_check_request(request, where, &err) != COZY_OK) {
         /* the same shape `cozygpu review` requires (admission/request.h) */
         resp = admission_refusal(request, 400, err.msg);
