@@ -57,10 +57,13 @@ include spec/support/kube-double/double.mk
 # `make bench`: the controller (with the double holding the examples) beside
 # the bare TLS server; VMI reviews go to /validate/vmi, pods and classes to
 # their own webhooks (the VM review, which no webhook receives, to the VMI
-# path, where the controller refuses its kind)
-BENCH_TARGET_CMD := bench/controller-target.sh {cert} {key} {port_file} --workers 4
+# path, where the controller refuses its kind). The bundle carries
+# bench/hostile/rule.lua, and bench/hostile/review.yaml keeps one review
+# thread stuck until its deadline during the "one thread stuck" runs.
+BENCH_TARGET_CMD := env BENCH_OVERRIDE=bench/hostile/rule.lua BENCH_CONFIG=bench/hostile/config.yaml \
+	bench/controller-target.sh {cert} {key} {port_file} --workers 4
 BENCH_ARGS ?= --path /validate/vmi --route Pod=/mutate/launcher --route GPUClass=/validate/gpuclass \
-	--route GPUClaim=/validate/gpuclaim
+	--route GPUClaim=/validate/gpuclaim --hostile bench/hostile/review.yaml
 ENGINE_BENCH := $(BUILD)/bin/cozygpu-engine-bench
 include bench/bench.mk
 

@@ -22,16 +22,22 @@
 #   --rate R          open-loop rate, reviews/s (default 1000; 0 skips it)
 #   --duration S      measured seconds per run (default 5), after 1 s warm-up
 #   --workers N       bare server threads (default 4; give the target the same)
+#   --hostile F       a review that holds a review thread until its deadline
+#                     (the target's bundle must make it so; see
+#                     bench/hostile/): each run also measures the fixed rate
+#                     while F is sent back to back (cozygpu-load --hostile),
+#                     so one review thread is always stuck
 #
 # Targets (issue 3): p99 under 2 ms at 1,000 reviews/s, and at saturation at
-# least half the transport limit's throughput.
+# least half the transport limit's throughput. Issue 11: with one review
+# thread stuck, the fixed-rate p99 within 2x of the unloaded one.
 set -eu
 
 BUILD=${BUILD:-build}
 LOAD=$BUILD/bin/cozygpu-load
 BARE=$BUILD/bin/cozygpu-bare
 target_cmd= target_url= target_ca= path=/validate reviews=examples/reviews
-runs=5 conc=8 rate=1000 duration=5 workers=4 routes=
+runs=5 conc=8 rate=1000 duration=5 workers=4 routes= hostile=
 while [ $# -gt 0 ]; do
     case $1 in
     --target-cmd) target_cmd=$2; shift 2 ;;
@@ -45,7 +51,8 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --hostile) hostile=$2; shift 2 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -110,6 +117,21 @@ run_load() { # label url ca mode-args...
     "$LOAD" --url "$url" --cacert "$ca" --duration "$duration" --warmup 1 --label "$label" $routes "$@" "$reviews" \
         2>>"$tmp/load.log" | grep '^RESULT' >>"$results" || true
 }
+# scheme, host and port of the target
+target_base() { printf '%s' "$target_url" | sed 's|^\(https*://[^/]*\).*|\1|'; }
+# the target's review threads running a review (its /metrics)
+busy_threads() {
+    curl -sS --max-time 5 --cacert "$target_ca" "$(target_base)/metrics" 2>/dev/null |
+        sed -n 's/^cozygpu_webhook_review_threads_busy \([0-9]*\).*/\1/p'
+}
+# the fixed rate while the hostile review keeps one review thread stuck:
+# the load tool sends it back to back on one more handle, over the same
+# connection pool as the counted reviews (as the API server does)
+run_stuck() {
+    run_load target-stuck "$target_url" "$target_ca" --rate "$rate" --hostile "$hostile"
+    i=0 # the last hostile review ends (at its deadline) before the next measurement
+    while [ "$(busy_threads)" != 0 ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i + 1)); done
+}
 r=1
 while [ "$r" -le "$runs" ]; do
     # alternate the order so drift on the machine hits both sides alike
@@ -123,6 +145,7 @@ while [ "$r" -le "$runs" ]; do
     if [ "$rate" != 0 ]; then
         run_load target-rate "$target_url" "$target_ca" --rate "$rate"
         run_load bare-rate "$bare_url" "$tmp/ca.crt" --rate "$rate"
+        [ -z "$hostile" ] || run_stuck
     fi
     printf 'bench: run %s/%s done\n' "$r" "$runs" >&2
     r=$((r + 1))
@@ -160,8 +183,26 @@ if [ "$rate" != 0 ]; then
     printf '  %-28s %10s %10s %12s\n' "target" "$tr_p50" "$tr_p99" "$tr_rps"
     printf '  %-28s %10s %10s %12s\n' "bare MHD TLS (transport)" "$br_p50" "$br_p99" "$br_rps"
     verdict_rate=$(awk -v p="$tr_p99" 'BEGIN { print (p + 0 > 0 && p + 0 < 2) ? "PASS" : "FAIL" }')
+    if [ -n "$hostile" ]; then
+        st_p50=$(median target-stuck p50_ms) st_p99=$(median target-stuck p99_ms) st_rps=$(median target-stuck rps)
+        st_max=$(median target-stuck max_ms)
+        stuck_ratio=$(awk -v a="$st_p99" -v b="$tr_p99" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
+        echo
+        printf 'fixed rate %s reviews/s with one review thread stuck on %s (medians of %s runs)\n' "$rate" \
+            "$(basename "$hostile")" "$runs"
+        printf '  %-28s %10s %10s %12s %10s\n' "" "p50 ms" "p99 ms" "reviews/s" "max ms"
+        printf '  %-28s %10s %10s %12s %10s\n' "target, unloaded" "$tr_p50" "$tr_p99" "$tr_rps" \
+            "$(median target-rate max_ms)"
+        printf '  %-28s %10s %10s %12s %10s\n' "target, one thread stuck" "$st_p50" "$st_p99" "$st_rps" "$st_max"
+        printf '  %-28s %10s %10s\n' "stuck / unloaded" \
+            "$(awk -v a="$st_p50" -v b="$tr_p50" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')" \
+            "$stuck_ratio"
+        verdict_stuck=$(awk -v r="$stuck_ratio" 'BEGIN { print (r + 0 > 0 && r + 0 <= 2) ? "PASS" : "FAIL" }')
+    fi
     echo
     printf 'target p99 < 2 ms at %s reviews/s: %s (%s ms)\n' "$rate" "$verdict_rate" "$tr_p99"
+    [ -z "$hostile" ] ||
+        printf 'p99 with one review thread stuck <= 2 x unloaded p99: %s (%s)\n' "$verdict_stuck" "$stuck_ratio"
 fi
 printf 'target throughput >= 0.5 x transport limit: %s (%s)\n' "$verdict_sat" "$ratio"
 echo "per-run figures:"

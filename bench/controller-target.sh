@@ -2,6 +2,9 @@
 # bench/controller-target.sh — the bench target: the API server double with
 # the examples loaded (kubectl), and `cozygpu controller` against it.
 #   bench/controller-target.sh CERT KEY PORT_FILE [controller flags...]
+# Environment: BENCH_OVERRIDE=FILE.lua adds that rule to the bundle (as a
+# key of the cozygpu-policies ConfigMap, as a hoster adds one);
+# BENCH_CONFIG=FILE replaces examples/config.yaml.
 # bench.sh starts it as --target-cmd and stops it with SIGTERM; the double
 # goes with it. Runs from the repository root; BUILD picks the build dir.
 set -eu
@@ -29,9 +32,15 @@ url=http://127.0.0.1:$(cat "$tmp/double.port")
 k() { kubectl --cache-dir "$tmp/kube-cache" --server "$url" --request-timeout=10s "$@" >/dev/null; }
 k apply -f deploy/crds -f examples/cluster/namespaces.yaml -f deploy/00-namespace.yaml
 k apply -f examples/classes -f examples/cluster/kubevirt.yaml -f examples/cluster/quotas.yaml
+if [ -n "${BENCH_OVERRIDE:-}" ]; then
+    # (create, then apply: `kubectl create` would send protobuf, which the double does not read)
+    kubectl create configmap cozygpu-policies -n cozy-gpu --dry-run=client -o yaml \
+        --from-file="$(basename "$BENCH_OVERRIDE")=$BENCH_OVERRIDE" >"$tmp/override.yaml"
+    k apply -f "$tmp/override.yaml"
+fi
 
 "$BUILD/bin/cozygpu" controller --server "$url" --namespace cozy-gpu --identity bench \
     --tls-cert-file "$cert" --tls-key-file "$key" --address 127.0.0.1 --port 0 --port-file "$port_file" \
-    --config examples/config.yaml --state-dir "$tmp" --log-level warn "$@" &
+    --config "${BENCH_CONFIG:-examples/config.yaml}" --state-dir "$tmp" --log-level warn "$@" &
 cpid=$!
 wait "$cpid"

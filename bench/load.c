@@ -20,9 +20,18 @@
  * `response` is dropped); any other object is wrapped as a CREATE
  * AdmissionReview v1. --route Kind=/path sends a kind to its own path.
  *
+ * --hostile FILE: one more handle sends FILE's review(s) back to back
+ * (closed loop) from the start to the end, over the same connection pool as
+ * the others (as the API server sends every review over its pool); they
+ * are not counted, only their number is printed (hostile=N). With a review
+ * that holds a review thread until its deadline, one thread of the target
+ * is stuck the whole time.
+ *
  * Output: a human summary on stderr and one line on stdout:
  *   RESULT label=L mode=closed|open n=.. errors=.. rps=.. p50_ms=.. p90_ms=.. p99_ms=.. max_ms=..
- * Only requests sent after --warmup and answered before the end count.
+ * Requests sent after --warmup and before the end count, whenever they are
+ * answered (a request stalled past the end is not left out of the
+ * latencies); reviews/s counts those answered before the end.
  * Exit status 1 when any request failed (transport error or HTTP status
  * other than 200).
  */
@@ -54,6 +63,7 @@ typedef struct load_slot {
     CURL *h;
     double sched; /* scheduled (open) or actual (closed) send time, seconds */
     int busy;
+    int hostile; /* the --hostile handle */
     long bytes;
 } load_slot;
 
@@ -193,13 +203,14 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: cozygpu-load --url URL [--cacert F | --insecure] [--concurrency N | --rate R]\n"
-            "       [--connections N] [--duration S] [--warmup S] [--label L] [--route Kind=/path]... [FILE|DIR]...\n");
+            "       [--connections N] [--duration S] [--warmup S] [--label L] [--route Kind=/path]...\n"
+            "       [--hostile FILE] [FILE|DIR]...\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *cacert = NULL, *label = "target";
+    const char *url = NULL, *cacert = NULL, *label = "target", *hostile = NULL;
     int concurrency = 8, connections = 64, insecure = 0;
     double rate = 0, duration = 5, warmup = 1;
     const char *inputs[256];
@@ -223,6 +234,8 @@ int main(int argc, char **argv)
             warmup = atof(v);
         else if(OPT("--label"))
             label = v;
+        else if(OPT("--hostile"))
+            hostile = v;
         else if(OPT("--route")) {
             const char *eq = strchr(v, '=');
             if(!eq || n_routes == LOAD_MAX_ROUTES)
@@ -248,19 +261,26 @@ int main(int argc, char **argv)
         add_document(pod, url, &seq);
         json_decref(pod);
     }
+    size_t n_normal = n_bodies; /* bodies[n_normal..] are the hostile ones */
+    if(hostile) {
+        add_path(hostile, url, &seq);
+        if(n_bodies == n_normal)
+            die("%s: no review in it", hostile);
+    }
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* wake up on time, not up to 50 us late */
 
     int open_loop = rate > 0;
     int n_slots = open_loop ? connections : concurrency;
+    int n_handles = n_slots + (hostile ? 1 : 0); /* the hostile handle is the last */
     curl_global_init(CURL_GLOBAL_DEFAULT);
     CURLM *m = curl_multi_init();
-    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)n_slots);
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)n_handles);
     CURLSH *share = curl_share_init();
     curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     hdrs = curl_slist_append(hdrs, "Expect:");
-    load_slot *slots = calloc((size_t)n_slots, sizeof *slots);
-    for(int i = 0; i < n_slots; i++) {
+    load_slot *slots = calloc((size_t)n_handles, sizeof *slots);
+    for(int i = 0; i < n_handles; i++) {
         CURL *h = curl_easy_init();
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
         curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
@@ -278,22 +298,24 @@ int main(int argc, char **argv)
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
         }
         slots[i].h = h;
+        slots[i].hostile = i >= n_slots;
     }
 
     size_t cap = 1 << 16, n_lat = 0;
     double *lat = malloc(cap * sizeof *lat);
-    long errors = 0, answered = 0, dropped = 0;
-    size_t next_body = 0;
+    long errors = 0, answered = 0, in_time = 0, dropped = 0, hostile_sent = 0;
+    size_t next_body = 0, next_hostile = 0;
     double t0 = now_s(), t_warm = t0 + warmup, t_end = t_warm + duration;
     double interval = open_loop ? 1.0 / rate : 0;
     unsigned long long scheduled = 0; /* open loop: requests whose time has come */
     unsigned long long started = 0;
     unsigned long long dispatched = 0; /* open loop: of those, handed to a handle */
-    int running = 0;
+    int running = 0; /* counted handles busy (not the hostile one) */
 
 #define START(slot, when)                                                                 \
     do {                                                                                  \
-        load_body *b_ = &bodies[next_body++ % n_bodies];                                  \
+        load_body *b_ = (slot)->hostile ? &bodies[n_normal + next_hostile++ % (n_bodies - n_normal)] \
+                                        : &bodies[next_body++ % n_normal];                \
         curl_easy_setopt((slot)->h, CURLOPT_URL, b_->url);                                \
         curl_easy_setopt((slot)->h, CURLOPT_POSTFIELDS, b_->json);                        \
         curl_easy_setopt((slot)->h, CURLOPT_POSTFIELDSIZE, (long)b_->len);                \
@@ -301,13 +323,19 @@ int main(int argc, char **argv)
         (slot)->busy = 1;                                                                 \
         (slot)->bytes = 0;                                                                \
         curl_multi_add_handle(m, (slot)->h);                                              \
-        running++;                                                                        \
-        started++;                                                                        \
+        if((slot)->hostile)                                                               \
+            hostile_sent++;                                                               \
+        else {                                                                            \
+            running++;                                                                    \
+            started++;                                                                    \
+        }                                                                                 \
     } while(0)
 
     if(!open_loop)
         for(int i = 0; i < n_slots; i++)
             START(&slots[i], now_s());
+    if(hostile)
+        START(&slots[n_slots], now_s());
 
     for(;;) {
         double now = now_s();
@@ -340,8 +368,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "cozygpu-load: request failed: %s, HTTP %ld\n", curl_easy_strerror(msg->data.result), code);
             curl_multi_remove_handle(m, s->h);
             s->busy = 0;
+            if(s->hostile) { /* not counted; sent again until the end */
+                if(done < t_end)
+                    START(s, done);
+                continue;
+            }
             running--;
-            if(s->sched >= t_warm && done <= t_end) {
+            if(s->sched >= t_warm && s->sched < t_end) {
                 if(failed)
                     errors++;
                 else {
@@ -351,9 +384,9 @@ int main(int argc, char **argv)
                     }
                     lat[n_lat++] = done - s->sched;
                     answered++;
+                    if(done <= t_end)
+                        in_time++;
                 }
-            } else if(failed && s->sched >= t_warm) {
-                errors++;
             }
             if(!open_loop && done < t_end)
                 START(s, done);
@@ -389,19 +422,20 @@ int main(int argc, char **argv)
     dropped = (long)(scheduled - dispatched);
 
     qsort(lat, n_lat, sizeof *lat, cmp_double);
-    double rps = (double)answered / duration;
+    double rps = (double)in_time / duration;
     double p50 = pct(lat, n_lat, 50) * 1e3, p90 = pct(lat, n_lat, 90) * 1e3, p99 = pct(lat, n_lat, 99) * 1e3,
            mx = n_lat ? lat[n_lat - 1] * 1e3 : NAN;
     fprintf(stderr,
             "%s: %s, %zu reviews, %zu bodies, %.1f s: %ld answered, %ld errors, %.0f reviews/s, p50 %.3f ms, "
-            "p90 %.3f ms, p99 %.3f ms, max %.3f ms%s\n",
+            "p90 %.3f ms, p99 %.3f ms, max %.3f ms, %ld hostile sent%s\n",
             label, open_loop ? "open loop" : "closed loop", (size_t)started, n_bodies, duration, answered, errors, rps,
-            p50, p90, p99, mx, dropped ? " (requests still queued at the end: the target did not keep up)" : "");
+            p50, p90, p99, mx, hostile_sent,
+            dropped ? " (requests still queued at the end: the target did not keep up)" : "");
     printf("RESULT label=%s mode=%s n=%ld errors=%ld rps=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f "
-           "queued_at_end=%ld\n",
-           label, open_loop ? "open" : "closed", answered, errors, rps, p50, p90, p99, mx, dropped);
+           "queued_at_end=%ld hostile=%ld\n",
+           label, open_loop ? "open" : "closed", answered, errors, rps, p50, p90, p99, mx, dropped, hostile_sent);
 
-    for(int i = 0; i < n_slots; i++) {
+    for(int i = 0; i < n_handles; i++) {
         if(slots[i].busy)
             curl_multi_remove_handle(m, slots[i].h);
         curl_easy_cleanup(slots[i].h);

@@ -231,7 +231,47 @@ static const char *check(engine *e, const json_t *expect, const json_t *review, 
 }
 
 static const char *const CASE_KEYS[] = {"name", "input", "object", "expect", "cluster", "user", "groups", "webhook", NULL};
-static const char *const EXPECT_KEYS[] = {"allowed", "code", "message", "warnings", "patch", "patched", NULL};
+static const char *const EXPECT_KEYS[] = {"allowed", "code", "message", "warnings", "patch", "patched", "rules", NULL};
+
+/* The words expect.rules takes: engine_rule_result's results, and
+   "skipped" for a rule that did not run (its match said no, or an earlier
+   rule's failure or denial stopped the phase). */
+static const char *const RULE_RESULTS[] = {"allowed", "denied",   "patched", "error",
+                                           "budget",  "memory",   "deadline", "skipped", NULL};
+
+/* What the last review said per rule, as "a allowed (0.12 ms), b denied
+   (0.05 ms)" in `buf`; "(no rule ran)" when none did. */
+static const char *rules_said(const engine *e, char *buf, size_t n)
+{
+    size_t k = 0, o = 0;
+    const engine_rule_result *rr = engine_last_rules(e, &k);
+    buf[0] = 0;
+    for(size_t i = 0; i < k && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s %s (%.2f ms)", i ? ", " : "", rr[i].rule, rr[i].result,
+                              rr[i].seconds * 1e3);
+    if(k == 0)
+        snprintf(buf, n, "(no rule ran)");
+    return buf;
+}
+
+/* NULL when every rule named in `want` ({rule: word}) said that word in
+   the last review, else a reason. */
+static const char *check_rules(const engine *e, const json_t *want, char *why, size_t n)
+{
+    size_t k = 0;
+    const engine_rule_result *rr = engine_last_rules(e, &k);
+    const char *rule;
+    json_t *w;
+    json_object_foreach((json_t *)want, rule, w) {
+        const char *got = "skipped";
+        for(size_t i = 0; i < k; i++)
+            if(strcmp(rr[i].rule, rule) == 0)
+                got = rr[i].result;
+        if(strcmp(got, json_string_value(w)) != 0)
+            return snprintf(why, n, "rule \"%s\": expected %s, got %s", rule, json_string_value(w), got), why;
+    }
+    return NULL;
+}
 
 /* NULL when every key of `obj` is in `known`, else a reason in `why`
  * naming the first unknown key (in key order) and the known ones. */
@@ -275,6 +315,23 @@ static const char *expect_types(const json_t *expect, char *why, size_t n)
         return snprintf(why, n, "expect.patch must be a list of operations, or null for no patch"), why;
     if((v = json_object_get(expect, "patched")) && !json_is_object(v))
         return snprintf(why, n, "expect.patched must be an object"), why;
+    if((v = json_object_get(expect, "rules"))) {
+        if(!json_is_object(v))
+            return snprintf(why, n, "expect.rules must be a map of rule name to result"), why;
+        const char *rule;
+        json_t *w;
+        json_object_foreach((json_t *)v, rule, w) {
+            int ok = 0;
+            for(const char *const *q = RULE_RESULTS; *q && !ok; q++)
+                ok = json_is_string(w) && strcmp(*q, json_string_value(w)) == 0;
+            if(!ok)
+                return snprintf(why, n,
+                                "expect.rules.%s must be one of allowed, denied, patched, error, budget, memory, "
+                                "deadline, skipped",
+                                rule),
+                       why;
+        }
+    }
     return NULL;
 }
 
@@ -358,6 +415,7 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
         const char *name = json_string_value(json_object_get(tc, "name"));
         snprintf(label, sizeof label, "%s: %s", file, name ? name : "(unnamed case)");
         const char *reason = NULL;
+        int ran = 0; /* the case was reviewed: engine_last_rules is its */
         json_t *objects = NULL, *input = NULL, *r1 = NULL, *r2 = NULL, *req = NULL;
         json_t *inrecs = json_array();
         /* input */
@@ -418,9 +476,15 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
             int judged;
             review_build_request(input, label, i + 1, &ro, &req, &av, &judged, &err);
             reason = check(e, json_object_get(tc, "expect"), r1, json_object_get(req, "object"), why, sizeof why);
+            if(!reason && json_object_get(json_object_get(tc, "expect"), "rules"))
+                reason = check_rules(e, json_object_get(json_object_get(tc, "expect"), "rules"), why, sizeof why);
+            ran = 1;
         }
         if(reason) {
+            char said[1024];
             fprintf(out, "FAIL %s\n     %s\n", label, reason);
+            if(ran) /* what each rule said: where a wrong answer came from */
+                fprintf(out, "     rules: %s\n", rules_said(e, said, sizeof said));
             c->failed++;
         } else {
             fprintf(out, "PASS %s\n", label);

@@ -139,6 +139,14 @@ int controller_main(int argc, char **argv)
     metrics_declare("cozygpu_policy_errors_total", "counter", "Reviews refused because a policy failed (error, budget, memory, deadline).");
     metrics_declare("cozygpu_policy_rule_errors_total", "counter",
                     "Policy failures by rule and kind (error, budget, memory, deadline); the first failing rule of a review.");
+    metrics_declare("cozygpu_policy_rule_decisions_total", "counter",
+                    "What each rule that ran said, per review: allowed (refused nothing), denied, patched, or the "
+                    "kind of its failure (error, budget, memory, deadline).");
+    static const double rule_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                          0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5, 8};
+    metrics_declare_histogram("cozygpu_policy_rule_duration_seconds",
+                              "Wall time of one rule's calls (match function and hooks) in one review.", rule_buckets,
+                              sizeof rule_buckets / sizeof *rule_buckets);
     metrics_declare("cozygpu_policy_reloads_total", "counter", "Policy bundle reloads from the ConfigMap, by result.");
     metrics_declare("cozygpu_policy_bundle_generation", "gauge", "Generation of the policy bundle being served.");
     metrics_declare("cozygpu_watch_restarts_total", "counter", "Watch restarts, by resource and reason.");
@@ -228,6 +236,7 @@ int controller_main(int argc, char **argv)
         .endpoints = ctl_review_endpoints,
         .n_endpoints = ctl_review_n_endpoints,
         .workers = (unsigned)f->workers,
+        .io_threads = (unsigned)f->io_threads,
         .max_body_bytes = (size_t)f->max_body,
         .review_timeout_ms = f->review_timeout_ms,
         .max_connections = (unsigned)f->max_connections,

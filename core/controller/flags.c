@@ -37,8 +37,12 @@ static int flag_error(const char *fmt, ...)
 static int int_in(const char *arg, int lo, int hi, int *out)
 {
     char *end;
-    *out = (int)strtol(arg, &end, 10);
-    return *arg && !*end && *out >= lo && *out <= hi ? 0 : -1;
+    errno = 0;
+    long v = strtol(arg, &end, 10); /* range-checked before it is narrowed to int */
+    if(!*arg || *end || errno == ERANGE || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
 }
 
 /* Sets *out to 1 when arg is `one`, to 0 when it is `zero`, and returns
@@ -97,6 +101,8 @@ static void usage(FILE *f)
         "  --tls-cert-file FILE     PEM certificate (chain); re-read when it changes\n"
         "  --tls-key-file FILE      PEM private key; re-read when it changes\n"
         "  --workers N              review threads, one Lua state each (default 4)\n"
+        "  --io-threads N           TLS and HTTP threads; they only move bytes and queue\n"
+        "                           complete reviews for the review threads (default 2)\n"
         "  --review-timeout DURATION  deadline for one review; keep it below the\n"
         "                           webhooks' timeoutSeconds (default 8s)\n"
         "  --max-body-bytes N       largest AdmissionReview accepted (default 3145728)\n"
@@ -156,7 +162,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         O_KUBECONFIG = 1000, O_CONTEXT, O_SERVER, O_NS, O_ID, O_CONFIG, O_PCM, O_POLICIES, O_LIBRARY, O_STATE,
         O_ADDRESS, O_PORT, O_PORTFILE, O_CERT, O_KEY, O_WORKERS, O_RTIMEOUT, O_MAXBODY, O_LEADER, O_LEASE,
         O_LEASEDUR, O_RENEW, O_RETRY, O_RESYNC, O_GRACE, O_STATUSINT, O_LOGFMT, O_LOGLVL, O_HELP, O_MAXCONN,
-        O_MAXCONNADDR, O_REQTIMEOUT, O_BODYFLIGHT, O_PROBEPORT, O_PROBEPORTFILE
+        O_MAXCONNADDR, O_REQTIMEOUT, O_BODYFLIGHT, O_PROBEPORT, O_PROBEPORTFILE, O_IOTHREADS
     };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
@@ -179,6 +185,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         {"max-connections-per-address", required_argument, 0, O_MAXCONNADDR},
         {"request-timeout", required_argument, 0, O_REQTIMEOUT},
         {"max-body-bytes-in-flight", required_argument, 0, O_BODYFLIGHT},
+        {"io-threads", required_argument, 0, O_IOTHREADS},
         {0, 0, 0, 0},
     };
     static char host[300];
@@ -210,6 +217,7 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         .port = 8443,
         .probe_port = -1,
         .workers = 4,
+        .io_threads = 2,
         .review_timeout_ms = 8000,
         .max_body = 3 * 1024 * 1024,
         .max_connections = 512,
@@ -258,6 +266,10 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         case O_WORKERS:
             if(int_in(optarg, 1, 256, &f->workers) != 0)
                 return flag_error("--workers: need 1..256, got %s", optarg);
+            break;
+        case O_IOTHREADS:
+            if(int_in(optarg, 1, 64, &f->io_threads) != 0)
+                return flag_error("--io-threads: need 1..64, got %s", optarg);
             break;
         case O_MAXBODY:
             f->max_body = strtol(optarg, &end, 10);

@@ -174,6 +174,23 @@ static void policy_error(const webhook_endpoint *ep, const engine_verdict *v)
               "not_logged_since", n, NULL);
 }
 
+/* What each rule said and how long it took (issue 11: per-rule metrics):
+ * cozygpu_policy_rule_decisions_total{rule,decision} and
+ * cozygpu_policy_rule_duration_seconds{rule}. Rule names are letters,
+ * digits and - . _ / (cozygpu.policy refuses others), safe in a label. */
+static void rule_metrics(const engine *e)
+{
+    size_t n = 0;
+    const engine_rule_result *rr = engine_last_rules(e, &n);
+    for(size_t i = 0; i < n; i++) {
+        char labels[256];
+        snprintf(labels, sizeof labels, "rule=\"%s\",decision=\"%s\"", rr[i].rule, rr[i].result);
+        metrics_counter_add("cozygpu_policy_rule_decisions_total", labels, 1);
+        snprintf(labels, sizeof labels, "rule=\"%s\"", rr[i].rule);
+        metrics_histogram_observe("cozygpu_policy_rule_duration_seconds", labels, rr[i].seconds);
+    }
+}
+
 /* The operations each path is registered for (deploy/50-webhooks.yaml
  * rules[].operations): another one means a forged request or a changed
  * configuration, refused rather than judged by rules that match no such
@@ -249,6 +266,7 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
         }
         resp = v.response;
         outcome = v.outcome;
+        rule_metrics(e);
         if(engine_outcome_is_failure(outcome))
             policy_error(ep, &v);
     }

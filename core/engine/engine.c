@@ -13,6 +13,7 @@
 #include <lauxlib.h>
 
 #include "base/b64.h"
+#include "base/buf.h"
 #include "base/file.h"
 #include "engine/luajson.h"
 
@@ -227,6 +228,8 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
     lua_setfield(L, -2, "freeze");
     lua_pushcfunction(L, sandbox_host_restore);
     lua_setfield(L, -2, "restore");
+    lua_pushcfunction(L, sandbox_host_now);
+    lua_setfield(L, -2, "now");
     lua_getfield(L, LUA_REGISTRYINDEX, REG_BASE);
     lua_setfield(L, -2, "base");
     if((rc = push_policy_list(L, e, err)) != COZY_OK) {
@@ -286,6 +289,7 @@ void engine_close(engine *e)
         free((char *)e->sources[i].text);
     }
     free(e->sources);
+    free(e->last_rules);
     free(e->library_dir);
     free(e->bundle_dir);
     free(e->override_dir);
@@ -385,12 +389,64 @@ cozy_result engine_set_cluster(engine *e, const json_t *objects, const json_t *s
     return rc;
 }
 
+const engine_rule_result *engine_last_rules(const engine *e, size_t *n)
+{
+    *n = e->n_last_rules;
+    return e->last_rules;
+}
+
+/* The static word for a rule's result as the runtime wrote it; NULL for
+   any other value. */
+static const char *rule_result_word(const char *w)
+{
+    static const char *const words[] = {"allowed", "denied", "patched", "error", "budget", "memory", "deadline"};
+    for(size_t i = 0; w && i < sizeof words / sizeof *words; i++)
+        if(strcmp(w, words[i]) == 0)
+            return words[i];
+    return NULL;
+}
+
+/* Copies M.review's per-rule list (at `idx`) into e->last_rules. Trusted
+   runtime output: raw reads, entries of another shape are skipped. */
+static void keep_rule_results(engine *e, int idx)
+{
+    lua_State *L = e->L;
+    idx = lua_absindex(L, idx);
+    if(!lua_istable(L, idx))
+        return;
+    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+    for(lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i);
+        if(lua_istable(L, -1)) {
+            lua_getfield(L, -1, "rule");
+            lua_getfield(L, -2, "result");
+            lua_getfield(L, -3, "seconds");
+            const char *word = rule_result_word(lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL);
+            if(lua_type(L, -3) == LUA_TSTRING && word) {
+                engine_rule_result *a = e->last_rules;
+                if(e->n_last_rules == e->cap_last_rules)
+                    a = cozy_grow(e->last_rules, &e->cap_last_rules, e->n_last_rules + 1, sizeof *a);
+                if(a) {
+                    e->last_rules = a;
+                    engine_rule_result *r = &a[e->n_last_rules++];
+                    snprintf(r->rule, sizeof r->rule, "%s", lua_tostring(L, -3));
+                    r->result = word;
+                    r->seconds = lua_type(L, -1) == LUA_TNUMBER ? (double)lua_tonumber(L, -1) : 0;
+                }
+            }
+            lua_pop(L, 3);
+        }
+        lua_pop(L, 1);
+    }
+}
+
 cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err)
 {
     lua_State *L = e->L;
     int top = lua_gettop(L);
     cozy_result rc;
     memset(out, 0, sizeof *out);
+    e->n_last_rules = 0;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
     if((rc = push_json(e, request, err)) != COZY_OK) {
         lua_settop(L, top);
@@ -401,22 +457,25 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
     lua_setfield(L, -2, "validate");
     lua_pushboolean(L, (phases & ENGINE_MUTATE) != 0);
     lua_setfield(L, -2, "mutate");
-    /* admission.review -> response, outcome word, rule name */
-    if((rc = call_admission(e, "review", 3, 3, err)) != COZY_OK) {
+    /* admission.review -> response, outcome word, rule name, per-rule list */
+    if((rc = call_admission(e, "review", 3, 4, err)) != COZY_OK) {
         lua_settop(L, top);
         return rc;
     }
-    int outcome = sandbox_outcome_of(lua_tostring(L, -2));
+    int outcome = sandbox_outcome_of(lua_tostring(L, -3));
     if(outcome < 0) {
         lua_settop(L, top);
         return cozy_fail(err, COZY_ERR_INTERNAL, "admission.review returned no outcome");
     }
-    snprintf(out->rule, sizeof out->rule, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    snprintf(out->rule, sizeof out->rule, "%s", lua_isstring(L, -2) ? lua_tostring(L, -2) : "");
+    keep_rule_results(e, -1);
     json_t *resp = NULL;
-    rc = engine_to_json(e, -3, &resp, err);
+    rc = engine_to_json(e, -4, &resp, err);
     lua_settop(L, top);
-    if(rc != COZY_OK)
+    if(rc != COZY_OK) {
+        e->n_last_rules = 0;
         return rc;
+    }
     json_t *ops = json_object_get(resp, "patch");
     if(ops && json_is_array(ops)) {
         char *text = json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS);

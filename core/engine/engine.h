@@ -76,6 +76,22 @@ typedef struct engine_verdict {
     const char *message; /* response.status.message (borrowed from response), or NULL when allowed */
 } engine_verdict;
 
+/* What one rule said in the last review (engine_last_rules). */
+typedef struct engine_rule_result {
+    char rule[160];     /* the rule's name (truncated past 159 bytes) */
+    const char *result; /* static: "allowed" (ran, refused nothing), "denied", "patched", or a
+                           failure's kind: "error", "budget", "memory", "deadline" */
+    double seconds;     /* wall time of its calls in this review (match function, hooks) */
+} engine_rule_result;
+
+/* The rules the last engine_review ran (a rule whose match said no is not
+ * there), in the order they first ran, with what each said and how long
+ * it took (lua/runtime/admission.lua, M.review). Borrowed: valid until the
+ * engine's next engine_review or engine_close. *n is 0 before any review
+ * and after a review that failed. For per-rule metrics and `policy test`'s
+ * per-rule results (issue 11). */
+const engine_rule_result *engine_last_rules(const engine *e, size_t *n);
+
 /* Maps a policies ConfigMap key to the source it carries
  * (docs/decisions/0007): "NAME.lua" is the policy file NAME.lua; "lib.a.b.lua"
  * is the module "a.b" of the bundle's lib/. `module` receives the module name

@@ -57,6 +57,8 @@ struct engine {
     int bundle_ref;
     int runtime_ref;          /* engine_open_runtime: the module */
     int rule_count;
+    engine_rule_result *last_rules; /* engine_last_rules */
+    size_t n_last_rules, cap_last_rules;
 };
 
 /* The lua_Alloc of every engine state (`ud` is the engine): accounts bytes
@@ -116,6 +118,9 @@ int sandbox_host_readonly(lua_State *L);
 /* host.freeze(chunk): sandbox_freeze_env; host.restore(): sandbox_restore_envs */
 int sandbox_host_freeze(lua_State *L);
 int sandbox_host_restore(lua_State *L);
+/* host.now() -> seconds (CLOCK_MONOTONIC, a float): the runtime times
+ * each rule's calls with it (engine_last_rules). */
+int sandbox_host_now(lua_State *L);
 
 /* The engine_outcome named `name` (engine_outcome_name's words), or -1. */
 int sandbox_outcome_of(const char *name);

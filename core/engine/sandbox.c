@@ -263,6 +263,14 @@ int sandbox_host_invoke(lua_State *L)
     return nres + 1;
 }
 
+int sandbox_host_now(lua_State *L)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    lua_pushnumber(L, (lua_Number)t.tv_sec + (lua_Number)t.tv_nsec / 1e9);
+    return 1;
+}
+
 /* ---- sources and the sandboxed require ---------------------------------- */
 
 static char *sandbox_read_source(const char *path, size_t *len, cozy_err *err)

@@ -48,6 +48,7 @@
 #define WH_DEFAULT_MAX_BODY (3u * 1024u * 1024u) /* k8s.io/apiserver: maxRequestBodyBytes 3 MiB */
 #define WH_DEFAULT_TIMEOUT_MS 8000L
 #define WH_DEFAULT_WORKERS 4u
+#define WH_DEFAULT_IO_THREADS 2u
 #define WH_DEFAULT_CONN_TIMEOUT_S 120u
 #define WH_DEFAULT_MAX_CONNS 512u
 #define WH_DEFAULT_MAX_CONNS_PER_ADDR 128u
@@ -61,6 +62,8 @@
 #define WH_CONNS "cozygpu_webhook_connections"
 #define WH_BODY_BYTES "cozygpu_webhook_body_bytes_in_flight"
 #define WH_REFUSALS "cozygpu_webhook_refusals_total"
+#define WH_QUEUED "cozygpu_webhook_reviews_queued"
+#define WH_BUSY "cozygpu_webhook_review_threads_busy"
 
 /* One TCP connection (MHD's socket context). */
 typedef struct wh_conn {
@@ -74,6 +77,8 @@ typedef struct wh_endpoint_labels {
     char *webhook;                  /* webhook="name" */
     char *allowed, *denied, *error; /* webhook="name",decision="..." */
 } wh_endpoint_labels;
+
+struct wh_req;
 
 struct webhook_server {
     struct MHD_Daemon *daemon;
@@ -102,6 +107,16 @@ struct webhook_server {
     pthread_t reaper;
     int reaper_started;
     atomic_int stopping;
+    /* the review pool: complete review requests wait in a FIFO for one of
+       n_pool review threads; their connections are suspended meanwhile */
+    pthread_mutex_t q_lock;
+    pthread_cond_t q_cond;
+    struct wh_req *q_head, *q_tail; /* under q_lock */
+    long q_len;                     /* under q_lock */
+    int q_stop;                     /* under q_lock: the review threads exit once the queue is empty */
+    long busy;                      /* under q_lock: review threads running a review */
+    pthread_t *pool;
+    unsigned n_pool;                /* review threads started */
 };
 
 static long wh_elapsed_ns(const struct timespec *a, const struct timespec *b)
@@ -239,7 +254,17 @@ typedef struct wh_req {
     size_t reserved; /* bytes taken from the body budget for body */
     int too_large;
     int over_budget; /* a chunked body went above the budget: drained, not kept, 503 */
+    /* the review pool (see "review pool" below) */
+    struct MHD_Connection *con; /* suspended while queued or under review */
+    struct wh_req *qnext;       /* in webhook_server.q_head, under q_lock */
+    atomic_int state;           /* WHR_READING, WHR_QUEUED, WHR_ANSWERED */
+    unsigned ans_status;        /* the answer a review worker left for the I/O thread */
+    const char *ans_ctype;
+    char *ans_text;             /* malloc'd, handed to MHD */
+    size_t ans_len;
 } wh_req;
+
+enum { WHR_READING = 0, WHR_QUEUED, WHR_ANSWERED };
 
 static void *wh_uri_logged(void *cls, const char *uri, struct MHD_Connection *con)
 {
@@ -275,6 +300,7 @@ static void wh_completed(void *cls, struct MHD_Connection *con, void **con_cls, 
         atomic_fetch_sub(&s->in_flight, 1);
     cozy_buf_free(&r->body);
     wh_body_release(s, r->reserved);
+    free(r->ans_text);
     free(r);
     *con_cls = NULL;
 }
@@ -407,7 +433,24 @@ static const char *wh_response_problem(const json_t *out, const char *uid)
     return NULL;
 }
 
-static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, wh_req *r)
+/* Leaves a plain-text answer in r for the I/O thread (review threads). */
+static void wh_answer_text(wh_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void wh_answer_text(wh_req *r, unsigned status, const char *fmt, ...)
+{
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    r->ans_status = status;
+    r->ans_ctype = "text/plain; charset=utf-8";
+    r->ans_text = n < 0 ? NULL : msg; /* NULL: the I/O thread closes the connection */
+    r->ans_len = n < 0 ? 0 : (size_t)n;
+}
+
+/* Parses, checks and reviews r's body, and leaves the answer in r. Runs on
+ * a review thread; touches neither the connection nor MHD. */
+static void wh_review(webhook_server *s, wh_req *r)
 {
     const webhook_endpoint *ep = r->ep;
     const wh_endpoint_labels *lab = &s->labels[r->ep_index];
@@ -419,17 +462,19 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
     r->body = (cozy_buf){ 0 };
     wh_body_release(s, r->reserved);
     r->reserved = 0;
-    if(!doc)
-        return wh_text(s, con, MHD_HTTP_BAD_REQUEST, NULL,
-                       "cozygpu webhook %s: the body is not JSON: %s (line %d, column %d)\n", ep->name, jerr.text,
-                       jerr.line, jerr.column);
+    if(!doc) {
+        wh_answer_text(r, MHD_HTTP_BAD_REQUEST, "cozygpu webhook %s: the body is not JSON: %s (line %d, column %d)\n",
+                       ep->name, jerr.text, jerr.line, jerr.column);
+        return;
+    }
     char why[256];
     const char *problem = wh_review_problem(doc, why, sizeof why);
     if(problem) {
         json_decref(doc);
-        return wh_text(s, con, MHD_HTTP_BAD_REQUEST, NULL,
+        wh_answer_text(r, MHD_HTTP_BAD_REQUEST,
                        "cozygpu webhook %s: the body is not an admission.k8s.io/v1 AdmissionReview: %s\n", ep->name,
                        problem);
+        return;
     }
     const char *uid = json_string_value(json_object_get(json_object_get(doc, "request"), "uid"));
     struct timespec deadline = r->start;
@@ -439,10 +484,19 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
     json_t *out = NULL;
     webhook_decision said = WEBHOOK_ERROR;
-    int rc = s->review(s->ctx, ep, doc, &deadline, &out, &said);
-    const char *bad = rc != 0 ? "the review callback failed" : wh_response_problem(out, uid);
+    const char *bad;
+    if(wh_elapsed_ns(&deadline, &now) >= 0) {
+        /* waited for a review thread past its deadline: the API server has
+           given up or is about to; refuse without running it */
+        bad = "its deadline passed while it waited for a review thread (every one was busy)";
+    } else {
+        int rc = s->review(s->ctx, ep, doc, &deadline, &out, &said);
+        bad = rc != 0 ? "the review callback failed" : wh_response_problem(out, uid);
+    }
     const char *decision;
     if(bad) {
         log_write(LOG_ERROR, WH_COMPONENT, "review failed; refusing (fail closed)", "webhook", ep->name, "uid", uid,
@@ -462,16 +516,111 @@ static enum MHD_Result wh_review(webhook_server *s, struct MHD_Connection *con, 
     json_decref(doc);
     char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
     json_decref(out);
-    if(!text) /* out of memory: the API server's failurePolicy Fail refuses for us */
-        return wh_text(s, con, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, "cozygpu webhook %s: internal error\n", ep->name);
-    struct timespec now;
+    if(!text) { /* out of memory: the API server's failurePolicy Fail refuses for us */
+        wh_answer_text(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "cozygpu webhook %s: internal error\n", ep->name);
+        return;
+    }
     clock_gettime(CLOCK_MONOTONIC, &now);
     double took = wh_elapsed_ns(&r->start, &now) / 1e9;
     metrics_counter_add(WH_REVIEWS, decision, 1);
     metrics_histogram_observe(WH_DURATION, lab->webhook, took);
     if(wh_elapsed_ns(&deadline, &now) > 0)
         log_write(LOG_WARN, WH_COMPONENT, "review answered after its deadline", "webhook", ep->name, NULL);
-    return wh_send(s, con, MHD_HTTP_OK, "application/json", text, strlen(text), MHD_RESPMEM_MUST_FREE, NULL);
+    r->ans_status = MHD_HTTP_OK;
+    r->ans_ctype = "application/json";
+    r->ans_text = text;
+    r->ans_len = strlen(text);
+}
+
+/* --- review pool ----------------------------------------------------------
+ * libmicrohttpd's threads only move bytes: a complete review request is
+ * queued (FIFO) and its connection suspended (MHD_suspend_connection); one
+ * of n_pool review threads takes it, runs wh_review, leaves the answer in
+ * the request and resumes the connection (MHD_resume_connection, which
+ * wakes the I/O thread through its inter-thread channel); MHD then calls
+ * wh_access again and the answer is queued there. So a review stuck until
+ * its deadline holds one review thread and nothing else: other reviews go
+ * to the free threads, whatever connection or I/O thread they came on
+ * (issue 11; decision 0017). */
+
+/* Under q_lock, so that the last value set is the current one. */
+static void wh_pool_gauges(webhook_server *s)
+{
+    metrics_gauge_set(WH_QUEUED, "", (double)s->q_len);
+    metrics_gauge_set(WH_BUSY, "", (double)s->busy);
+}
+
+/* Suspends r's connection and queues r for a review thread (I/O thread).
+   Returns 0, or -1 when the pool is stopping (nothing done). */
+static int wh_pool_push(webhook_server *s, wh_req *r, struct MHD_Connection *con)
+{
+    pthread_mutex_lock(&s->q_lock);
+    if(s->q_stop) {
+        pthread_mutex_unlock(&s->q_lock);
+        return -1;
+    }
+    r->con = con;
+    atomic_store(&r->state, WHR_QUEUED);
+    MHD_suspend_connection(con); /* before a review thread can see r and resume it */
+    r->qnext = NULL;
+    if(s->q_tail)
+        s->q_tail->qnext = r;
+    else
+        s->q_head = r;
+    s->q_tail = r;
+    s->q_len++;
+    wh_pool_gauges(s);
+    pthread_cond_signal(&s->q_cond);
+    pthread_mutex_unlock(&s->q_lock);
+    return 0;
+}
+
+static void *wh_pool_main(void *arg)
+{
+    webhook_server *s = arg;
+    for(;;) {
+        pthread_mutex_lock(&s->q_lock);
+        while(!s->q_head && !s->q_stop)
+            pthread_cond_wait(&s->q_cond, &s->q_lock);
+        wh_req *r = s->q_head;
+        if(!r) { /* stopping and nothing left */
+            pthread_mutex_unlock(&s->q_lock);
+            return NULL;
+        }
+        s->q_head = r->qnext;
+        if(!s->q_head)
+            s->q_tail = NULL;
+        s->q_len--;
+        s->busy++;
+        wh_pool_gauges(s);
+        int stopping = s->q_stop;
+        pthread_mutex_unlock(&s->q_lock);
+        if(stopping)
+            wh_answer_text(r, MHD_HTTP_SERVICE_UNAVAILABLE, "cozygpu webhook %s: shutting down\n", r->ep->name);
+        else
+            wh_review(s, r);
+        pthread_mutex_lock(&s->q_lock);
+        s->busy--;
+        wh_pool_gauges(s);
+        pthread_mutex_unlock(&s->q_lock);
+        struct MHD_Connection *con = r->con;
+        atomic_store(&r->state, WHR_ANSWERED); /* r belongs to the I/O thread again */
+        MHD_resume_connection(con);
+    }
+}
+
+/* Stops the review threads once the queue is empty (what is still queued
+   is answered 503) and joins them; each finishes the review it runs, which
+   its deadline bounds. */
+static void wh_pool_stop(webhook_server *s)
+{
+    pthread_mutex_lock(&s->q_lock);
+    s->q_stop = 1;
+    pthread_cond_broadcast(&s->q_cond);
+    pthread_mutex_unlock(&s->q_lock);
+    for(unsigned i = 0; i < s->n_pool; i++)
+        pthread_join(s->pool[i], NULL);
+    s->n_pool = 0;
 }
 
 /* 503 with Retry-After: 1 for a body the budget has no room for (declared:
@@ -505,6 +654,13 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
             return MHD_NO;
         clock_gettime(CLOCK_MONOTONIC, &r->start);
         *con_cls = r;
+    }
+    if(atomic_load(&r->state) == WHR_ANSWERED) { /* resumed by a review thread */
+        char *text = r->ans_text;
+        r->ans_text = NULL;
+        if(!text)
+            return MHD_NO;
+        return wh_send(s, con, r->ans_status, r->ans_ctype, text, r->ans_len, MHD_RESPMEM_MUST_FREE, NULL);
     }
     if(!r->routed) {
         r->routed = 1;
@@ -571,7 +727,9 @@ static enum MHD_Result wh_access(void *cls, struct MHD_Connection *con, const ch
                        "cozygpu webhook %s: body is above the limit of %zu bytes\n", r->ep->name, s->max_body);
     if(r->over_budget)
         return wh_busy(s, con, r, 0);
-    return wh_review(s, con, r);
+    if(wh_pool_push(s, r, con) != 0)
+        return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, "1", "cozygpu webhook %s: shutting down\n", r->ep->name);
+    return MHD_YES;
 }
 
 static void wh_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -600,6 +758,9 @@ void webhook_declare_metrics(void)
     metrics_declare(WH_BODY_BYTES, "gauge",
                     "Bytes of review bodies held at once (declared Content-Length or received), against "
                     "--max-body-bytes-in-flight.");
+    metrics_declare(WH_QUEUED, "gauge",
+                    "Complete review requests waiting for a review thread (their connections suspended).");
+    metrics_declare(WH_BUSY, "gauge", "Review threads running a review, against --workers.");
     metrics_declare(WH_REFUSALS, "counter",
                     "Requests refused for a client bound, by reason (request_timeout: the connection had no "
                     "complete request in time and was closed; body_budget: 503, bodies in flight at their budget).");
@@ -631,7 +792,10 @@ static void wh_free(webhook_server *s)
         free(s->labels[i].error);
     }
     free(s->labels);
+    free(s->pool);
     pthread_mutex_destroy(&s->conns_lock);
+    pthread_mutex_destroy(&s->q_lock);
+    pthread_cond_destroy(&s->q_cond);
     webhook_tls_unregister(s->tls); /* no handshake reaches it any more */
     webhook_tls_free(s->tls);
     free(s);
@@ -649,7 +813,8 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     const char *addr = o->address ? o->address : "0.0.0.0";
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_TLS | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_TLS | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
     if(inet_pton(AF_INET, addr, &in4->sin_addr) == 1) {
@@ -678,6 +843,8 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     s->body_budget = o->max_body_bytes_in_flight ? o->max_body_bytes_in_flight : WH_DEFAULT_BODY_BUDGET;
     atomic_init(&s->body_in_flight, 0);
     pthread_mutex_init(&s->conns_lock, NULL);
+    pthread_mutex_init(&s->q_lock, NULL);
+    pthread_cond_init(&s->q_cond, NULL);
     s->labels = calloc(o->n_endpoints, sizeof *s->labels);
     if(!s->labels) {
         wh_free(s);
@@ -712,15 +879,27 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     }
 
     unsigned workers = o->workers ? o->workers : WH_DEFAULT_WORKERS;
+    unsigned io_threads = o->io_threads ? o->io_threads : WH_DEFAULT_IO_THREADS;
+    if(!(s->pool = calloc(workers, sizeof *s->pool))) {
+        wh_free(s);
+        return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: out of memory");
+    }
+    for(; s->n_pool < workers; s->n_pool++)
+        if(pthread_create(&s->pool[s->n_pool], NULL, wh_pool_main, s) != 0) {
+            wh_pool_stop(s);
+            wh_free(s);
+            return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: cannot start review thread %u of %u", s->n_pool + 1,
+                             workers);
+        }
     unsigned conn_timeout = o->connection_timeout_s ? o->connection_timeout_s : WH_DEFAULT_CONN_TIMEOUT_S;
     unsigned max_conns = o->max_connections ? o->max_connections : WH_DEFAULT_MAX_CONNS;
     unsigned per_addr = o->max_connections_per_address ? o->max_connections_per_address : WH_DEFAULT_MAX_CONNS_PER_ADDR;
-    if(max_conns < workers) /* MHD gives each worker max_conns / workers */
-        max_conns = workers;
+    if(max_conns < io_threads) /* MHD gives each I/O thread max_conns / io_threads */
+        max_conns = io_threads;
     errno = 0;
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, wh_access, s, MHD_OPTION_EXTERNAL_LOGGER, wh_mhd_log, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, workers, MHD_OPTION_HTTPS_PRIORITIES, WH_TLS_PRIORITIES,
+        MHD_OPTION_THREAD_POOL_SIZE, io_threads, MHD_OPTION_HTTPS_PRIORITIES, WH_TLS_PRIORITIES,
         MHD_OPTION_HTTPS_CERT_CALLBACK2, webhook_tls_retrieve, MHD_OPTION_URI_LOG_CALLBACK, wh_uri_logged, s,
         MHD_OPTION_NOTIFY_COMPLETED, wh_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, conn_timeout,
         MHD_OPTION_CONNECTION_LIMIT, max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_addr,
@@ -728,12 +907,14 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
         MHD_OPTION_END);
     if(!s->daemon) {
         int e = errno;
+        wh_pool_stop(s);
         wh_free(s);
         return cozy_fail(err, COZY_ERR_IO, "webhook: cannot listen on %s port %d%s%s", addr, o->port, e ? ": " : "",
                          e ? strerror(e) : "");
     }
     if(pthread_create(&s->reaper, NULL, wh_reaper, s) != 0) {
         MHD_stop_daemon(s->daemon);
+        wh_pool_stop(s);
         wh_free(s);
         return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: cannot start the connection reaper thread");
     }
@@ -759,6 +940,7 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
             atomic_store(&s->stopping, 1);
             pthread_join(s->reaper, NULL);
             MHD_stop_daemon(s->daemon);
+            wh_pool_stop(s);
             wh_free(s);
             return cozy_fail(err, COZY_ERR_IO, "webhook: cannot listen for probes on %s port %d%s%s", addr, pp,
                              e ? ": " : "", e ? strerror(e) : "");
@@ -825,6 +1007,9 @@ void webhook_stop(webhook_server *s)
         pthread_join(s->reaper, NULL);
     if(s->probe_daemon)
         MHD_stop_daemon(s->probe_daemon);
+    /* no connection may be suspended when MHD stops: the review threads
+       answer (or refuse) and resume every queued review first */
+    wh_pool_stop(s);
     MHD_stop_daemon(s->daemon);
     wh_free(s);
 }

@@ -41,11 +41,17 @@
  *    observes cozygpu_admission_review_duration_seconds{webhook} (from the
  *    request line received to the response queued) per review.
  *
- * Threads: MHD's internal thread pool (`workers` threads, epoll), each
- * serving many connections; a review runs on the worker that read it, so a
- * slow review delays only that worker's other connections. The callback
- * must therefore be thread-safe; Lua states are the controller's business
- * (one engine per worker thread).
+ * Threads: `io_threads` libmicrohttpd threads (epoll) move bytes: TLS,
+ * headers, bodies, answers, for many connections each. A complete review
+ * request is queued (first in, first out) and its connection suspended;
+ * one of `workers` review threads takes it, runs the callback and hands the
+ * answer back. A review stuck until its deadline therefore holds one review
+ * thread and nothing else (docs/decisions/0017). A review whose deadline
+ * passed while it waited for a thread is refused (500, counted as an
+ * error) without the callback. Gauges: cozygpu_webhook_reviews_queued,
+ * cozygpu_webhook_review_threads_busy. The callback must be thread-safe;
+ * it always runs on a review thread, so a thread-local Lua state per
+ * review thread is the controller's way.
  */
 #ifndef COZYGPU_WEBHOOK_H
 #define COZYGPU_WEBHOOK_H
@@ -73,7 +79,7 @@ typedef enum webhook_decision {
     WEBHOOK_ERROR,   /* refused because a policy or the callback failed (fail closed) */
 } webhook_decision;
 
-/* Called on an MHD worker thread for each valid review.
+/* Called on a review thread for each valid review.
  * review: the AdmissionReview as received (borrowed; apiVersion
  *   admission.k8s.io/v1, kind AdmissionReview, request an object with a
  *   non-empty string uid).
@@ -98,7 +104,8 @@ typedef struct webhook_options {
     const char *cert_file, *key_file;     /* PEM: certificate (chain) and private key */
     const webhook_endpoint *endpoints;    /* borrowed; must outlive the server */
     size_t n_endpoints;
-    unsigned workers;                     /* thread pool size; 0: 4 */
+    unsigned workers;                     /* review threads (each runs the callback); 0: 4 */
+    unsigned io_threads;                  /* libmicrohttpd threads (TLS and HTTP); 0: 2 */
     size_t max_body_bytes;                /* 0: 3 MiB (the API server's limit) */
     long review_timeout_ms;               /* per-review deadline; <= 0: 8000 (webhook timeoutSeconds 10) */
     unsigned connection_timeout_s;        /* idle keep-alive connection closed after; 0: 120 */

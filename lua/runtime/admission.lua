@@ -73,17 +73,20 @@ local function one_of(want, have)
   return false
 end
 
--- returns true/false, or nil and a failure {kind, message}
+-- returns true/false, or nil and a failure {kind, message}; and the
+-- seconds a match function took (0 for a table)
 local function matches(host, r, req, cluster)
   local m = r.match
-  if m == nil then return true end
+  if m == nil then return true, 0 end
   if type(m) == "function" then
+    local t0 = host.now()
     local st, a = host.invoke(r.name, m, req, cluster)
-    if st ~= "ok" then return nil, { kind = st, message = a } end
-    return a and true or false
+    local took = host.now() - t0
+    if st ~= "ok" then return nil, { kind = st, message = a }, took end
+    return a and true or false, nil, took
   end
   local kind = req.kind or {}
-  return one_of(m.kind, kind.kind) and one_of(m.group, kind.group) and one_of(m.operations, req.operation)
+  return one_of(m.kind, kind.kind) and one_of(m.group, kind.group) and one_of(m.operations, req.operation), nil, 0
 end
 
 -- What a hook returned is the policy's: it is read with raw access only
@@ -184,20 +187,39 @@ end
 --- Returns the AdmissionResponse table (`patch` is the list of operations;
 --- the C side encodes it to base64), the outcome ("allowed", "refused",
 --- or the first failure's kind: "error", "budget", "memory", "deadline")
---- and the name of the rule that decided it (nil when allowed). A failure
---- wins over a denial: the review is refused with 500 (fail closed,
---- DESIGN.md §9); engine.h's engine_outcome mirrors these words.
+--- the name of the rule that decided it (nil when allowed), and what each
+--- rule that ran said: a list of {rule = name, result = word, seconds = n}
+--- in the order the rules first ran, where word is "allowed" (it ran and
+--- refused nothing; warnings included), "denied", "patched", or its
+--- failure's kind, and seconds the wall time of its calls (match function
+--- and hooks, both phases) from host.now. A failure wins over a denial: the
+--- review is refused with 500 (fail closed, DESIGN.md §9); engine.h's
+--- engine_outcome mirrors these words, engine_last_rules the list.
 function M.review(bundle, request, phases)
   local host, cluster = bundle.host, bundle.cluster
   host.restore() -- a hook that assigned `_ENV` itself does not carry it over
   local req = host.readonly(request)
   local denials, warnings, failures = {}, {}, {}
+  local ran, by_rule = {}, {} -- what each rule said (engine_last_rules)
+  local RANK = { allowed = 0, patched = 1, denied = 2 } -- a failure outranks them all
+  local function said(r, word, seconds)
+    local e = by_rule[r.name]
+    if not e then
+      e = { rule = r.name, result = word, seconds = 0 }
+      by_rule[r.name] = e
+      ran[#ran + 1] = e
+    elseif (RANK[word] or 3) > (RANK[e.result] or 3) then
+      e.result = word
+    end
+    e.seconds = e.seconds + seconds
+  end
 
   -- once the review's deadline has passed, the rules not yet run are
   -- skipped: only the rule that was running is named
   local late = false
   local first_failure -- {kind, rule}
-  local function failed(r, kind, message)
+  local function failed(r, kind, message, seconds)
+    said(r, kind, seconds or 0)
     failures[#failures + 1] = ("policy %q %s"):format(r.name, describe(kind, message))
     first_failure = first_failure or { kind = kind, rule = r.name }
     if kind == "deadline" then late = true end
@@ -207,28 +229,35 @@ function M.review(bundle, request, phases)
     for _, r in ipairs(bundle.rules) do
       if late then break end
       if r.validate then
-        local yes, f = matches(host, r, req, cluster)
-        if f then failed(r, f.kind, f.message)
+        local yes, f, took = matches(host, r, req, cluster)
+        if f then failed(r, f.kind, f.message, took)
         elseif yes then
+          local t0 = host.now()
           local st, result = host.invoke(r.name, r.validate, req, cluster)
+          took = took + (host.now() - t0)
           if st ~= "ok" then
-            failed(r, st, result)
+            failed(r, st, result, took)
           elseif result ~= nil then
             local list, bad = verdicts_of(result)
             if not list then
               -- fail closed: a verdict the engine cannot read is a refusal
-              failed(r, "error", ("validate returned %s; expected nil, a verdict (deny(), warn()) or a list of them"):format(bad))
+              failed(r, "error", ("validate returned %s; expected nil, a verdict (deny(), warn()) or a list of them"):format(bad), took)
             else
+              local denied = false
               for i = 1, rawlen(list) do
                 local v = rawget(list, i)
                 if rawget(v, "verdict") == "deny" then
+                  denied = true
                   denials[#denials + 1] = { rule = r.name, message = rawget(v, "message"), field = rawget(v, "field"),
                     code = rawget(v, "code") }
                 else
                   warnings[#warnings + 1] = rawget(v, "message")
                 end
               end
+              said(r, denied and "denied" or "allowed", took)
             end
+          else
+            said(r, "allowed", took)
           end
         end
       end
@@ -245,27 +274,32 @@ function M.review(bundle, request, phases)
         for k, v in pairs(request) do view[k] = v end
         view.object = current
         local rview = host.readonly(view)
-        local yes, f = matches(host, r, rview, cluster)
-        if f then failed(r, f.kind, f.message)
+        local yes, f, took = matches(host, r, rview, cluster)
+        if f then failed(r, f.kind, f.message, took)
         elseif yes then
+          local t0 = host.now()
           local st, result = host.invoke(r.name, r.mutate, rview, cluster)
+          took = took + (host.now() - t0)
           if st ~= "ok" then
-            failed(r, st, result)
+            failed(r, st, result, took)
           elseif result ~= nil then
             if type(result) == "table" and rawget(result, "verdict") ~= nil then
-              failed(r, "error", ("mutate returned a verdict (%s); a mutate hook returns nil or a JSONPatch (refuse in validate)"):format(key_name(rawget(result, "verdict"))))
+              failed(r, "error", ("mutate returned a verdict (%s); a mutate hook returns nil or a JSONPatch (refuse in validate)"):format(key_name(rawget(result, "verdict"))), took)
             elseif type(result) ~= "table" or not readable(result, true) or not is_sequence(result) then
-              failed(r, "error", ("mutate returned %s; expected nil or a JSONPatch (patch.new() or a list of operations)"):format(shape(result)))
+              failed(r, "error", ("mutate returned %s; expected nil or a JSONPatch (patch.new() or a list of operations)"):format(shape(result)), took)
             else
               local list = json.copy(result)
               local after, err = jsonpatch.apply_shared(current, list)
               if not after then
-                failed(r, "error", "its patch does not apply: " .. err)
+                failed(r, "error", "its patch does not apply: " .. err, took)
               else
                 current = after
                 for _, op in ipairs(list) do ops[#ops + 1] = op end
+                said(r, #list > 0 and "patched" or "allowed", took)
               end
             end
+          else
+            said(r, "allowed", took)
           end
         end
       end
@@ -297,9 +331,9 @@ function M.review(bundle, request, phases)
   end
   if #warnings > 0 then response.warnings = json.array(warnings) end
   if response.allowed and #ops > 0 then response.patch = ops end
-  if first_failure then return response, first_failure.kind, first_failure.rule end
-  if #denials > 0 then return response, "refused", denials[1].rule end
-  return response, "allowed", nil
+  if first_failure then return response, first_failure.kind, first_failure.rule, ran end
+  if #denials > 0 then return response, "refused", denials[1].rule, ran end
+  return response, "allowed", nil, ran
 end
 
 --- Applies a JSONPatch to a document (for `cozygpu policy test`).

@@ -11,7 +11,7 @@ end
 
 describe("cozygpu policy test, strict", function()
   local typos = {
-    { "expect: {alowed: false}", 'expect: unknown key "alowed" (known: allowed, code, message, warnings, patch, patched)' },
+    { "expect: {alowed: false}", 'expect: unknown key "alowed" (known: allowed, code, message, warnings, patch, patched, rules)' },
     { "expect: {allowed: false, mesage: 'certainly not in the message'}", 'expect: unknown key "mesage"' },
     { "expect: {allowed: false, cod: 200}", 'expect: unknown key "cod"' },
     { "webhok: validating\n  expect: {allowed: false}", 'unknown key "webhok" (known: name, input, object, expect, cluster, user, groups, webhook)' },

@@ -397,6 +397,21 @@ return rule "site/vmi-bug" {
     local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)
     assert.is_true(r.response.allowed)
+    -- per rule: what it said and how long it took (the gate's own
+    -- reviews are not counted); review 02 is refused by gpu/vmi-entries
+    st, r = E.review(c, "/validate/vmi", reviews()[2].review)
+    assert.equal(200, st)
+    assert.is_false(r.response.allowed)
+    local m = E.metrics(c)
+    assert.equal(1, m['cozygpu_policy_rule_decisions_total{rule="gpu/vmi-entries",decision="allowed"}'])
+    assert.equal(1, m['cozygpu_policy_rule_decisions_total{rule="gpu/vmi-entries",decision="denied"}'])
+    assert.equal(2, m['cozygpu_policy_rule_duration_seconds_count{rule="gpu/vmi-entries"}'])
+    assert.is_true(m['cozygpu_policy_rule_duration_seconds_sum{rule="gpu/vmi-entries"}'] > 0)
+    -- the validating webhook runs no mutate hook
+    assert.is_nil(m['cozygpu_policy_rule_decisions_total{rule="gpu/vmi-record",decision="patched"}'])
+    st, r = E.review(c, "/mutate/vmi", reviews()[1].review)
+    assert.equal(200, st)
+    assert.equal(1, E.metrics(c)['cozygpu_policy_rule_decisions_total{rule="gpu/vmi-record",decision="patched"}'])
 
     -- a rule that fails only on some requests gets through the gate; its
     -- failures are counted per rule and logged
@@ -424,6 +439,7 @@ return rule "site/tenant-bug" {
     end
     assert.is_true(n >= 1)
     assert.equal(n, E.metrics(c)['cozygpu_policy_rule_errors_total{rule="site/tenant-bug",kind="error"}'])
+    assert.equal(n, E.metrics(c)['cozygpu_policy_rule_decisions_total{rule="site/tenant-bug",decision="error"}'])
     local log = P.read(c.log) or ""
     assert.truthy(log:find("a policy failed; the review was refused", 1, true), log)
     assert.truthy(log:find("site/tenant-bug", 1, true), log)

@@ -14,12 +14,13 @@
  * "webhook-check/phase".
  *
  *   webhook_check --cert F --key F [--address A] [--port N] [--port-file F]
- *                 [--workers N] [--max-body BYTES] [--timeout-ms MS]
+ *                 [--workers N] [--io-threads N] [--max-body BYTES] [--timeout-ms MS]
  *                 [--ready-file F] [--grace-ms MS] [--log-json] [--log-level L]
  *                 [--max-connections N] [--max-connections-per-address N]
  *                 [--request-timeout-ms MS] [--max-body-in-flight BYTES]
  *                 [--idle-timeout-s S]
  *
+ * --workers: review threads; --io-threads: libmicrohttpd threads.
  * --port-file: the bound port is written there (atomically) once listening.
  * --ready-file: /readyz is 200 only while this file exists.
  * The client bounds set webhook_options' max_connections,
@@ -114,6 +115,7 @@ static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *revie
 static void usage(void)
 {
     fprintf(stderr, "usage: webhook_check --cert F --key F [--address A] [--port N] [--port-file F] [--workers N]\n"
+                    "       [--io-threads N]\n"
                     "       [--max-body BYTES] [--timeout-ms MS] [--ready-file F] [--grace-ms MS] [--log-json]\n"
                     "       [--log-level debug|info|warn|error] [--max-connections N]\n"
                     "       [--max-connections-per-address N] [--request-timeout-ms MS]\n"
@@ -144,6 +146,8 @@ int main(int argc, char **argv)
             port_file = v;
         else if(OPT("--workers"))
             o.workers = (unsigned)atoi(v);
+        else if(OPT("--io-threads"))
+            o.io_threads = (unsigned)atoi(v);
         else if(OPT("--max-body"))
             o.max_body_bytes = strtoul(v, NULL, 10);
         else if(OPT("--timeout-ms"))
