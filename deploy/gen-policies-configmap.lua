@@ -3,7 +3,9 @@
 --
 --   lua5.4 deploy/gen-policies-configmap.lua [-o FILE] DIR
 --
--- Keys: every DIR/*.lua under its file name, and every DIR/lib/**.lua
+-- Keys: every DIR/*.lua and DIR/*.test.yaml (policy tests the controller
+-- runs before it serves the bundle; docs/decisions/0018) under its file
+-- name, and every DIR/lib/**.lua
 -- module as "lib.<module name>.lua" (lib/site/tier.lua -> lib.site.tier.lua,
 -- required as "site.tier"), because ConfigMap keys cannot hold '/'. Values
 -- are YAML literal block scalars that decode to the file's bytes exactly
@@ -141,7 +143,9 @@ function M.collect(dir)
     local key, problem
     local name = rel:match("^([^/]+)$")
     if name then
-      if name:sub(1, 1) ~= "." and #name >= 5 and name:sub(-4) == ".lua" then
+      if name:sub(1, 1) ~= "." and #name > #".test.yaml" and name:sub(-#".test.yaml") == ".test.yaml" then
+        key = name -- the bundle's own policy tests: the controller's reload gate runs them (decision 0018)
+      elseif name:sub(1, 1) ~= "." and #name >= 5 and name:sub(-4) == ".lua" then
         key = name
         if name:sub(1, 4) == "lib." then
           problem = "policy file names starting with \"lib.\" are reserved for lib/ modules"
@@ -255,7 +259,7 @@ local function main(args)
     return 1
   end
   for _, p in ipairs(ignored or {}) do
-    io.stderr:write("gen-policies-configmap: note: ", p, " is not a policy or lib/ module; not included\n")
+    io.stderr:write("gen-policies-configmap: note: ", p, " is not a policy, a NAME.test.yaml or a lib/ module; not included\n")
   end
   if out then
     local tmp = out .. ".tmp"

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "format/config.h"
 #include "format/manifest.h"
@@ -103,11 +104,20 @@ static int contained(const json_t *want, const json_t *have)
     return json_equal((json_t *)want, (json_t *)have);
 }
 
+/* Appends to `objects` the snapshot `list` names: a path (file or
+ * directory, relative to `testfile`), an inline object (a List's items are
+ * taken one by one), or a list of those. testfile NULL: a test held in
+ * memory (a ConfigMap key), where a path names nothing and is an error. */
 static cozy_result load_cluster(const char *testfile, const json_t *list, json_t *objects, cozy_err *err)
 {
     if(!list)
         return COZY_OK;
     if(json_is_string(list)) {
+        if(!testfile)
+            return cozy_fail(err, COZY_ERR_INPUT,
+                             "cluster: \"%s\" is a path, and a test in a ConfigMap has no files: give the objects "
+                             "inline",
+                             json_string_value(list));
         char p[PATH_MAX];
         resolve(testfile, json_string_value(list), p, sizeof p);
         json_t *recs = json_array();
@@ -118,8 +128,25 @@ static cozy_result load_cluster(const char *testfile, const json_t *list, json_t
         json_decref(recs);
         return rc;
     }
+    if(json_is_object(list)) { /* inline */
+        const json_t *items = json_object_get(list, "items");
+        const char *kind = json_string_value(json_object_get(list, "kind"));
+        size_t kl = kind ? strlen(kind) : 0;
+        if(kl >= 4 && strcmp(kind + kl - 4, "List") == 0 && json_is_array(items)) {
+            size_t i;
+            json_t *o;
+            json_array_foreach(items, i, o) if(json_is_object(o)) json_array_append(objects, o);
+        } else if(kind && json_is_string(json_object_get(list, "apiVersion"))) {
+            json_array_append(objects, (json_t *)list);
+        } else {
+            return cozy_fail(err, COZY_ERR_INPUT, "%s%scluster: an inline object needs apiVersion and kind",
+                             testfile ? testfile : "", testfile ? ": " : "");
+        }
+        return COZY_OK;
+    }
     if(!json_is_array(list))
-        return cozy_fail(err, COZY_ERR_INPUT, "%s: cluster: must be a path or a list of paths", testfile);
+        return cozy_fail(err, COZY_ERR_INPUT, "%s%scluster: must be a path, an object or a list of them",
+                         testfile ? testfile : "", testfile ? ": " : "");
     size_t i;
     json_t *item;
     json_array_foreach(list, i, item) {
@@ -335,30 +362,46 @@ static const char *expect_types(const json_t *expect, char *why, size_t n)
     return NULL;
 }
 
-static void run_file(const char *file, const engine_options *base_opt, FILE *out, policytest_counts *c)
+/* Runs the test document `doc`. file: its path (relative paths in it
+ * resolve from there), or NULL for a document held in memory, named
+ * `label` in the output, where no key may name a file (config, policies,
+ * override, a cluster path, a case's input) and the settings are
+ * `mem_settings`. timeout_ms > 0: each review runs under that deadline. */
+static void run_doc(const char *file, const char *label_of_file, const json_t *doc, const json_t *mem_settings,
+                    long timeout_ms, const engine_options *base_opt, FILE *out, policytest_counts *c)
 {
     cozy_err err = {{0}};
-    json_t *recs = json_array();
     json_t *settings = NULL, *file_objects = json_array();
     engine *e = NULL;
-    if(manifest_load_file(file, recs, &err) != COZY_OK || json_array_size(recs) != 1) {
-        fprintf(out, "ERROR %s: %s\n", file, err.msg[0] ? err.msg : "expected one test document");
+    const char *label_file = file ? file : label_of_file;
+    if(!json_is_object(doc)) {
+        fprintf(out, "ERROR %s: a test file is a mapping (config, cluster, policies, override, cases)\n", label_file);
         c->errors++;
         goto out;
     }
-    json_t *doc = json_object_get(json_array_get(recs, 0), "object");
     const char *k;
     json_t *v;
-    json_object_foreach(doc, k, v) {
+    json_object_foreach((json_t *)doc, k, v) {
         if(strcmp(k, "config") && strcmp(k, "cluster") && strcmp(k, "cases") && strcmp(k, "policies") &&
            strcmp(k, "override")) {
-            fprintf(out, "ERROR %s: unknown key \"%s\" (known: config, cluster, policies, override, cases)\n", file, k);
+            fprintf(out, "ERROR %s: unknown key \"%s\" (known: config, cluster, policies, override, cases)\n",
+                    label_file, k);
+            c->errors++;
+            goto out;
+        }
+        if(!file && strcmp(k, "cluster") && strcmp(k, "cases")) {
+            fprintf(out,
+                    "ERROR %s: %s: names files, and a test in a ConfigMap has none (it runs on the bundle and "
+                    "settings being loaded)\n",
+                    label_file, k);
             c->errors++;
             goto out;
         }
     }
     const char *cfg = json_string_value(json_object_get(doc, "config"));
-    if(cfg) {
+    if(!file) {
+        settings = json_deep_copy(mem_settings);
+    } else if(cfg) {
         char p[PATH_MAX];
         resolve(file, cfg, p, sizeof p);
         if(config_load_file(p, &settings, &err) != COZY_OK) {
@@ -370,7 +413,7 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
         settings = config_defaults();
     }
     if(load_cluster(file, json_object_get(doc, "cluster"), file_objects, &err) != COZY_OK) {
-        fprintf(out, "ERROR %s: cluster: %s\n", file, err.msg);
+        fprintf(out, "ERROR %s: %s\n", label_file, err.msg);
         c->errors++;
         goto out;
     }
@@ -384,7 +427,7 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
         if(!dv)
             continue;
         if(!json_is_string(dv)) {
-            fprintf(out, "ERROR %s: %s: must be a folder path (relative to the test file)\n", file, dir_keys[d]);
+            fprintf(out, "ERROR %s: %s: must be a folder path (relative to the test file)\n", label_file, dir_keys[d]);
             c->errors++;
             goto out;
         }
@@ -398,13 +441,13 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
     opt.instructions = json_integer_value(json_object_get(budget, "instructions"));
     opt.memory_bytes = json_integer_value(json_object_get(budget, "memoryBytes"));
     if(engine_open(&e, &opt, &err) != COZY_OK) {
-        fprintf(out, "ERROR %s: %s\n", file, err.msg);
+        fprintf(out, "ERROR %s: %s\n", label_file, err.msg);
         c->errors++;
         goto out;
     }
     json_t *cases = json_object_get(doc, "cases");
     if(!json_is_array(cases) || json_array_size(cases) == 0) {
-        fprintf(out, "ERROR %s: cases: needs a non-empty list\n", file);
+        fprintf(out, "ERROR %s: cases: needs a non-empty list\n", label_file);
         c->errors++;
         goto out;
     }
@@ -413,14 +456,16 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
     json_array_foreach(cases, i, tc) {
         char label[512], why[2048];
         const char *name = json_string_value(json_object_get(tc, "name"));
-        snprintf(label, sizeof label, "%s: %s", file, name ? name : "(unnamed case)");
+        snprintf(label, sizeof label, "%s: %s", label_file, name ? name : "(unnamed case)");
         const char *reason = NULL;
         int ran = 0; /* the case was reviewed: engine_last_rules is its */
         json_t *objects = NULL, *input = NULL, *r1 = NULL, *r2 = NULL, *req = NULL;
         json_t *inrecs = json_array();
         /* input */
         const char *inpath = json_string_value(json_object_get(tc, "input"));
-        if(inpath) {
+        if(inpath && !file) {
+            reason = "input: names a file, and a test in a ConfigMap has none: give the object inline (object:)";
+        } else if(inpath) {
             char p[PATH_MAX];
             resolve(file, inpath, p, sizeof p);
             if(manifest_load_file(p, inrecs, &err) != COZY_OK)
@@ -465,10 +510,20 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
             ro.phases = ENGINE_MUTATE;
         else if(wh && strcmp(wh, "all") != 0 && !reason)
             reason = "webhook must be validating, mutating or all";
-        if(!reason && review_document(e, input, label, i + 1, &ro, &r1, NULL, &err) != COZY_OK)
-            reason = err.msg;
-        if(!reason && review_document(e, input, label, i + 1, &ro, &r2, NULL, &err) != COZY_OK)
-            reason = err.msg;
+        for(int run = 0; run < 2 && !reason; run++) {
+            struct timespec deadline;
+            if(timeout_ms > 0) { /* the gate: the deadline a webhook review has */
+                clock_gettime(CLOCK_MONOTONIC, &deadline);
+                deadline.tv_sec += timeout_ms / 1000;
+                deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+                if(deadline.tv_nsec >= 1000000000L)
+                    deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+                engine_set_deadline(e, &deadline);
+            }
+            if(review_document(e, input, label, i + 1, &ro, run == 0 ? &r1 : &r2, NULL, &err) != COZY_OK)
+                reason = err.msg;
+            engine_set_deadline(e, NULL);
+        }
         if(!reason && !json_equal(r1, r2))
             reason = "the second run of the case answered differently (does a policy keep state in globals?)";
         if(!reason) {
@@ -501,7 +556,35 @@ out:
     engine_close(e);
     json_decref(settings);
     json_decref(file_objects);
+}
+
+static void run_file(const char *file, const engine_options *base_opt, FILE *out, policytest_counts *c)
+{
+    cozy_err err = {{0}};
+    json_t *recs = json_array();
+    if(manifest_load_file(file, recs, &err) != COZY_OK || json_array_size(recs) != 1) {
+        fprintf(out, "ERROR %s: %s\n", file, err.msg[0] ? err.msg : "expected one test document");
+        c->errors++;
+    } else {
+        run_doc(file, NULL, json_object_get(json_array_get(recs, 0), "object"), NULL, 0, base_opt, out, c);
+    }
     json_decref(recs);
+}
+
+policytest_counts policytest_run_memory(const char *name, const char *text, size_t len, const json_t *settings,
+                                        long timeout_ms, const engine_options *opt, FILE *out)
+{
+    policytest_counts c = {0, 0, 0};
+    cozy_err err = {{0}};
+    json_t *recs = json_array();
+    if(manifest_load_buffer(text, len, name, recs, &err) != COZY_OK || json_array_size(recs) != 1) {
+        fprintf(out, "ERROR %s: %s\n", name, err.msg[0] ? err.msg : "expected one test document");
+        c.errors++;
+    } else {
+        run_doc(NULL, name, json_object_get(json_array_get(recs, 0), "object"), settings, timeout_ms, opt, out, &c);
+    }
+    json_decref(recs);
+    return c;
 }
 
 policytest_counts policytest_run(const char *const *paths, int npaths, const engine_options *opt, FILE *out)

@@ -12,6 +12,8 @@
  */
 #include "controller/internal.h"
 
+#include "admission/policytest.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +294,67 @@ static cozy_result self_check(engine *e, cozy_err *err)
     return rc;
 }
 
+/* 1 when ConfigMap key `k` holds a policy test document (NAME.test.yaml,
+ * docs/decisions/0018). */
+static int is_test_key(const char *k)
+{
+    size_t n = strlen(k), sfx = strlen(".test.yaml");
+    return n > sfx && strcmp(k + n - sfx, ".test.yaml") == 0;
+}
+
+/* Runs the bundle's own policy tests (the ConfigMap's NAME.test.yaml keys,
+ * in key order) on `eo` with the controller's settings, each review under
+ * the webhook review deadline. COZY_ERR_POLICY naming the key and the
+ * first failures when any case fails or a document is unreadable. */
+static cozy_result run_bundle_tests(const json_t *data, const engine_options *eo, int *n_cases, cozy_err *err)
+{
+    const char *k;
+    json_t *v;
+    *n_cases = 0;
+    json_object_foreach((json_t *)data, k, v) {
+        if(!is_test_key(k) || !json_is_string(v))
+            continue;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&text, &len);
+        if(!out)
+            return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
+        pthread_mutex_lock(&ctl_proc->mu);
+        json_t *settings = json_incref(ctl_proc->settings);
+        pthread_mutex_unlock(&ctl_proc->mu);
+        policytest_counts c = policytest_run_memory(k, json_string_value(v), json_string_length(v), settings,
+                                                    ctl_proc->f.review_timeout_ms, eo, out);
+        json_decref(settings);
+        fclose(out);
+        *n_cases += c.passed + c.failed;
+        if(c.failed || c.errors) {
+            /* the failures (FAIL/ERROR lines and their reasons), not the passes */
+            char msg[1500];
+            size_t o = 0;
+            msg[0] = 0;
+            int keep = 0;
+            for(char *line = strtok(text ? text : "", "\n"); line && o + 1 < sizeof msg; line = strtok(NULL, "\n")) {
+                if(!strncmp(line, "PASS ", 5)) {
+                    keep = 0;
+                    continue;
+                }
+                if(!strncmp(line, "FAIL ", 5) || !strncmp(line, "ERROR ", 6))
+                    keep = 1;
+                if(keep) {
+                    while(*line == ' ')
+                        line++;
+                    o += (size_t)snprintf(msg + o, sizeof msg - o, "%s%s", o ? "; " : "", line);
+                }
+            }
+            free(text);
+            return cozy_fail(err, COZY_ERR_POLICY, "policy tests in %s: %d passed, %d failed%s: %s", k, c.passed,
+                             c.failed, c.errors ? ", unreadable" : "", msg);
+        }
+        free(text);
+    }
+    return COZY_OK;
+}
+
 /* Compiles `cm` (a ConfigMap, or NULL for "no ConfigMap": defaults only)
  * into a new bundle: its keys become engine sources (engine_source_for_key,
  * docs/decisions/0007) handed to the engine from memory, so messages name
@@ -329,6 +392,8 @@ static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
         json_object_foreach(b->data, k, v)
         {
             const char *text = json_string_value(v);
+            if(is_test_key(k))
+                continue; /* the bundle's own tests: run by the gate below */
             cozy_err kerr;
             cozy_result krc = engine_source_for_key(k, text ? text : "", text ? json_string_length(v) : 0,
                                                     &b->sources[b->n_sources], b->modules[b->n_sources],
@@ -353,6 +418,14 @@ static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
     if(rc == COZY_OK) {
         rc = self_check(e, err);
         engine_close(e);
+    }
+    int n_cases = 0;
+    if(rc == COZY_OK && b->data)
+        rc = run_bundle_tests(b->data, &eo, &n_cases, err);
+    if(rc == COZY_OK && n_cases > 0) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", n_cases);
+        log_write(LOG_INFO, "reload", "the bundle passed its own policy tests", "configmap", cm_name, "cases", n, NULL);
     }
     if(rc != COZY_OK) {
         if(cm) {

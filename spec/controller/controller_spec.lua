@@ -523,6 +523,80 @@ return rule "site/no-vms-today" {
     end, 10, 0.1), "the empty ConfigMap did not bring the defaults back")
   end)
 
+  it("serves a bundle only when its own policy tests (NAME.test.yaml keys) pass", function()
+    local c = start { identity = "own-tests" }
+    assert.truthy(E.wait_ready(c))
+    local review = reviews()[1].review -- 01: allowed by the defaults
+    -- a site rule that refuses VMIs in tenant-a, and a test that says it
+    -- should only warn: the bundle contradicts its own tests
+    local rule = [[
+return rule "site/tenant-a-closed" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req) if req.namespace == "tenant-a" then return deny("tenant-a is closed") end end,
+}
+]]
+    local function test_doc(allowed, extra)
+      return ([[
+cluster:
+- {apiVersion: v1, kind: Namespace, metadata: {name: tenant-a}}
+cases:
+- name: a VMI in tenant-a
+  object:
+    apiVersion: kubevirt.io/v1
+    kind: VirtualMachineInstance
+    metadata: {name: vm-1, namespace: tenant-a}
+    spec: {domain: {devices: {}}}
+  expect:
+    allowed: %s
+    rules: {site/tenant-a-closed: %s}
+%s]]):format(allowed and "true" or "false", allowed and "allowed" or "denied", extra or "")
+    end
+    local cm = policies_cm({ ["site-closed.lua"] = rule, ["site.test.yaml"] = test_doc(true) })
+    local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)
+    assert.equal(201, cst)
+    assert.truthy(P.wait_until(function()
+      return (E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] == 1
+    end, 10), "a bundle failing its own tests was served")
+    local found
+    for _, ev in ipairs(E.get(d, "/api/v1/namespaces/cozy-gpu/events").items) do
+      if ev.reason == "PolicyReloadFailed" then found = ev end
+    end
+    assert.truthy(found)
+    assert.truthy(found.message:find("policy tests in site.test.yaml: 0 passed, 1 failed: FAIL site.test.yaml: a VMI in tenant-a; expected allowed, got refused: tenant-a is closed", 1, true), found.message)
+    -- the defaults keep serving
+    local st, r = E.review(c, "/validate/vmi", review)
+    assert.equal(200, st)
+    assert.is_true(r.response.allowed)
+
+    -- a test that names a file cannot run from a ConfigMap: refused, saying so
+    local cur = E.get(d, "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies")
+    cur.data = { ["site-closed.lua"] = rule, ["site.test.yaml"] = test_doc(false, "- name: from a file\n  input: vmi.yaml\n  expect: {allowed: false}\n") }
+    _, cst = E.send(d, "PUT", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", cur)
+    assert.equal(200, cst)
+    assert.truthy(P.wait_until(function()
+      return (E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] == 2
+    end, 10), "a test naming a file was accepted")
+    st, r = E.review(c, "/validate/vmi", review)
+    assert.is_true(r.response.allowed)
+
+    -- tests that agree with the rules: served
+    cur = E.get(d, "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies")
+    cur.data = { ["site-closed.lua"] = rule, ["site.test.yaml"] = test_doc(false) }
+    _, cst = E.send(d, "PUT", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", cur)
+    assert.equal(200, cst)
+    local denied = P.wait_until(function()
+      local s2, a = E.review(c, "/validate/vmi", review)
+      return s2 == 200 and a.response.allowed == false and a.response
+    end, 10, 0.1)
+    assert.truthy(denied, "the bundle whose tests pass did not go live")
+    assert.truthy(denied.status.message:find("tenant-a is closed", 1, true))
+    assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
+    local log = P.read(c.log) or ""
+    assert.truthy(log:find("the bundle passed its own policy tests", 1, true), log)
+    local events = json.encode(E.get(d, "/api/v1/namespaces/cozy-gpu/events"))
+    assert.truthy(events:find("input: names a file, and a test in a ConfigMap has none", 1, true), events)
+  end)
+
   it("stays unready and refuses reviews while the ConfigMap it starts with does not load", function()
     local cm = policies_cm({ ["site-broken.lua"] = "return rule \"site/broken\" {\n", ["lib.lua"] = "return {}\n" })
     local _, cst = E.send(d, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", cm)

@@ -289,6 +289,21 @@ describe("gen-policies-configmap: refusals name the file", function()
   end)
 end)
 
+describe("gen-policies-configmap: the bundle's own tests", function()
+  it("ships DIR/NAME.test.yaml under its name (the reload gate runs it) and nothing deeper", function()
+    local dir = mkfiles {
+      ["site.lua"] = 'return rule "site/x" { match = { kind = "Pod" }, validate = function() end }\n',
+      ["site.test.yaml"] = "cases: []\n",
+      ["tests/other.test.yaml"] = "cases: []\n",
+    }
+    finally(function() rmrf(dir) end)
+    local cm = decode(assert(gen.generate(dir)))
+    assert.are.equal("cases: []\n", cm.data["site.test.yaml"])
+    assert.is_nil(cm.data["other.test.yaml"])
+    assert.is_nil(cm.data["tests.other.test.yaml"])
+  end)
+end)
+
 describe("gen-policies-configmap: lib/ modules", function()
   it("ships lib/a/b.lua as lib.a.b.lua, and the engine requires it from the override", function()
     local dir = mkfiles {
@@ -307,7 +322,7 @@ describe("gen-policies-configmap: lib/ modules", function()
     finally(function() rmrf(dir) end)
     local out, rc = run_gen(dir)
     assert.are.equal(0, rc, out)
-    assert.matches("notes.txt is not a policy or lib/ module", out, 1, true)
+    assert.matches("notes.txt is not a policy, a NAME.test.yaml or a lib/ module", out, 1, true)
     local manifest = assert(gen.generate(dir))
     local cm = decode(manifest)
     assert.are.same({ "lib.site.tier.lua", "site-tier.lua" }, (function()
