@@ -77,7 +77,7 @@ end
 -- seconds a match function took (0 for a table)
 local function matches(host, r, req, cluster)
   local m = r.match
-  if m == nil then return true, 0 end
+  if m == nil then return true, nil, 0 end
   if type(m) == "function" then
     local t0 = host.now()
     local st, a = host.invoke(r.name, m, req, cluster)
