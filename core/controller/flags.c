@@ -357,6 +357,8 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         return flag_error("--review-timeout: need 100ms..29s (webhooks time out at 30s at most)");
     if(f->request_timeout_ms < 100 || f->request_timeout_ms > 60000)
         return flag_error("--request-timeout: need 100ms..60s");
+    if(f->status_interval_ms < 1000) /* the leader's status loop would spin */
+        return flag_error("--status-interval: need at least 1s");
     if(!per_address_set && f->max_connections_per_address > f->max_connections)
         f->max_connections_per_address = f->max_connections; /* the default follows a smaller total */
     if(f->max_connections_per_address > f->max_connections)

@@ -760,6 +760,9 @@ cases:
       { { "--request-timeout", "50ms" }, "--request-timeout" },
       { { "--request-timeout", "soon" }, "--request-timeout" },
       { { "--max-body-bytes-in-flight", "2048" }, "--max-body-bytes-in-flight" },
+      { { "--status-interval", "0" }, "--status-interval" },
+      { { "--workers", "4294967297" }, "--workers" }, -- 2^32 + 1: not 1 once narrowed to int
+      { { "--io-threads", "0" }, "--io-threads" },
     } do
       local args = { "controller", "--server", d.url, "--tls-cert-file", certs.cert, "--tls-key-file", certs.key }
       for _, a in ipairs(case[1]) do args[#args + 1] = a end
