@@ -56,6 +56,7 @@
 #define WH_DEFAULT_BODY_BUDGET (64u * 1024u * 1024u)
 #define WH_CONN_MEMORY (32u * 1024u) /* MHD's pool per connection: request line, headers, IO buffers */
 #define WH_REAP_EVERY_MS 100L
+#define WH_STOP_SEND_MS 2000L /* webhook_stop: time for answers already made to go out */
 
 #define WH_REVIEWS "cozygpu_admission_reviews_total"
 #define WH_DURATION "cozygpu_admission_review_duration_seconds"
@@ -1008,8 +1009,18 @@ void webhook_stop(webhook_server *s)
     if(s->probe_daemon)
         MHD_stop_daemon(s->probe_daemon);
     /* no connection may be suspended when MHD stops: the review threads
-       answer (or refuse) and resume every queued review first */
+       answer (or refuse) and resume every queued review first; then the
+       I/O threads get a moment to send those answers (MHD_stop_daemon
+       closes connections without sending what is queued) */
     wh_pool_stop(s);
+    struct timespec start, now, step = { 0, 5 * 1000000L };
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do {
+        if(webhook_in_flight(s) == 0)
+            break;
+        nanosleep(&step, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while(wh_elapsed_ns(&start, &now) < WH_STOP_SEND_MS * 1000000L);
     MHD_stop_daemon(s->daemon);
     wh_free(s);
 }

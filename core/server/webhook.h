@@ -173,7 +173,10 @@ int webhook_in_flight(const webhook_server *s);
 int webhook_drain(webhook_server *s, long grace_ms);
 
 /* Stops the threads, closes every connection and frees the server. Call
- * after webhook_drain for a graceful stop. NULL is ignored. */
+ * after webhook_drain for a graceful stop. Reviews still queued are
+ * answered 503, the ones running finish (their deadline bounds them), and
+ * the answers get up to 2 s to be sent before the connections close. NULL
+ * is ignored. */
 void webhook_stop(webhook_server *s);
 
 /* Declares the server's metric families (webhook_start does it too). */
