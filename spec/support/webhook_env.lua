@@ -30,6 +30,28 @@ function W.start(o)
   return { pid = pid, port = port, log = log, dir = dir, certs = certs, url = "https://127.0.0.1:" .. port }
 end
 
+--- An AdmissionReview v1 (JSON text) of a VMI CREATE in tenant-a named
+--- `name`, the driver's toy callback decides by (deny..., error..., slow-MS...,
+--- see webhook_check.c); uid defaults to "uid-<name>", `annotations` go on
+--- the object.
+function W.review(name, uid, annotations)
+  return H.json.encode {
+    apiVersion = "admission.k8s.io/v1",
+    kind = "AdmissionReview",
+    request = {
+      uid = uid or ("uid-" .. name),
+      kind = { group = "kubevirt.io", version = "v1", kind = "VirtualMachineInstance" },
+      resource = { group = "kubevirt.io", version = "v1", resource = "virtualmachineinstances" },
+      operation = "CREATE",
+      namespace = "tenant-a",
+      name = name,
+      object = { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+        metadata = { name = name, namespace = "tenant-a", annotations = annotations } },
+      userInfo = { username = "alice" },
+    },
+  }
+end
+
 --- Stops the driver (TERM: drain, stop) and checks the sanitizers said
 --- nothing in its log.
 function W.stop(srv)

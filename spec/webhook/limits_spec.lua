@@ -41,11 +41,7 @@ local function from(srv, src, path, body)
   return tonumber(status) or 0, P.read(srv.dir .. "/from.out") or "", tonumber(t1) - tonumber(t0)
 end
 
-local function review(name)
-  return json.encode({ apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
-    request = { uid = "uid-" .. name, name = name, operation = "CREATE", namespace = "tenant-a",
-      object = { metadata = { name = name } } } })
-end
+local review = W.review
 
 local function metrics(srv, src)
   local status, body = from(srv, src or "127.0.0.1", "/metrics")

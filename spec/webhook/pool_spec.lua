@@ -11,21 +11,7 @@ local P = require "proc"
 local json = H.json
 local W = require "webhook_env"
 
-local function review(name, uid)
-  return json.encode {
-    apiVersion = "admission.k8s.io/v1",
-    kind = "AdmissionReview",
-    request = {
-      uid = uid or ("uid-" .. name),
-      kind = { group = "kubevirt.io", version = "v1", kind = "VirtualMachineInstance" },
-      resource = { group = "kubevirt.io", version = "v1", resource = "virtualmachineinstances" },
-      operation = "CREATE", namespace = "tenant-a", name = name,
-      object = { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-        metadata = { name = name, namespace = "tenant-a" } },
-      userInfo = { username = "alice" },
-    },
-  }
-end
+local review = W.review
 
 --- Starts one review in the background with curl; returns the file its
 --- "<http code> <seconds>" lands in.

@@ -12,24 +12,7 @@ local W = require "webhook_env"
 
 local MiB = 1024 * 1024
 
-local function review(name, uid, extra)
-  local r = {
-    apiVersion = "admission.k8s.io/v1",
-    kind = "AdmissionReview",
-    request = {
-      uid = uid or ("uid-" .. name),
-      kind = { group = "kubevirt.io", version = "v1", kind = "VirtualMachineInstance" },
-      resource = { group = "kubevirt.io", version = "v1", resource = "virtualmachineinstances" },
-      operation = "CREATE",
-      namespace = "tenant-a",
-      name = name,
-      object = { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-        metadata = { name = name, namespace = "tenant-a", annotations = extra } },
-      userInfo = { username = "alice" },
-    },
-  }
-  return json.encode(r)
-end
+local review = W.review
 
 local function post(srv, path, body, headers)
   return P.http({ method = "POST", url = srv.url .. path, body = body, cacert = srv.certs.ca,
