@@ -101,7 +101,7 @@ describe("matchConditions (evaluated with @bufbuild/cel)", function()
     })
   end)
 
-  it("VMIs: sent when they have gpus, hostDevices or an extended resource, never an error", function()
+  it("VMIs: sent when they have gpus, hostDevices, an extended resource or the claims annotation, never an error", function()
     run_table("/validate/vmi", {
       { "examples 01 (L40S and a NIC VF)", object_of("examples/reviews/01-vmi-l40s-and-connectx-vf.yaml"), true },
       { "examples 02", object_of("examples/reviews/02-vmi-two-vgpu-classes.yaml"), true },
@@ -119,6 +119,25 @@ describe("matchConditions (evaluated with @bufbuild/cel)", function()
       { "empty gpus list", (function()
         local v = H.vmi {}
         v.spec.domain.devices.gpus = json.array()
+        return v
+      end)(), false },
+      -- a VMI naming GPUClaims is GPU business even without GPU entries
+      -- (refused then: decision 0019), whatever the annotation's value
+      { "claims annotation, no devices", (function()
+        local v = H.vmi {}
+        v.metadata.annotations = { ["gpu.cozystack.io/claims"] = "train" }
+        return v
+      end)(), true },
+      { "empty claims annotation, no spec", { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+        metadata = { name = "x", annotations = { ["gpu.cozystack.io/claims"] = "" } } }, true },
+      { "other annotations only", (function()
+        local v = H.vmi {}
+        v.metadata.annotations = { ["gpu.cozystack.io/classes"] = "l40s=1" }
+        return v
+      end)(), false },
+      { "empty annotations map", (function()
+        local v = H.vmi {}
+        v.metadata.annotations = json.object()
         return v
       end)(), false },
     })
