@@ -50,7 +50,7 @@ local function check_claims(cluster, ns, self_name, names, by_class, class_order
   local F = claims.FIELD
   local complete = true
   local claimed, claimed_order = {}, {} -- class -> {count, names}
-  local holders = claims.named_by(cluster, ns)
+  local holders -- the namespace's VMIs by the claims they name, read once a claim exists
   for _, name in ipairs(names) do
     local c = cluster:get("GPUClaim", ns, name)
     if c == nil then
@@ -84,6 +84,7 @@ local function check_claims(cluster, ns, self_name, names, by_class, class_order
         end
       end
       if not other then
+        holders = holders or claims.named_by(cluster, ns)
         for _, v in ipairs(holders[name] or {}) do
           local vname = object.get(v, "metadata", "name")
           if vname ~= self_name and not claims.final(v) and not object.deleting(v) then

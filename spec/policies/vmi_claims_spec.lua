@@ -259,6 +259,15 @@ describe("a VMI naming GPUClaims: held by another live VMI", function()
   it("allows the VMI a claim is still recorded as attached to (a restart: same name, the old one is gone)", function()
     e = H.engine(snapshot { claim("held", "l40s", 1, { phase = "Attached", node = "gpu-1", attachedTo = "vm1" }) })
     assert.is_true(review(vmi("held", { name = "vm1", gpus = { L40S } })).allowed)
+    -- even while a lagging view still shows the previous vm1 running: names
+    -- are unique, so the VMI being created is its successor
+    e = H.engine(snapshot {
+      claim("held", "l40s", 1, { phase = "Attached", node = "gpu-1", attachedTo = "vm1" }),
+      running("vm1", "held", { deleting = true }),
+    })
+    assert.is_true(review(vmi("held", { name = "vm1", gpus = { L40S } })).allowed)
+    -- the same view refuses any other VMI naming the claim
+    assert.are.equal(409, review(vmi("held", { name = "vm2", gpus = { L40S } })).status.code)
   end)
 
   it("refuses with 409 a claim another live VMI of the namespace names, and not one a final or deleted VMI names", function()
