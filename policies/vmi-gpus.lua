@@ -99,13 +99,11 @@ local function check_claims(cluster, ns, self_name, names, by_class, class_order
   -- entries against claims, class by class (only when every claim was
   -- read: a missing one would make every count look wrong)
   if complete then
-    local entry_classes = {}
-    for _, cls in ipairs(class_order) do entry_classes[#entry_classes + 1] = cls end
     for _, cls in ipairs(claimed_order) do
       local want, e = claimed[cls], by_class[cls]
       if e == nil then
-        local what = #class_order == 0 and "it has no GPU entries"
-          or ("its GPU entries are of class %s"):format(quoted_list(entry_classes))
+        local what = #class_order == 0 and "it has no GPU entry of any class"
+          or ("its GPU entries are of class %s"):format(quoted_list(class_order))
         for _, n in ipairs(want.names) do
           out[#out + 1] = deny(("GPUClaim %q is of class %q, but the VMI has no GPU entry of that class (%s)"):format(n, cls, what), { field = F })
         end

@@ -163,10 +163,10 @@ describe("a VMI naming GPUClaims: the claims (DESIGN.md §3)", function()
 
   it("refuses claims and no GPU entries at all", function()
     refused(review(vmi("solo", {})), 403,
-      { 'GPUClaim "solo" is of class "l40s", but the VMI has no GPU entry of that class (it has no GPU entries)' })
+      { 'GPUClaim "solo" is of class "l40s", but the VMI has no GPU entry of that class (it has no GPU entry of any class)' })
     -- a NIC VF is not a GPU entry
     refused(review(vmi("solo", { hostDevices = { CX7 } })), 403,
-      { 'GPUClaim "solo" is of class "l40s", but the VMI has no GPU entry of that class (it has no GPU entries)' })
+      { 'GPUClaim "solo" is of class "l40s", but the VMI has no GPU entry of that class (it has no GPU entry of any class)' })
   end)
 
   it("refuses entries that are not one per claimed GPU, class by class", function()
