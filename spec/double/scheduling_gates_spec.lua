@@ -298,6 +298,25 @@ describe("kube-double: pod scheduling gates", function()
       assert.are.same({ ["gpu.cozystack.io/node"] = "n1" }, p.spec.nodeSelector)
     end)
 
+    it("lets kubectl apply pin a gated pod to a node and lift its gate in one go, not narrow it afterwards", function()
+      -- the binder's step (DESIGN §4): required node affinity to the claims' node, gate removed
+      local p = pod("g8", { schedulingGates = gates(GATE) })
+      local out, err, code = d:kubectl { "apply", "-f", file("g8", p) }
+      assert.are.equal(0, code, err)
+      p.spec.schedulingGates = nil
+      p.spec.affinity = required { { matchFields = { expr("metadata.name", "In", { "n1" }) } } }
+      out, err, code = d:kubectl { "apply", "-f", file("g8", p) }
+      assert.are.equal(0, code, err)
+      assert.are.equal("pod/g8 configured\n", out)
+      local g = get("g8")
+      assert.is_nil(g.spec.schedulingGates)
+      assert.are.same(p.spec.affinity, g.spec.affinity)
+      p.spec.nodeSelector = { zone = "a" }
+      out, err, code = d:kubectl { "apply", "-f", file("g8", p) }
+      assert.are_not.equal(0, code, out)
+      assert.truthy(err:find("spec: Forbidden: " .. UPDATABLE .. "\n", 1, true), err)
+    end)
+
     it("may not change pod affinity, nor set spec.nodeName (general rule: the first line of the message)", function()
       create(pod("g7", { schedulingGates = gates(GATE) }))
       for _, p in ipairs {
@@ -346,6 +365,18 @@ describe("kube-double: pod scheduling gates", function()
       p.spec.containers[2] = { name = "d", image = "busybox" }
       refused({ d:kubectl { "replace", "-f", file("n3", p) } },
         { { "spec.containers", "FieldValueForbidden", "Forbidden: pod updates may not add or remove containers" } })
+    end)
+  end)
+
+  describe("strategic merge patch of pods (k8s.io/apimachinery/pkg/util/strategicpatch)", function()
+    it("merges a strategic status patch's conditions by type (status.conditions: patchMergeKey type)", function()
+      create(pod("u8", { schedulingGates = gates(GATE) }))
+      local out, err, code = d:kubectl { "patch", "pod", "u8", "-n", NS, "--subresource", "status", "-p",
+        json.encode { status = { conditions = { { type = "Ready", status = "False" } } } } }
+      assert.are.equal(0, code, err)
+      local c = get("u8").status.conditions
+      assert.are.same({ "PodScheduled", "Ready" }, { c[1].type, c[2].type })
+      assert.are.equal("SchedulingGated", c[1].reason)
     end)
   end)
 end)
