@@ -298,6 +298,35 @@ describe("kube-double: pod scheduling gates", function()
       assert.are.same({ ["gpu.cozystack.io/node"] = "n1" }, p.spec.nodeSelector)
     end)
 
+    it("takes the binder's pin: matchFields metadata.name In [node] added to every term, then the gate removed", function()
+      -- DESIGN §4, decision 0020 item 5: two pod patches on a gated launcher pod
+      local terms = { { matchExpressions = { expr("zone", "In", { "a" }) } },
+        { matchExpressions = { expr("zone", "In", { "b" }) }, matchFields = { expr("metadata.name", "NotIn", { "n9" }) } } }
+      create(pod("g9", { schedulingGates = gates(GATE), affinity = required(terms) }))
+      local pin = expr("metadata.name", "In", { "n1" })
+      terms[1].matchFields = { pin }
+      terms[2].matchFields[2] = pin
+      local out, err, code = patch("g9", "merge", { spec = { affinity = required(terms) } })
+      assert.are.equal(0, code, err)
+      out, err, code = patch("g9", "json", { { op = "remove", path = "/spec/schedulingGates" } })
+      assert.are.equal(0, code, err)
+      local p = get("g9")
+      assert.is_nil(p.spec.schedulingGates)
+      assert.are.same(required(terms), p.spec.affinity)
+    end)
+
+    it("may not add a requirement to an empty term (validateNodeSelectorTermHasOnlyAdditions: an empty old term stays empty)", function()
+      create(pod("g10", { schedulingGates = gates(GATE), affinity = required { json.object() } }))
+      local causes = { { TERMS .. "[0]", "FieldValueInvalid", "Invalid value: core.NodeSelectorTerm{MatchExpressions:"
+        .. "[]core.NodeSelectorRequirement(nil), MatchFields:[]core.NodeSelectorRequirement{core.NodeSelectorRequirement{"
+        .. 'Key:"metadata.name", Operator:"In", Values:[]string{"n1"}}}}: only additions are allowed (no mutations or deletions)' } }
+      local p = { { op = "add", path = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields",
+        value = { expr("metadata.name", "In", { "n1" }) } } }
+      refused({ patch("g10", "json", p) }, causes)
+      local st, body = d:request("PATCH", PODS .. "/g10", p, "application/json-patch+json")
+      assert.are.same(invalid("g10", causes), status_of(st, body))
+    end)
+
     it("lets kubectl apply pin a gated pod to a node and lift its gate in one go, not narrow it afterwards", function()
       -- the binder's step (DESIGN §4): required node affinity to the claims' node, gate removed
       local p = pod("g8", { schedulingGates = gates(GATE) })
