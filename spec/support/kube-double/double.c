@@ -74,15 +74,48 @@
  *    resources), the status subresource splits status from the rest,
  *    finalizers delay deletion (deletionTimestamp, MODIFIED, then DELETED
  *    when the last finalizer goes), dryRun=All stores nothing.
+ *  - pods (pods.c, pkg/apis/core/validation and pkg/registry/core/pod of
+ *    v1.32): scheduling gates must be qualified names without duplicates;
+ *    a pod created with gates cannot name a node (422) and gets status
+ *    {phase: Pending, conditions: [PodScheduled False, reason
+ *    SchedulingGated, message "Scheduling is blocked due to non-empty
+ *    scheduling gates"]} from the API server's create strategy, as the
+ *    real one sets it; on update gates may only be removed (reordering is
+ *    allowed), while the stored pod still has gates its nodeSelector may
+ *    gain entries and its required node affinity may be set when absent or
+ *    narrowed (each existing nodeSelectorTerm kept and only extended by
+ *    matchExpressions/matchFields, the term count unchanged), its
+ *    preferred node affinity may change; apart from that, and from
+ *    container images, activeDeadlineSeconds (lowered), added tolerations
+ *    and terminationGracePeriodSeconds (negative to 1), the spec is
+ *    immutable, spec.nodeName included. Refusals are 422 Invalid with one
+ *    cause per field error, worded as kube-apiserver v1.32 words them.
+ *    Strategic merge patches of pods merge lists by their patchMergeKey
+ *    (schedulingGates by name) and honour $patch, $retainKeys,
+ *    $setElementOrder and $deleteFromPrimitiveList.
  *  - custom resources (kubevirt.io, cozystack.io) get defaulting and pruning
  *    from a stored CRD's schema and server-side Table output from its
  *    additionalPrinterColumns, when the CRD has been created.
  * Not faithful: no admission, no built-in defaulting (pods, namespaces get
- * only their status), no managedFields/server-side apply (415), strategic
- * merge patch is applied as a JSON merge patch, no garbage collection,
+ * only their status; a pod's qosClass is not set), no managedFields/
+ * server-side apply (415), strategic merge patch of kinds other than Pod
+ * is applied as a JSON merge patch, no garbage collection,
  * namespace deletion removes the namespace and its contents at once, no
  * CRD-driven new resource types (the kinds served are fixed), no
  * protobuf, no aggregated discovery, no OpenAPI (404).
+ * Pods: no scheduler and no kubelet run, so nothing ever sets spec.nodeName
+ * (a pod is only on a node when it was created with one and without
+ * gates), status beyond the create-time phase and condition is only what
+ * clients write through /status, and removing the last gate leaves the
+ * PodScheduled=False/SchedulingGated condition in place (the real
+ * scheduler replaces it when it tries the pod); no pods/binding
+ * subresource (the real one refuses a pod that still has gates); of pod
+ * validation only the rules above are checked (not containers, volumes,
+ * resources, security contexts, metadata or status updates); the second
+ * part of the "pod updates may not change fields other than ..." message
+ * is a JSON diff of the changed spec fields, where the real server prints
+ * go-cmp's (deliberately unstable) diff; several new gates in one update
+ * are reported in index order (the real server's order is random).
  */
 #include "double.h"
 
@@ -402,6 +435,46 @@ static json_t *err_invalid(const dbl_type *t, const char *name, const char *fiel
     snprintf(cm, sizeof cm, "%s: %s", type, detail);
     json_object_set_new(d, "causes", json_pack("[{s:s,s:s,s:s}]", "reason", reason, "message", cm, "field", field));
     return status_new(422, "Invalid", m, d);
+}
+
+/* NewInvalid with a field.ErrorList (given as StatusCauses): the message is
+ * `Kind "name" is invalid: E` for one distinct error and `[E1, E2]` for
+ * several (ToAggregate drops repeated texts; E is "field: message"). Takes
+ * causes (stolen). */
+static json_t *err_invalid_causes(const dbl_type *t, const char *name, json_t *causes)
+{
+    char qk[160];
+    if (*t->group) snprintf(qk, sizeof qk, "%s.%s", t->kind, t->group);
+    else snprintf(qk, sizeof qk, "%s", t->kind);
+    json_t *seen = json_object(), *texts = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(causes, i, c) {
+        char *e = NULL;
+        if (asprintf(&e, "%s: %s", json_string_value(json_object_get(c, "field")),
+                     json_string_value(json_object_get(c, "message"))) < 0) continue;
+        if (!json_object_get(seen, e)) {
+            json_object_set_new(seen, e, json_true());
+            json_array_append_new(texts, json_string(e));
+        }
+        free(e);
+    }
+    size_t len = strlen(qk) + strlen(name) + 32;
+    json_array_foreach(texts, i, c) len += strlen(json_string_value(c)) + 2;
+    char *m = malloc(len);
+    int o = snprintf(m, len, "%s \"%s\" is invalid: %s", qk, name, json_array_size(texts) > 1 ? "[" : "");
+    json_array_foreach(texts, i, c) o += snprintf(m + o, len - (size_t)o, "%s%s", i ? ", " : "", json_string_value(c));
+    if (json_array_size(texts) > 1) snprintf(m + o, len - (size_t)o, "]");
+    json_t *d = json_object();
+    json_object_set_new(d, "name", json_string(name));
+    if (*t->group) json_object_set_new(d, "group", json_string(t->group));
+    json_object_set_new(d, "kind", json_string(t->kind));
+    json_object_set_new(d, "causes", causes);
+    json_t *st = status_new(422, "Invalid", m, d);
+    free(m);
+    json_decref(seen);
+    json_decref(texts);
+    return st;
 }
 
 static json_t *err_bad_request(const char *msg)
@@ -1261,7 +1334,10 @@ static void prepare_create(int res, json_t *obj)
         if (!json_object_get(spec, "finalizers"))
             json_object_set_new(spec, "finalizers", json_pack("[s]", "kubernetes"));
     } else if (res == T_PODS) {
-        json_object_set_new(obj, "status", json_pack("{s:s}", "phase", "Pending"));
+        char now[32];
+        now_rfc3339(now, sizeof now);
+        dbl_pod_normalize(obj);
+        dbl_pod_prepare_create(obj, now);
     } else if (res == T_CRDS) {
         json_t *spec = json_object_get(obj, "spec");
         char now[32];
@@ -1363,6 +1439,11 @@ static enum MHD_Result serve_create(rq *r, const route *rt, json_t *body)
         }
     }
     if (!err && t->custom) err = apply_schema(r, t, body, &warning);
+    if (!err && rt->res == T_PODS) {
+        json_t *causes = dbl_pod_validate_create(body);
+        if (json_array_size(causes)) err = err_invalid_causes(t, name, causes);
+        else json_decref(causes);
+    }
     if (!err && store_find(rt->res, key)) err = err_already_exists(t, name);
     if (!err) {
         if (is_dry_run(r)) out = json_incref(body);
@@ -1436,6 +1517,12 @@ static enum MHD_Result do_update(rq *r, const route *rt, json_t *obj, json_t *cu
             if (json_object_get(next, "apiVersion") == NULL)
                 json_object_set(next, "apiVersion", json_object_get(cur, "apiVersion"));
             if (t->custom) err = apply_schema(r, t, next, &warning);
+            if (rt->res == T_PODS) {
+                dbl_pod_normalize(next);
+                json_t *causes = dbl_pod_validate_update(next, cur);
+                if (json_array_size(causes)) err = err_invalid_causes(t, rt->name, causes);
+                else json_decref(causes);
+            }
             if (!err && (t->custom || rt->res == T_CRDS)) {
                 json_t *a = strip_meta_status(cur), *b = strip_meta_status(next);
                 if (!json_equal(a, b))
@@ -1505,6 +1592,7 @@ static enum MHD_Result serve_patch(rq *r, const route *rt, const char *body, siz
         json_t *next;
         char err[600];
         if (kindp == 3) next = dbl_json_patch(cur, patch, err, sizeof err);
+        else if (kindp == 2 && rt->res == T_PODS) next = dbl_strategic_patch_pod(cur, patch);
         else next = dbl_merge_patch(cur, patch, kindp == 2);
         if (!next) {
             json_decref(cur);

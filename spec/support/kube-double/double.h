@@ -59,6 +59,13 @@ void dbl_selector_free(dbl_selector *s);
  * patch first and otherwise merges like RFC 7386 (lists are replaced). */
 json_t *dbl_merge_patch(const json_t *target, const json_t *patch, int strategic);
 
+/* Strategic merge patch of a core/v1 Pod (k8s.io/apimachinery/pkg/util/
+ * strategicpatch with the Pod's patchStrategy/patchMergeKey tags): lists
+ * such as spec.schedulingGates, spec.containers or status.conditions merge
+ * by their key, the `$patch`, `$retainKeys`, `$setElementOrder/` and
+ * `$deleteFromPrimitiveList/` directives apply. Returns a new value. */
+json_t *dbl_strategic_patch_pod(const json_t *target, const json_t *patch);
+
 /* RFC 6902 JSON patch on a copy of doc. Returns the new document, or NULL
  * with a message in err (evanphx/json-patch wording where it matters). */
 json_t *dbl_json_patch(const json_t *doc, const json_t *ops, char *err, size_t errlen);
@@ -71,5 +78,32 @@ json_t *dbl_json_patch(const json_t *doc, const json_t *ops, char *err, size_t e
  * never pruned. Unknown field paths (".spec.foo") are appended to
  * `unknown` (a JSON array) when it is not NULL. */
 void dbl_schema_apply(const json_t *schema, json_t *obj, json_t *unknown);
+
+/* ---- Pod rules (pods.c) -------------------------------------------------- */
+
+/* ValidatePodCreate, the part the double checks: scheduling gate names
+ * (qualified names, no duplicates) and no spec.nodeName while gates remain.
+ * Returns a new JSON array of StatusCauses ({reason, message, field});
+ * empty when the pod is valid. */
+json_t *dbl_pod_validate_create(const json_t *pod);
+
+/* PrepareForCreate of the pod strategy: status becomes {phase: Pending},
+ * plus the PodScheduled=False condition with reason SchedulingGated (and
+ * lastTransitionTime `now`, RFC 3339) when the pod has scheduling gates. */
+void dbl_pod_prepare_create(json_t *pod, const char *now);
+
+/* ValidatePodUpdate, the part the double checks, of newp (the object to
+ * store) against oldp (the stored one): containers neither added nor
+ * removed, activeDeadlineSeconds, tolerations only added, scheduling gates
+ * only removed, for a pod whose old version has gates the node selector
+ * only extended and the required node affinity only narrowed (KEP-3838),
+ * and no other spec change. Returns a new JSON array of StatusCauses in
+ * the real server's order; empty when the update is valid. */
+json_t *dbl_pod_validate_update(const json_t *newp, const json_t *oldp);
+
+/* Drops spec.schedulingGates, spec.nodeSelector and spec.tolerations when
+ * they are null or empty: the real server decodes into typed fields tagged
+ * omitempty, so an emptied list (the last gate removed) is not stored. */
+void dbl_pod_normalize(json_t *pod);
 
 #endif
