@@ -46,7 +46,7 @@ SAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 BUSTED := lua5.4 /usr/bin/busted
 
 .DEFAULT_GOAL := all
-.PHONY: all deps check-deps test test-asan demo clean policies-configmap bench cel
+.PHONY: all deps check-deps test test-asan demo clean policies-configmap bench bench-binder cel
 
 BIN := $(BUILD)/bin/cozygpu
 KUBE_CHECK := $(BUILD)/bin/kube_check
@@ -79,7 +79,7 @@ POLICIES_CM := deploy/21-policies-configmap.yaml
 MOD := $(BUILD)/lua/cozygpu/core.so
 DIRS := -DCOZYGPU_LIBDIR='"$(CURDIR)/lua"' -DCOZYGPU_POLICYDIR='"$(CURDIR)/policies"'
 
-all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(ENGINE_BENCH) $(POLICIES_CM)
+all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(ENGINE_BENCH) $(BINDER_BENCH) $(POLICIES_CM)
 
 $(POLICIES_CM): deploy/gen-policies-configmap.lua $(POLICY_SRC)
 	lua5.4 deploy/gen-policies-configmap.lua -o $@ policies
