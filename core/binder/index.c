@@ -44,14 +44,19 @@ typedef struct ttaint {
     int effect;
 } ttaint;
 
-/* An interned set of GPU taints (sorted); id 0 is the empty set. */
-typedef struct tset {
-    char *canon; /* "key\x1fvalue\x1feffect\x1e..." sorted; "" for none */
+/* A node's shape, interned: its GPU taints (sorted) and the classes it
+ * offers (sorted ids). Nodes of one shape share a pool per class, so a
+ * query checks tolerations and the set's classes once per pool, never per
+ * node. id 0: no taint, no class. */
+typedef struct shape {
+    char *canon; /* "key\x1fvalue\x1feffect\x1e..." sorted, then "\x1d", then "id," per class */
     uint32_t id;
     uint32_t n;
     ttaint *t;
+    uint32_t nclasses;
+    uint32_t *classes;
     UT_hash_handle hh;
-} tset;
+} shape;
 
 struct slot;
 
@@ -62,7 +67,7 @@ typedef struct bucket {
 } bucket;
 
 typedef struct pool {
-    const tset *ts;
+    const shape *sh;
     bucket *b; /* b[free], free 1..nb-1 */
     uint32_t nb;
 } pool;
@@ -70,8 +75,10 @@ typedef struct pool {
 typedef struct bclass {
     char *name;
     uint32_t id;
-    pool **pools; /* by taint set id; NULL where none */
+    pool **pools; /* by shape id; NULL where none */
     uint32_t npools;
+    pool **list; /* the pools, in the order they were made */
+    uint32_t nlist;
     UT_hash_handle hh;
 } bclass;
 
@@ -101,7 +108,7 @@ typedef struct bclaim {
 typedef struct bnode {
     char *name;
     uint32_t flags;
-    tset *ts;
+    shape *sh;
     slot *slots;
     uint32_t nslots;
     bclaim *claims;
@@ -112,9 +119,9 @@ struct binder_index {
     bnode *nodes;
     bclaim *claims;
     bclass *classes;
-    tset *tsets;
-    tset **ts_by_id;
-    uint32_t ntsets;
+    shape *shapes;
+    shape **shape_by_id;
+    uint32_t nshapes;
     uint32_t nclasses;
     size_t listed;
     size_t bound;
@@ -174,7 +181,7 @@ static int ttaint_cmp(const void *a, const void *b)
     return x->effect - y->effect;
 }
 
-static void tset_free(tset *t)
+static void shape_free(shape *t)
 {
     if(!t)
         return;
@@ -183,22 +190,32 @@ static void tset_free(tset *t)
         free(t->t[i].value);
     }
     free(t->t);
+    free(t->classes);
     free(t->canon);
     free(t);
 }
 
-/* The interned taint set of `tmp` (n entries, borrowed strings; sorted
- * here, duplicates dropped), made when new. NULL when out of memory. */
-static tset *tset_intern(binder_index *ix, ttaint *tmp, uint32_t n)
+static int u32_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The interned shape of taints `tmp` (n entries, borrowed strings; sorted
+ * here, duplicates dropped) and class ids `cls` (nc, distinct; sorted
+ * here), made when new. NULL when out of memory. */
+static shape *shape_intern(binder_index *ix, ttaint *tmp, uint32_t n, uint32_t *cls, uint32_t nc)
 {
     if(n)
         qsort(tmp, n, sizeof *tmp, ttaint_cmp);
+    if(nc)
+        qsort(cls, nc, sizeof *cls, u32_cmp);
     uint32_t k = 0;
     for(uint32_t i = 0; i < n; i++)
         if(k == 0 || ttaint_cmp(&tmp[k - 1], &tmp[i]))
             tmp[k++] = tmp[i];
     n = k;
-    size_t len = 1;
+    size_t len = 2 + (size_t)nc * 11;
     for(uint32_t i = 0; i < n; i++)
         len += strlen(tmp[i].key) + strlen(tmp[i].value) + 3 + 16;
     char *canon = malloc(len);
@@ -209,29 +226,40 @@ static tset *tset_intern(binder_index *ix, ttaint *tmp, uint32_t n)
     for(uint32_t i = 0; i < n; i++)
         at += (size_t)snprintf(canon + at, len - at, "%s\x1f%s\x1f%s\x1e", tmp[i].key, tmp[i].value,
                                effect_names[tmp[i].effect]);
-    tset *t = NULL;
-    HASH_FIND(hh, ix->tsets, canon, at, t);
+    at += (size_t)snprintf(canon + at, len - at, "\x1d");
+    for(uint32_t i = 0; i < nc; i++)
+        at += (size_t)snprintf(canon + at, len - at, "%u,", cls[i]);
+    shape *t = NULL;
+    HASH_FIND(hh, ix->shapes, canon, at, t);
     if(t) {
         free(canon);
         return t;
     }
-    tset **by_id = realloc(ix->ts_by_id, (ix->ntsets + 1) * sizeof *by_id);
+    shape **by_id = realloc(ix->shape_by_id, (ix->nshapes + 1) * sizeof *by_id);
     if(!by_id) {
         free(canon);
         return NULL;
     }
-    ix->ts_by_id = by_id;
+    ix->shape_by_id = by_id;
     t = calloc(1, sizeof *t);
     if(!t) {
         free(canon);
         return NULL;
     }
     t->canon = canon;
-    t->id = ix->ntsets;
+    t->id = ix->nshapes;
+    if(nc) {
+        if(!(t->classes = malloc(nc * sizeof *t->classes))) {
+            shape_free(t);
+            return NULL;
+        }
+        memcpy(t->classes, cls, nc * sizeof *cls);
+        t->nclasses = nc;
+    }
     if(n) {
         t->t = calloc(n, sizeof *t->t);
         if(!t->t) {
-            tset_free(t);
+            shape_free(t);
             return NULL;
         }
         for(uint32_t i = 0; i < n; i++, t->n++) {
@@ -240,18 +268,27 @@ static tset *tset_intern(binder_index *ix, ttaint *tmp, uint32_t n)
             t->t[i].effect = tmp[i].effect;
             if(!t->t[i].key || !t->t[i].value) {
                 t->n++;
-                tset_free(t);
+                shape_free(t);
                 return NULL;
             }
         }
     }
-    HASH_ADD_KEYPTR(hh, ix->tsets, t->canon, at, t);
+    HASH_ADD_KEYPTR(hh, ix->shapes, t->canon, at, t);
     if(!t->hh.tbl) {
-        tset_free(t);
+        shape_free(t);
         return NULL;
     }
-    ix->ts_by_id[ix->ntsets++] = t;
+    ix->shape_by_id[ix->nshapes++] = t;
     return t;
+}
+
+/* The shape offers class id `id`. */
+static bool shape_offers(const shape *t, uint32_t id)
+{
+    for(uint32_t i = 0; i < t->nclasses; i++)
+        if(t->classes[i] == id)
+            return true;
+    return false;
 }
 
 /* Kubernetes' Toleration.ToleratesTaint (k8s.io/api/core/v1). */
@@ -268,7 +305,7 @@ static bool tolerates(const binder_toleration *tol, const ttaint *taint)
 }
 
 /* Every taint of `t` is tolerated by one of the tolerations. */
-static bool tset_tolerated(const tset *t, const binder_toleration *tol, size_t ntol)
+static bool shape_tolerated(const shape *t, const binder_toleration *tol, size_t ntol)
 {
     for(uint32_t i = 0; i < t->n; i++) {
         size_t j = 0;
@@ -311,9 +348,9 @@ static bclass *class_get(binder_index *ix, const char *name)
     return c;
 }
 
-/* Makes sure class c has a pool for taint set t with buckets up to `units`
+/* Makes sure class c has a pool for shape t with buckets up to `units`
  * free. Returns false when out of memory (nothing listed has moved). */
-static bool pool_ensure(bclass *c, const tset *t, uint32_t units)
+static bool pool_ensure(bclass *c, const shape *t, uint32_t units)
 {
     if(t->id >= c->npools) {
         pool **p = realloc(c->pools, (t->id + 1) * sizeof *p);
@@ -326,10 +363,15 @@ static bool pool_ensure(bclass *c, const tset *t, uint32_t units)
     }
     pool *p = c->pools[t->id];
     if(!p) {
+        pool **list = realloc(c->list, (c->nlist + 1) * sizeof *list);
+        if(!list)
+            return false;
+        c->list = list;
         if(!(p = calloc(1, sizeof *p)))
             return false;
-        p->ts = t;
+        p->sh = t;
         c->pools[t->id] = p;
+        c->list[c->nlist++] = p;
     }
     if(units + 1 > p->nb) {
         /* the lists' heads move with the array: their first element's prev
@@ -379,7 +421,7 @@ static void slot_place(binder_index *ix, slot *s)
     uint32_t fr = slot_free(s);
     pool *p = NULL;
     if(fr && node_eligible(s->node))
-        p = s->cls->pools[s->node->ts->id];
+        p = s->cls->pools[s->node->sh->id];
     bool whole = s->bound == 0;
     if(s->pool == p && (!p || (s->free_at == fr && s->whole == whole)))
         return;
@@ -440,7 +482,7 @@ binder_index *binder_new(void)
     binder_index *ix = calloc(1, sizeof *ix);
     if(!ix)
         return NULL;
-    if(!tset_intern(ix, NULL, 0)) { /* id 0: no taint */
+    if(!shape_intern(ix, NULL, 0, NULL, 0)) { /* id 0: no taint, no class */
         free(ix);
         return NULL;
     }
@@ -476,16 +518,17 @@ void binder_free(binder_index *ix)
             free(k->pools[i]);
         }
         free(k->pools);
+        free(k->list);
         free(k->name);
         free(k);
     }
-    tset *t, *ttmp;
-    HASH_ITER(hh, ix->tsets, t, ttmp)
+    shape *t, *ttmp;
+    HASH_ITER(hh, ix->shapes, t, ttmp)
     {
-        HASH_DEL(ix->tsets, t);
-        tset_free(t);
+        HASH_DEL(ix->shapes, t);
+        shape_free(t);
     }
-    free(ix->ts_by_id);
+    free(ix->shape_by_id);
     free(ix);
 }
 
@@ -498,7 +541,7 @@ void binder_stats_get(const binder_index *ix, binder_stats *out)
     out->bound = ix->bound;
     out->overcommit = ix->overcommit;
     out->classes = ix->nclasses;
-    out->taint_sets = ix->ntsets;
+    out->shapes = ix->nshapes;
 }
 
 /* ----------------------------------------------------------------- nodes */
@@ -549,6 +592,8 @@ binder_rc binder_node_upsert(binder_index *ix, const char *name, const binder_no
     ttaint *tmp = NULL;
     uint32_t nt = 0;
     binder_rc rc = BINDER_OK;
+    slot *fresh = NULL;
+    uint32_t *cls = NULL;
     if(spec->n_taints && !(tmp = calloc(spec->n_taints, sizeof *tmp)))
         return fail(err, BINDER_ERR_MEMORY, "node %s: out of memory", name);
     for(size_t i = 0; i < spec->n_taints; i++) {
@@ -570,35 +615,16 @@ binder_rc binder_node_upsert(binder_index *ix, const char *name, const binder_no
             continue;
         tmp[nt++] = (ttaint){(char *)t->key, (char *)(t->value ? t->value : ""), e};
     }
-    /* everything that allocates, before anything changes */
-    tset *ts = tset_intern(ix, tmp, nt);
-    if(!ts) {
-        rc = fail(err, BINDER_ERR_MEMORY, "node %s: out of memory", name);
-        goto out;
-    }
+    /* everything that allocates, before anything changes: the new slots
+     * (kept classes still held, then the offers), the shape, the pools */
     bnode *n = node_find(ix, name);
-    bool created = false;
-    if(!n) {
-        if(!(n = calloc(1, sizeof *n)) || !(n->name = strdup(name))) {
-            free(n);
-            rc = fail(err, BINDER_ERR_MEMORY, "node %s: out of memory", name);
-            goto out;
-        }
-        n->ts = ix->ts_by_id[0];
-        HASH_ADD_KEYPTR(hh, ix->nodes, n->name, strlen(n->name), n);
-        if(!n->hh.tbl) {
-            free(n->name);
-            free(n);
-            rc = fail(err, BINDER_ERR_MEMORY, "node %s: out of memory", name);
-            goto out;
-        }
-        created = true;
-    }
-    slot *fresh = calloc(n->nslots + spec->n_offers + 1, sizeof *fresh);
-    uint32_t nf = 0;
-    if(!fresh)
+    uint32_t nold = n ? n->nslots : 0, nf = 0, nc = 0;
+    fresh = calloc(nold + spec->n_offers + 1, sizeof *fresh);
+    cls = calloc(nold + spec->n_offers + 1, sizeof *cls);
+    shape *sh = NULL;
+    if(!fresh || !cls)
         goto oom;
-    for(uint32_t i = 0; i < n->nslots; i++) /* kept: classes still held */
+    for(uint32_t i = 0; i < nold; i++)
         if(n->slots[i].bound)
             fresh[nf++] = (slot){.cls = n->slots[i].cls, .bound = n->slots[i].bound};
     for(size_t i = 0; i < spec->n_offers; i++) {
@@ -613,12 +639,31 @@ binder_rc binder_node_upsert(binder_index *ix, const char *name, const binder_no
         if(k == nf)
             fresh[nf++] = (slot){.cls = c};
         fresh[k].offered += spec->offers[i].units;
-        if(!pool_ensure(c, ts, fresh[k].offered))
+    }
+    for(uint32_t k = 0; k < nf; k++)
+        if(fresh[k].offered)
+            cls[nc++] = fresh[k].cls->id;
+    if(!(sh = shape_intern(ix, tmp, nt, cls, nc)))
+        goto oom;
+    for(uint32_t k = 0; k < nf; k++)
+        if(fresh[k].offered && !pool_ensure(fresh[k].cls, sh, fresh[k].offered))
             goto oom;
+    if(!n) {
+        if(!(n = calloc(1, sizeof *n)) || !(n->name = strdup(name))) {
+            free(n);
+            goto oom;
+        }
+        n->sh = ix->shape_by_id[0];
+        HASH_ADD_KEYPTR(hh, ix->nodes, n->name, strlen(n->name), n);
+        if(!n->hh.tbl) {
+            free(n->name);
+            free(n);
+            goto oom;
+        }
     }
     /* commit: nothing fails from here */
     n->flags = spec->flags;
-    n->ts = ts;
+    n->sh = sh;
     node_slots_replace(ix, n, fresh, nf);
     if(overcommitted)
         for(uint32_t i = 0; i < nf; i++)
@@ -626,13 +671,9 @@ binder_rc binder_node_upsert(binder_index *ix, const char *name, const binder_no
     goto out;
 oom:
     free(fresh);
-    if(created) {
-        HASH_DEL(ix->nodes, n);
-        free(n->name);
-        free(n);
-    }
     rc = fail(err, BINDER_ERR_MEMORY, "node %s: out of memory", name);
 out:
+    free(cls);
     free(tmp);
     return rc;
 }
@@ -917,15 +958,26 @@ typedef struct qneed {
     uint32_t units;
 } qneed;
 
-/* Nodes of class c with room for `units`, in the pools the tolerations allow. */
-static size_t feasible_count(const bclass *c, uint32_t units, const binder_toleration *tol, size_t ntol)
+/* Pool p may hold candidates of the set: the tolerations cover its GPU
+ * taints and its shape offers every class of the set. */
+static bool pool_usable(const pool *p, const qneed *need, size_t nneed, const binder_toleration *tol, size_t ntol)
+{
+    for(size_t k = 0; k < nneed; k++)
+        if(!shape_offers(p->sh, need[k].cls->id))
+            return false;
+    return shape_tolerated(p->sh, tol, ntol);
+}
+
+/* Nodes of class need[k] with room for its units, in the usable pools. */
+static size_t feasible_count(const qneed *need, size_t nneed, size_t k, const binder_toleration *tol, size_t ntol)
 {
     size_t sum = 0;
-    for(uint32_t i = 0; i < c->npools; i++) {
-        const pool *p = c->pools[i];
-        if(!p || units >= p->nb || !tset_tolerated(p->ts, tol, ntol))
+    const bclass *c = need[k].cls;
+    for(uint32_t i = 0; i < c->nlist; i++) {
+        const pool *p = c->list[i];
+        if(need[k].units >= p->nb || !pool_usable(p, need, nneed, tol, ntol))
             continue;
-        for(uint32_t f = units; f < p->nb; f++)
+        for(uint32_t f = need[k].units; f < p->nb; f++)
             sum += p->b[f].n;
     }
     return sum;
@@ -966,7 +1018,7 @@ binder_rc binder_candidates_set(const binder_index *ix, const binder_query *q, b
     /* the scarcest class drives the walk */
     size_t drive = 0, best = SIZE_MAX;
     for(size_t k = 0; k < nneed; k++) {
-        size_t f = feasible_count(need[k].cls, need[k].units, q->tolerations, q->n_tolerations);
+        size_t f = feasible_count(need, nneed, k, q->tolerations, q->n_tolerations);
         if(f < best)
             best = f, drive = k;
     }
@@ -974,14 +1026,14 @@ binder_rc binder_candidates_set(const binder_index *ix, const binder_query *q, b
         return BINDER_OK;
     const bclass *dc = need[drive].cls;
     uint32_t du = need[drive].units, top = 0;
-    /* the driving class's pools the tolerations allow */
+    /* the driving class's usable pools */
     const pool *local[32], **pools = local;
     size_t np = 0;
-    if(dc->npools > 32 && !(pools = malloc(dc->npools * sizeof *pools)))
+    if(dc->nlist > 32 && !(pools = malloc(dc->nlist * sizeof *pools)))
         return BINDER_ERR_MEMORY;
-    for(uint32_t i = 0; i < dc->npools; i++) {
-        const pool *p = dc->pools[i];
-        if(p && du < p->nb && tset_tolerated(p->ts, q->tolerations, q->n_tolerations)) {
+    for(uint32_t i = 0; i < dc->nlist; i++) {
+        const pool *p = dc->list[i];
+        if(du < p->nb && pool_usable(p, need, nneed, q->tolerations, q->n_tolerations)) {
             pools[np++] = p;
             if(p->nb > top)
                 top = p->nb;
@@ -1066,11 +1118,22 @@ binder_rc binder_verify(const binder_index *ix, cozy_err *err)
                             s->pool ? "" : "not ");
             if(s->pool) {
                 listed++;
-                if(s->pool != s->cls->pools[n->ts->id] || s->free_at != slot_free(s) || s->whole != (s->bound == 0))
+                if(s->pool != s->cls->pools[n->sh->id] || s->free_at != slot_free(s) || s->whole != (s->bound == 0))
                     return fail(err, BINDER_ERR_INPUT, "node %s: class %s is in the wrong bucket", n->name,
                                 s->cls->name);
             }
         }
+        uint32_t offering = 0;
+        for(uint32_t i = 0; i < n->nslots; i++)
+            if(n->slots[i].offered) {
+                offering++;
+                if(!shape_offers(n->sh, n->slots[i].cls->id))
+                    return fail(err, BINDER_ERR_INPUT, "node %s: its shape lacks class %s", n->name,
+                                n->slots[i].cls->name);
+            }
+        if(offering != n->sh->nclasses)
+            return fail(err, BINDER_ERR_INPUT, "node %s: offers %u classes, its shape %u", n->name, offering,
+                        n->sh->nclasses);
         const bclaim *c;
         DL_FOREACH(n->claims, c)
         {

@@ -25,10 +25,14 @@
  * cover its `gpu.cozystack.io/` taints, and it has enough free units of
  * every class of the set. Nodes failing the first three are out of the
  * buckets altogether (a flag change moves them out or back in, O(classes
- * on the node)); taints are grouped: nodes with the same set of GPU taints
- * share a pool per class, and a query checks the tolerations once per pool,
- * never per node. So a query costs O(pools x distinct free values + the
- * nodes it returns), whatever the number of nodes.
+ * on the node)). Nodes of one shape (the same GPU taints and the same
+ * classes offered) share a pool per class, and a query checks the
+ * tolerations and the set's classes once per pool, never per node: a
+ * two-class set never walks the nodes that offer only one of its classes.
+ * So a one-class query costs O(pools x distinct free values + the nodes it
+ * returns), whatever the number of nodes; the pools of a class are as many
+ * as the shapes offering it (node models x GPU taint sets: tens, not
+ * thousands, on a real cluster).
  *
  * Packing order (issue 12: "the default heuristic packs, most-allocated
  * first, so that whole nodes stay free for large sets"): nodes that already
@@ -191,7 +195,7 @@ typedef struct binder_stats {
     size_t bound;      /* of which bound */
     size_t overcommit; /* node classes holding more than they offer */
     size_t classes;    /* classes known (named by a node or a claim) */
-    size_t taint_sets; /* distinct sets of GPU taints seen */
+    size_t shapes;     /* distinct node shapes seen (GPU taints + classes offered) */
 } binder_stats;
 
 /* ---------------------------------------------------------------- index */
@@ -314,11 +318,15 @@ binder_rc binder_unbind(binder_index *ix, const char *ns, const char *name);
  * Never a node that is NotReady, cordoned, layout-pending, has a
  * NoSchedule/NoExecute GPU taint the tolerations do not cover, or lacks
  * room for any class of the set. A class no node offers gives 0
- * candidates. Cost: O(pools x free levels + nodes examined), the latter
- * bounded by max_examined when set; no scan of every node.
+ * candidates. Cost: O(pools x free levels + nodes examined); for a set of
+ * one class every node examined is returned; for several, a node examined
+ * offers every class of the set but may lack units of another class than
+ * the driving one (then it is skipped; max_examined bounds that); no scan
+ * of every node.
  * This bounded list is what a caller hands to Lua to filter and score.
  * Errors: BINDER_ERR_INPUT (no needs, units 0 or above BINDER_MAX_UNITS,
- * empty class name, more than BINDER_MAX_SET_CLASSES classes). */
+ * empty class name, more than BINDER_MAX_SET_CLASSES classes),
+ * BINDER_ERR_MEMORY (only with more than 32 shapes offering the class). */
 binder_rc binder_candidates_set(const binder_index *ix, const binder_query *q, binder_candidate *out, size_t max,
                                 size_t *n_out);
 

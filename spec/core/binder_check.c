@@ -479,6 +479,15 @@ static void check_sets(void)
         eq_s(cands(ix, cases[i].needs, NULL, 0, cases[i].max, 0, NULL), cases[i].want, what);
     }
     eq_s(cands(ix, "a:1 b:1", NULL, 0, 16, 1, NULL), "s2", "max_examined 1 stops after one node");
+    /* s1 (class a only) used, free 1: first in a's packing order, yet a
+     * two-class set never examines it (its shape lacks b) */
+    eq_rc(binder_claim_upsert(ix, "vm", "big-a", "a", 7, NULL), BINDER_OK, "claim big-a: a 7");
+    eq_rc(binder_bind(ix, "vm", "big-a", "s1", 0, NULL), BINDER_OK, "big-a on s1");
+    eq_s(cands(ix, "a:1", NULL, 0, 16, 0, NULL), "s1 s2 s3", "s1 first for class a alone");
+    eq_s(cands(ix, "a:1 b:1", NULL, 0, 16, 1, NULL), "s2", "a two-class set skips s1 without examining it");
+    binder_stats sst;
+    binder_stats_get(ix, &sst);
+    eq_u(sst.shapes, 4, "shapes: none (id 0), {a}, {a,b}, {b}");
     binder_need needs[] = {{"a", 1}, {"b", 1}};
     binder_query q = {needs, 2, NULL, 0, 0};
     binder_candidate c[4];
