@@ -1,17 +1,18 @@
 /* index.c — the binder's index (index.h; DESIGN.md §6, issue 12).
  *
- * Shapes:
- *   - nodes, claims, classes and taint sets in uthash tables (Debian's
+ * Layout of the data:
+ *   - nodes, claims, classes and node shapes in uthash tables (Debian's
  *     uthash-dev, header-only), keyed by name ("ns\0name" for claims);
  *   - a node holds one `slot` per class it offers or holds: units offered,
  *     units bound, and its place in the buckets;
- *   - a class holds one `pool` per taint set seen (nodes with the same GPU
- *     taints), indexed by the taint set's id; a pool is an array of
+ *   - a node's shape is its GPU taints and the classes it offers, interned;
+ *   - a class holds one `pool` per shape offering it (indexed by the
+ *     shape's id, and listed in the order made); a pool is an array of
  *     buckets indexed by free units, each two doubly linked lists (utlist)
  *     of slots: nodes already holding units of the class ("part") and
  *     untouched ones ("whole");
  *   - a slot is in exactly the bucket of its free units, in the pool of
- *     its node's taints, when its node is Ready, schedulable and not
+ *     its node's shape, when its node is Ready, schedulable and not
  *     layout-pending and it has free units; otherwise in no bucket.
  * Every change (offer, flags, bind, unbind) moves a slot in O(1). Pools are
  * made, with buckets up to the units offered, before anything changes, so

@@ -569,7 +569,7 @@ static void check_random(unsigned long steps, uint64_t seed)
     binder_index *ix = binder_new();
     rng = seed;
     int bad = 0;
-    unsigned long binds = 0, no_room = 0, queries = 0, found = 0, overcommits = 0;
+    unsigned long binds = 0, sets = 0, no_room = 0, queries = 0, found = 0, overcommits = 0;
     for(unsigned long step = 0; step < steps && bad < 5; step++) {
         int before = failed;
         uint32_t op = rnd(100);
@@ -669,6 +669,59 @@ static void check_random(unsigned long steps, uint64_t seed)
                 m.knode[k] = i;
                 m.bound[i][m.kclass[k]] += m.kcount[k];
             }
+        } else if(op < 80) { /* a set of two claims, all or nothing; or one restored past the offer */
+            int k2 = (int)rnd(RK);
+            char kn2[16];
+            snprintf(kn2, sizeof kn2, "k%d", k2);
+            if(rnd(4) == 0) {
+                binder_rc rc = binder_bind(ix, "tenant-a", kn, nn, BINDER_BIND_RESTORE, NULL);
+                binder_rc want = !m.exists[i]       ? BINDER_ERR_NO_NODE
+                                 : m.knode[k] == -2 ? BINDER_ERR_NO_CLAIM
+                                 : m.knode[k] >= 0  ? BINDER_ERR_BOUND
+                                                    : BINDER_OK;
+                if(rc != want) {
+                    failed++;
+                    printf("FAIL random step %lu: restore %s on %s: %s, want %s\n", step, kn, nn,
+                           binder_strerror(rc), binder_strerror(want));
+                }
+                if(rc == BINDER_OK) {
+                    m.knode[k] = i;
+                    m.bound[i][m.kclass[k]] += m.kcount[k];
+                }
+            } else {
+                binder_claim_ref set[2] = {{"tenant-a", kn}, {"tenant-a", kn2}};
+                binder_rc rc = binder_bind_set(ix, set, 2, nn, 0, NULL);
+                binder_rc want;
+                if(!m.exists[i])
+                    want = BINDER_ERR_NO_NODE;
+                else if(m.knode[k] == -2 || m.knode[k2] == -2)
+                    want = m.knode[k] == -2 ? BINDER_ERR_NO_CLAIM
+                           : m.knode[k] >= 0 ? BINDER_ERR_BOUND
+                                             : BINDER_ERR_NO_CLAIM;
+                else if(m.knode[k] >= 0 || m.knode[k2] >= 0 || k == k2)
+                    want = BINDER_ERR_BOUND;
+                else {
+                    uint32_t need[RC] = {0};
+                    need[m.kclass[k]] += m.kcount[k];
+                    need[m.kclass[k2]] += m.kcount[k2];
+                    want = BINDER_OK;
+                    for(int c = 0; c < RC; c++)
+                        if(need[c] && m.bound[i][c] + need[c] > m.offered[i][c])
+                            want = BINDER_ERR_NO_ROOM;
+                }
+                if(rc != want) {
+                    failed++;
+                    printf("FAIL random step %lu: bind set %s+%s on %s: %s, want %s\n", step, kn, kn2, nn,
+                           binder_strerror(rc), binder_strerror(want));
+                }
+                sets += rc == BINDER_OK;
+                if(rc == BINDER_OK) {
+                    m.knode[k] = i;
+                    m.bound[i][m.kclass[k]] += m.kcount[k];
+                    m.knode[k2] = i;
+                    m.bound[i][m.kclass[k2]] += m.kcount[k2];
+                }
+            }
         } else { /* candidates for a random set against a scan of every node */
             int c1 = (int)rnd(RC), c2 = (int)rnd(RC);
             uint32_t u1 = 1 + rnd(6), u2 = rnd(3) ? 0 : 1 + rnd(3);
@@ -748,8 +801,8 @@ static void check_random(unsigned long steps, uint64_t seed)
     char what[96];
     snprintf(what, sizeof what, "random run of %lu steps, seed %" PRIu64 ", matches the model", steps, seed);
     ok(bad == 0, what, NULL);
-    printf("random: %lu steps, seed %" PRIu64 ": %lu binds, %lu refused for room, %lu candidate queries returning "
-           "%lu nodes, %lu steps with an overcommitted node\n", steps, seed, binds, no_room, queries, found, overcommits);
+    printf("random: %lu steps, seed %" PRIu64 ": %lu binds, %lu sets of two bound, %lu refused for room, %lu candidate queries returning "
+           "%lu nodes, %lu steps with an overcommitted node\n", steps, seed, binds, sets, no_room, queries, found, overcommits);
     binder_free(ix);
 }
 
