@@ -169,7 +169,7 @@ static bool name_ok(const char *s, size_t max)
     return n <= max;
 }
 
-/* ------------------------------------------------------------ taint sets */
+/* ---------------------------------------------------------------- shapes */
 
 static int ttaint_cmp(const void *a, const void *b)
 {
