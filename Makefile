@@ -20,13 +20,13 @@ HOST_LIBS   := $(shell pkg-config --libs $(HOST_PKGS) 2>/dev/null)
 # Debian packages the build and the tests need (Debian 12).
 DEB_PACKAGES := gcc make pkg-config lua5.4 liblua5.4-dev lua-busted \
 	libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev \
-	libpci-dev libgnutls28-dev curl openssl kubectl
+	libpci-dev libgnutls28-dev uthash-dev curl openssl kubectl
 # kubectl is not a Debian package; deps checks for it but does not install it.
 DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))
 
 # core/ is layered (README "Layout"; spec/core/layers_spec.lua checks it):
 # every folder is one layer and includes only itself and the layers below.
-LAYERS := base format engine admission kube server host controller agent cli
+LAYERS := base format engine admission kube server host binder controller agent cli
 layer_src = $(sort $(wildcard $(patsubst %,core/%/*.c,$(1))))
 CORE_HDR  := $(wildcard core/*/*.h)
 # the binary: every layer but the specs' Lua module
@@ -46,7 +46,7 @@ SAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 BUSTED := lua5.4 /usr/bin/busted
 
 .DEFAULT_GOAL := all
-.PHONY: all deps check-deps test test-asan demo clean policies-configmap bench cel
+.PHONY: all deps check-deps test test-asan demo clean policies-configmap bench bench-binder cel
 
 BIN := $(BUILD)/bin/cozygpu
 KUBE_CHECK := $(BUILD)/bin/kube_check
@@ -79,7 +79,7 @@ POLICIES_CM := deploy/21-policies-configmap.yaml
 MOD := $(BUILD)/lua/cozygpu/core.so
 DIRS := -DCOZYGPU_LIBDIR='"$(CURDIR)/lua"' -DCOZYGPU_POLICYDIR='"$(CURDIR)/policies"'
 
-all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(ENGINE_BENCH) $(POLICIES_CM)
+all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(ENGINE_BENCH) $(BINDER_BENCH) $(POLICIES_CM)
 
 $(POLICIES_CM): deploy/gen-policies-configmap.lua $(POLICY_SRC)
 	lua5.4 deploy/gen-policies-configmap.lua -o $@ policies
@@ -127,6 +127,7 @@ deps:
 
 check-deps:
 	@pkg-config --exists $(PKGS) $(NET_PKGS) $(HOST_PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; exit 1; }
+	@test -f /usr/include/uthash.h || { echo "missing build dependency uthash-dev (core/binder/): run 'make deps' (as root)"; exit 1; }
 
 # CEL evaluator for the webhooks' matchConditions specs (npm registry;
 # optional: those specs are pending without node)

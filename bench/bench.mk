@@ -6,8 +6,13 @@
 #   $(BUILD)/bin/cozygpu-bare     bare libmicrohttpd TLS server, fixed answer
 #   $(BUILD)/tests/webhook_check  core/server/ with a toy review callback
 #                                 (specs in spec/webhook/, bench stand-in)
+#   $(BUILD)/bin/cozygpu-binder-bench  the binder's index alone (bench/binder.c)
 #   make bench                    bench/bench.sh against the controller
-#                                 (BENCH_TARGET_CMD / BENCH_ARGS to adjust)
+#                                 (BENCH_TARGET_CMD / BENCH_ARGS to adjust),
+#                                 the policy engine alone, then bench-binder
+#   make bench-binder             the binder's index: 1k claims on 100 nodes,
+#                                 10k on 1k, 100k on 10k, events on the full
+#                                 state (BINDER_BENCH_ARGS, e.g. --seed N)
 
 CC      ?= gcc
 WARN    ?= -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
@@ -32,7 +37,7 @@ BENCH_LOAD  := $(BUILD)/bin/cozygpu-load
 BENCH_BARE  := $(BUILD)/bin/cozygpu-bare
 WEBHOOK_CHECK := $(BUILD)/tests/webhook_check
 
-.PHONY: bench bench-tools
+.PHONY: bench bench-tools bench-binder
 
 bench-tools: $(BENCH_LOAD) $(BENCH_BARE) $(WEBHOOK_CHECK)
 
@@ -60,8 +65,22 @@ $(WEBHOOK_CHECK): spec/webhook/webhook_check.c $(WEBHOOK_SRC) $(WEBHOOK_HDR)
 BENCH_TARGET_CMD ?= $(WEBHOOK_CHECK) --cert {cert} --key {key} --port 0 --port-file {port_file} --workers 4 --log-level warn
 BENCH_ARGS ?=
 
+# the binder's index (core/binder/, header-only uthash) with its bench
+BINDER_BENCH := $(BUILD)/bin/cozygpu-binder-bench
+BINDER_BENCH_ARGS ?=
+
+$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h core/base/result.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c
+
+bench-binder: $(BINDER_BENCH)
+	@echo "the binder's index alone (no API, no Lua): placement and events, medians of repeated runs:"
+	$(BINDER_BENCH) $(BINDER_BENCH_ARGS)
+
 bench: bench-tools $(ENGINE_BENCH)
 	BUILD=$(BUILD) bench/bench.sh --target-cmd '$(BENCH_TARGET_CMD)' $(BENCH_ARGS)
 	@echo
 	@echo "the policy engine alone (no HTTP, TLS or JSON parsing), each review timed:"
 	$(if $(ENGINE_BENCH),$(ENGINE_BENCH) --cluster examples/classes --cluster examples/cluster examples/reviews)
+	@echo
+	@$(MAKE) --no-print-directory bench-binder

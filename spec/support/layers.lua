@@ -8,7 +8,7 @@
 local L = {}
 
 --- The layers, bottom first, each with the layers it may include.
-L.order = { "base", "format", "engine", "admission", "kube", "server", "host", "controller", "agent", "cli" }
+L.order = { "base", "format", "engine", "admission", "kube", "server", "host", "binder", "controller", "agent", "cli" }
 L.below = {
   base = {},
   format = { "base" },
@@ -17,9 +17,10 @@ L.below = {
   kube = { "base", "format" },
   server = { "base" },
   host = { "base" },
+  binder = { "base" },
   controller = { "base", "format", "engine", "admission", "kube", "server" },
   agent = { "base", "format", "engine", "kube", "host" },
-  cli = { "base", "format", "engine", "admission", "kube", "server", "host", "controller", "agent" },
+  cli = { "base", "format", "engine", "admission", "kube", "server", "host", "binder", "controller", "agent" },
 }
 
 local function lines_of(cmd)

@@ -1,0 +1,466 @@
+/* binder.c — the binder's index under load (core/binder/index.c; issue 12,
+ * "Must show": placement of 1k claims on 100 nodes, 10k on 1k, 100k on 10k,
+ * time, placements per second, peak memory, and the cost of one event on
+ * the full state; targets: 100k on 10k in under 2 s, one event under 1 ms,
+ * memory under 200 MB).
+ *
+ * The cluster (per 100 nodes): 30 nodes of 8 passthrough L40S, 30 of 8
+ * H100, 25 of 40 vGPU L40S (5 per GPU), 15 with 4 L40S and 4 H100 (two
+ * models, so multi-class sets fit there only); 5 in 100 carry a
+ * gpu.cozystack.io/dedicated NoSchedule taint, 1 in 100 each cordoned,
+ * NotReady, layout-pending. The claims come in sets (one VM's claims): a
+ * vGPU set of 1-4 claims of one vGPU each (75 in 100), a passthrough set
+ * of one claim of 1, 2, 4 or 8 GPUs (22 in 100), or a two-model set of 1-2
+ * L40S and 1-2 H100 (3 in 100); 1 set in 10 tolerates the dedicated taint.
+ * Demand is about three quarters of the capacity, so the last sets meet a
+ * nearly full cluster. Sets are placed in order: claims recorded,
+ * candidates (at most CANDIDATES = 32 in packing order; decision 0020: at
+ * most 32 per set go to Lua), the first taken (the stand-in for the Lua
+ * scoring to come), the set bound; a set with no candidate waits (counted).
+ * Placement is timed as the median of --runs runs (5 times as many below
+ * 10k nodes, where one run takes milliseconds and the machine's noise
+ * would dominate); events are timed one by one (--events of each). Everything from a seeded PRNG; the
+ * seed is printed, `--seed N` replays it.
+ *
+ * Usage: cozygpu-binder-bench [--seed N] [--runs N] [--events N] [--max-nodes N]
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "binder/index.h"
+
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static uint64_t rng;
+
+static uint64_t rnd64(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ULL;
+}
+
+static uint32_t rnd(uint32_t n)
+{
+    return (uint32_t)(rnd64() % n);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double pct(double *v, size_t n, double p) /* v sorted */
+{
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+static long peak_rss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+static size_t heap_bytes(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+/* candidates asked per set (decision 0020: the bounded list Lua scores) */
+#define CANDIDATES 32
+
+#define L40S "pt-l40s"
+#define H100 "pt-h100"
+#define VG "vg-l40s-8q"
+
+static const binder_taint dedicated = {"gpu.cozystack.io/dedicated", "tenant-x", "NoSchedule"};
+static const binder_toleration tol_dedicated = {"gpu.cozystack.io/dedicated", "Equal", "tenant-x", "NoSchedule"};
+
+typedef struct nodedef {
+    char name[32];
+    binder_offer offers[2];
+    size_t n_offers;
+    uint32_t flags;
+    int tainted;
+} nodedef;
+
+typedef struct setdef {
+    binder_claim_ref refs[4];
+    binder_need needs[4];
+    size_t n;
+    int tolerant;
+} setdef;
+
+typedef struct cluster {
+    size_t nnodes, nsets, nclaims;
+    nodedef *nodes;
+    setdef *sets;
+    char (*ns)[16];
+    char (*names)[32];
+    uint64_t capacity;
+    uint64_t demand;
+} cluster;
+
+static binder_rc node_put(binder_index *ix, const nodedef *d)
+{
+    binder_node_spec spec = {d->flags, d->offers, d->n_offers, d->tainted ? &dedicated : NULL, d->tainted ? 1u : 0u};
+    return binder_node_upsert(ix, d->name, &spec, NULL, NULL);
+}
+
+static void make_node(nodedef *d, size_t i)
+{
+    snprintf(d->name, sizeof d->name, "node-%05zu", i);
+    uint32_t kind = rnd(100);
+    if(kind < 30)
+        d->offers[0] = (binder_offer){L40S, 8}, d->n_offers = 1;
+    else if(kind < 60)
+        d->offers[0] = (binder_offer){H100, 8}, d->n_offers = 1;
+    else if(kind < 85)
+        d->offers[0] = (binder_offer){VG, 40}, d->n_offers = 1;
+    else
+        d->offers[0] = (binder_offer){L40S, 4}, d->offers[1] = (binder_offer){H100, 4}, d->n_offers = 2;
+    uint32_t state = rnd(100);
+    d->flags = BINDER_NODE_READY | BINDER_NODE_SCHEDULABLE;
+    if(state == 0)
+        d->flags &= ~BINDER_NODE_SCHEDULABLE;
+    else if(state == 1)
+        d->flags &= ~BINDER_NODE_READY;
+    else if(state == 2)
+        d->flags |= BINDER_NODE_LAYOUT_PENDING;
+    d->tainted = rnd(100) < 5;
+}
+
+/* One set of claims into s (names from the cluster's pools). */
+static void make_set(cluster *c, setdef *s)
+{
+    uint32_t kind = rnd(100);
+    s->n = 0;
+    s->tolerant = rnd(10) == 0;
+    static const uint32_t pt_units[] = {1, 1, 1, 1, 2, 2, 4, 8};
+    if(kind < 75) { /* vGPU: 1-4 claims of one each */
+        uint32_t k = 1 + (rnd(4) == 0 ? rnd(4) : 0);
+        for(uint32_t j = 0; j < k; j++)
+            s->needs[s->n++] = (binder_need){VG, 1};
+    } else if(kind < 97) {
+        s->needs[s->n++] = (binder_need){rnd(2) ? L40S : H100, pt_units[rnd(8)]};
+    } else {
+        s->needs[s->n++] = (binder_need){L40S, 1 + rnd(2)};
+        s->needs[s->n++] = (binder_need){H100, 1 + rnd(2)};
+    }
+    for(size_t j = 0; j < s->n; j++) {
+        size_t k = c->nclaims++;
+        snprintf(c->ns[k], sizeof c->ns[k], "tenant-%03u", rnd(200));
+        snprintf(c->names[k], sizeof c->names[k], "claim-%07zu", k);
+        s->refs[j] = (binder_claim_ref){c->ns[k], c->names[k]};
+        c->demand += s->needs[j].units;
+    }
+}
+
+/* A cluster of n nodes and sets adding up to `claims` claims. */
+static cluster *make_cluster(size_t n, size_t claims)
+{
+    cluster *c = calloc(1, sizeof *c);
+    c->nnodes = n;
+    c->nodes = calloc(n, sizeof *c->nodes);
+    c->sets = calloc(claims, sizeof *c->sets);
+    c->ns = calloc(claims + 4, sizeof *c->ns);
+    c->names = calloc(claims + 4, sizeof *c->names);
+    if(!c->nodes || !c->sets || !c->ns || !c->names) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    for(size_t i = 0; i < n; i++) {
+        make_node(&c->nodes[i], i);
+        for(size_t j = 0; j < c->nodes[i].n_offers; j++)
+            c->capacity += c->nodes[i].offers[j].units;
+    }
+    while(c->nclaims < claims) {
+        setdef *s = &c->sets[c->nsets++];
+        make_set(c, s);
+        if(c->nclaims > claims) { /* trim the last set to the exact count */
+            size_t extra = c->nclaims - claims;
+            for(size_t j = 0; j < extra; j++)
+                c->demand -= s->needs[s->n - 1 - j].units;
+            s->n -= extra;
+            c->nclaims = claims;
+        }
+    }
+    return c;
+}
+
+static void free_cluster(cluster *c)
+{
+    free(c->nodes);
+    free(c->sets);
+    free(c->ns);
+    free(c->names);
+    free(c);
+}
+
+static void die(binder_rc rc, const char *what)
+{
+    fprintf(stderr, "binder bench: %s: %s\n", what, binder_strerror(rc));
+    exit(2);
+}
+
+/* Records and places one set; returns 1 when placed. */
+static int place(binder_index *ix, const setdef *s)
+{
+    binder_rc rc;
+    for(size_t j = 0; j < s->n; j++)
+        if((rc = binder_claim_upsert(ix, s->refs[j].ns, s->refs[j].name, s->needs[j].class_name, s->needs[j].units,
+                                     NULL)))
+            die(rc, "claim");
+    binder_query q = {s->needs, s->n, s->tolerant ? &tol_dedicated : NULL, s->tolerant ? 1u : 0u, 0};
+    binder_candidate cand[CANDIDATES];
+    size_t n = 0;
+    if((rc = binder_candidates_set(ix, &q, cand, CANDIDATES, &n)))
+        die(rc, "candidates");
+    if(!n)
+        return 0;
+    if((rc = binder_bind_set(ix, s->refs, s->n, cand[0].node, 0, NULL)))
+        die(rc, "bind");
+    return 1;
+}
+
+typedef struct result {
+    size_t nodes, claims;
+    double place_s; /* median */
+    double node_build_s;
+    size_t placed_sets, waiting_sets, bound_claims;
+    double add_med_us, add_p99_us, lost_med_us, lost_p99_us, replace_med_us, replace_p99_us;
+    double lost_claims_avg;
+    size_t index_bytes;
+    long rss_kib;
+} result;
+
+struct collect {
+    binder_claim_ref refs[256];
+    char ns[256][16], names[256][32];
+    size_t n;
+};
+
+static void on_unbound(void *ud, const binder_claim_view *v)
+{
+    struct collect *c = ud;
+    if(c->n == 256)
+        return;
+    snprintf(c->ns[c->n], sizeof c->ns[0], "%s", v->ns);
+    snprintf(c->names[c->n], sizeof c->names[0], "%s", v->name);
+    c->refs[c->n] = (binder_claim_ref){c->ns[c->n], c->names[c->n]};
+    c->n++;
+}
+
+static void run_size(size_t nnodes, size_t nclaims, int runs, int events, result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->nodes = nnodes;
+    r->claims = nclaims;
+    cluster *c = make_cluster(nnodes, nclaims);
+    double *t = calloc((size_t)runs, sizeof *t), *tb = calloc((size_t)runs, sizeof *tb);
+    binder_index *ix = NULL;
+    for(int run = 0; run < runs; run++) {
+        binder_free(ix);
+        size_t heap0 = heap_bytes();
+        double t0 = now();
+        ix = binder_new();
+        for(size_t i = 0; i < c->nnodes; i++) {
+            binder_rc rc = node_put(ix, &c->nodes[i]);
+            if(rc)
+                die(rc, "node");
+        }
+        double t1 = now();
+        size_t placed = 0;
+        for(size_t i = 0; i < c->nsets; i++)
+            placed += (size_t)place(ix, &c->sets[i]);
+        double t2 = now();
+        tb[run] = t1 - t0;
+        t[run] = t2 - t1;
+        r->placed_sets = placed;
+        r->waiting_sets = c->nsets - placed;
+        r->index_bytes = heap_bytes() - heap0;
+    }
+    r->place_s = median(t, (size_t)runs);
+    r->node_build_s = median(tb, (size_t)runs);
+    binder_stats st;
+    binder_stats_get(ix, &st);
+    r->bound_claims = st.bound;
+    cozy_err err;
+    binder_rc vrc = binder_verify(ix, &err);
+    if(vrc) {
+        fprintf(stderr, "binder bench: the index is inconsistent: %s\n", err.msg);
+        exit(1);
+    }
+    /* events on the full state */
+    double *add = calloc((size_t)events, sizeof *add), *lost = calloc((size_t)events, sizeof *lost),
+           *repl = calloc((size_t)events, sizeof *repl);
+    size_t lost_claims = 0;
+    static char ns[16], name[32];
+    for(int e = 0; e < events; e++) {
+        /* a claim added and placed: a new small set */
+        setdef s;
+        size_t k = c->nclaims;
+        cluster tmp = *c; /* reuse the name pools' spare slots */
+        make_set(&tmp, &s);
+        s.n = 1;
+        snprintf(ns, sizeof ns, "%s", tmp.ns[k]);
+        snprintf(name, sizeof name, "event-%d", e);
+        s.refs[0] = (binder_claim_ref){ns, name};
+        double t0 = now();
+        int ok = place(ix, &s);
+        add[e] = (now() - t0) * 1e6;
+        (void)ok;
+        binder_rc rc = binder_claim_delete(ix, ns, name);
+        if(rc)
+            die(rc, "event claim delete");
+        /* a node lost: its claims unbound, then placed elsewhere */
+        const nodedef *d = &c->nodes[rnd((uint32_t)c->nnodes)];
+        struct collect col;
+        col.n = 0;
+        t0 = now();
+        if((rc = binder_node_delete(ix, d->name, on_unbound, &col)))
+            die(rc, "node delete");
+        lost[e] = (now() - t0) * 1e6;
+        lost_claims += col.n;
+        /* re-placing them one by one (each claim its own set here: the
+         * index does not know which claims form a VM's set) */
+        char moved_to[256][32];
+        t0 = now();
+        for(size_t j = 0; j < col.n; j++) {
+            binder_claim_view v;
+            binder_claim_get(ix, col.refs[j].ns, col.refs[j].name, &v);
+            binder_candidate cand[CANDIDATES];
+            size_t n = 0;
+            moved_to[j][0] = 0;
+            if(binder_candidates(ix, v.class_name, v.count, &tol_dedicated, 1, cand, CANDIDATES, &n) == BINDER_OK && n &&
+               binder_bind_set(ix, &col.refs[j], 1, cand[0].node, 0, NULL) == BINDER_OK)
+                snprintf(moved_to[j], sizeof moved_to[j], "%s", cand[0].node);
+        }
+        repl[e] = (now() - t0) * 1e6;
+        /* back as it was (not timed) */
+        for(size_t j = 0; j < col.n; j++)
+            if(moved_to[j][0])
+                binder_unbind(ix, col.refs[j].ns, col.refs[j].name);
+        if((rc = node_put(ix, d)))
+            die(rc, "node back");
+        if(col.n && (rc = binder_bind_set(ix, col.refs, col.n, d->name, BINDER_BIND_RESTORE, NULL)))
+            die(rc, "claims back");
+    }
+    if((vrc = binder_verify(ix, &err))) {
+        fprintf(stderr, "binder bench: the index is inconsistent after the events: %s\n", err.msg);
+        exit(1);
+    }
+    binder_stats_get(ix, &st);
+    if(st.bound != r->bound_claims) {
+        fprintf(stderr, "binder bench: %zu claims bound after the events, %zu before\n", st.bound, r->bound_claims);
+        exit(1);
+    }
+    r->add_med_us = median(add, (size_t)events);
+    r->add_p99_us = pct(add, (size_t)events, 0.99);
+    r->lost_med_us = median(lost, (size_t)events);
+    r->lost_p99_us = pct(lost, (size_t)events, 0.99);
+    r->replace_med_us = median(repl, (size_t)events);
+    r->replace_p99_us = pct(repl, (size_t)events, 0.99);
+    r->lost_claims_avg = (double)lost_claims / events;
+    r->rss_kib = peak_rss_kib();
+    printf("%7zu claims on %6zu nodes: placed in %8.1f ms (median of %d; nodes loaded in %.1f ms before): "
+           "%.0f sets/s (%.0f claims/s); %zu sets placed, %zu waiting; %zu claims bound; "
+           "capacity %" PRIu64 " units, demand %" PRIu64 "\n",
+           nclaims, nnodes, r->place_s * 1e3, runs, r->node_build_s * 1e3, (double)c->nsets / r->place_s,
+           (double)nclaims / r->place_s, r->placed_sets, r->waiting_sets, r->bound_claims, c->capacity, c->demand);
+    printf("        one event on the full state (median / p99 of %d): claim added and placed %.2f / %.2f us; "
+           "node lost, its claims unbound %.2f / %.2f us (%.1f claims); those claims placed elsewhere %.2f / %.2f us\n",
+           events, r->add_med_us, r->add_p99_us, r->lost_med_us, r->lost_p99_us, r->lost_claims_avg,
+           r->replace_med_us, r->replace_p99_us);
+    printf("        memory: index %.1f MB (heap in use), peak RSS of the process %.1f MB\n",
+           (double)r->index_bytes / 1e6, (double)r->rss_kib / 1024.0);
+    fflush(stdout);
+    free(add);
+    free(lost);
+    free(repl);
+    free(t);
+    free(tb);
+    binder_free(ix);
+    free_cluster(c);
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed = 0;
+    int runs = 5, events = 1000;
+    size_t max_nodes = 10000;
+    for(int i = 1; i < argc; i++) {
+        if(!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if(!strcmp(argv[i], "--runs") && i + 1 < argc)
+            runs = atoi(argv[++i]);
+        else if(!strcmp(argv[i], "--events") && i + 1 < argc)
+            events = atoi(argv[++i]);
+        else if(!strcmp(argv[i], "--max-nodes") && i + 1 < argc)
+            max_nodes = strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: %s [--seed N] [--runs N] [--events N] [--max-nodes N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if(runs < 1 || events < 1) {
+        fprintf(stderr, "--runs and --events take a number above 0\n");
+        return 2;
+    }
+    if(!seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+        if(!seed)
+            seed = 1;
+    }
+    printf("binder index bench: seed %" PRIu64 " (--seed %" PRIu64 " replays it)\n", seed, seed);
+    result r[8];
+    size_t nr = 0;
+    for(size_t n = 100; n <= max_nodes && nr < 8; n *= 10) {
+        rng = seed + n; /* each size its own stream, the same for every run */
+        run_size(n, n * 10, n < 10000 ? runs * 5 : runs, events, &r[nr++]);
+    }
+    printf("how the cost grows with N (each size against the one before, 10x the nodes and claims):\n");
+    for(size_t i = 1; i < nr; i++)
+        printf("  %6zu -> %6zu nodes: placing all x%.1f (per placement x%.2f), claim added x%.2f, node lost x%.2f, "
+               "index memory x%.1f\n",
+               r[i - 1].nodes, r[i].nodes, r[i].place_s / r[i - 1].place_s,
+               (r[i].place_s / (double)r[i].claims) / (r[i - 1].place_s / (double)r[i - 1].claims),
+               r[i].add_med_us / r[i - 1].add_med_us, r[i].lost_med_us / r[i - 1].lost_med_us,
+               (double)r[i].index_bytes / (double)r[i - 1].index_bytes);
+    const result *big = &r[nr - 1];
+    if(big->nodes == 10000) {
+        printf("targets at 100k claims on 10k nodes: placed in under 2 s: %s (%.3f s); one event under 1 ms: %s "
+               "(claim added p99 %.1f us, node lost p99 %.1f us); memory under 200 MB: %s (peak RSS %.1f MB)\n",
+               big->place_s < 2 ? "met" : "NOT MET", big->place_s,
+               big->add_p99_us < 1000 && big->lost_p99_us < 1000 ? "met" : "NOT MET", big->add_p99_us,
+               big->lost_p99_us, big->rss_kib < 200 * 1024 ? "met" : "NOT MET", (double)big->rss_kib / 1024.0);
+    }
+    return 0;
+}
