@@ -1,0 +1,1401 @@
+/* binder.c — the binder's rules as a state machine over the index
+ * (binder.h says what each rule is and where it comes from).
+ *
+ * Objects are kept in arrays in creation order (claims, sets, classes,
+ * nodes), looked up by a linear scan: O(objects) per lookup, which is what
+ * `cozygpu simulate` and the checks need; the leader's event path will
+ * key them in hash tables (the index already does for placement).
+ */
+#include "binder/binder.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOLS 32
+#define MSG_MAX 256
+
+typedef struct sm_class {
+    char *name;
+    binder_on_cordon on_cordon;
+    int deleting;
+    binder_toleration *tols; /* strings owned */
+    size_t n_tols;
+} sm_class;
+
+typedef struct sm_node {
+    char *name;
+    uint32_t flags;
+    binder_offer *offers; /* class names owned */
+    size_t n_offers;
+    binder_taint *taints; /* strings owned */
+    size_t n_taints;
+} sm_node;
+
+struct sm_set;
+
+typedef struct sm_claim {
+    char *ns, *name, *class_name;
+    uint32_t count;
+    int tmpl;
+    binder_phase phase;
+    char *node;
+    char *attached_to;
+    binder_reason reason;
+    char msg[MSG_MAX];
+    uint64_t seq;
+    struct sm_set *set;
+} sm_claim;
+
+typedef struct sm_set {
+    char *ns, *name;
+    sm_claim **claims;
+    size_t n;
+    binder_vmi_phase phase;
+    char *node;
+    uint64_t seq;
+} sm_set;
+
+struct binder_state {
+    binder_index *ix;
+    sm_class **classes;
+    size_t n_classes;
+    sm_node **nodes;
+    size_t n_nodes;
+    sm_claim **claims;
+    size_t n_claims;
+    sm_set **sets;
+    size_t n_sets;
+    uint64_t seq;
+};
+
+/* ------------------------------------------------------------- names */
+
+static const char *const phase_names[BINDER_PHASE_LAST] = {"Pending", "Bound", "Attached", "Lost"};
+static const char *const vmi_names[BINDER_VMI_PHASE_LAST] = {"None",    "Pending",   "Scheduled",
+                                                               "Running", "Succeeded", "Failed"};
+static const char *const reason_names[BINDER_R_LAST] = {
+    "",         "Placed",     "Attached",     "NoNodeWithRoom",   "OverBudget",         "ClassNotFound",
+    "ClassBeingDeleted", "NodeCordoned", "NodeLost", "WaitingForVMIEnd", "LayoutChangePending",
+};
+
+const char *binder_phase_name(binder_phase p)
+{
+    return (unsigned)p < BINDER_PHASE_LAST ? phase_names[p] : "?";
+}
+
+const char *binder_vmi_phase_name(binder_vmi_phase p)
+{
+    return (unsigned)p < BINDER_VMI_PHASE_LAST ? vmi_names[p] : "?";
+}
+
+const char *binder_reason_name(binder_reason r)
+{
+    return (unsigned)r < BINDER_R_LAST ? reason_names[r] : "?";
+}
+
+static int parse_name(const char *s, const char *const *names, int n, int from)
+{
+    if(!s)
+        return -1;
+    for(int i = from; i < n; i++)
+        if(strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int binder_phase_parse(const char *s, binder_phase *out)
+{
+    int i = parse_name(s, phase_names, BINDER_PHASE_LAST, 0);
+    if(i < 0)
+        return -1;
+    *out = (binder_phase)i;
+    return 0;
+}
+
+int binder_vmi_phase_parse(const char *s, binder_vmi_phase *out)
+{
+    int i = parse_name(s, vmi_names, BINDER_VMI_PHASE_LAST, 0);
+    if(i < 0)
+        return -1;
+    *out = (binder_vmi_phase)i;
+    return 0;
+}
+
+int binder_reason_parse(const char *s, binder_reason *out)
+{
+    int i = parse_name(s, reason_names, BINDER_R_LAST, 1);
+    if(i < 0)
+        return -1;
+    *out = (binder_reason)i;
+    return 0;
+}
+
+/* ----------------------------------------------------------- helpers */
+
+static binder_rc fail(cozy_err *err, binder_rc rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static binder_rc fail(cozy_err *err, binder_rc rc, const char *fmt, ...)
+{
+    if(err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static int same(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static int name_ok(const char *s, size_t max)
+{
+    return s && *s && strlen(s) <= max;
+}
+
+static sm_class *class_find(const binder_state *st, const char *name)
+{
+    for(size_t i = 0; i < st->n_classes; i++)
+        if(strcmp(st->classes[i]->name, name) == 0)
+            return st->classes[i];
+    return NULL;
+}
+
+static sm_node *node_find(const binder_state *st, const char *name)
+{
+    if(!name)
+        return NULL;
+    for(size_t i = 0; i < st->n_nodes; i++)
+        if(strcmp(st->nodes[i]->name, name) == 0)
+            return st->nodes[i];
+    return NULL;
+}
+
+static sm_claim *claim_find(const binder_state *st, const char *ns, const char *name)
+{
+    for(size_t i = 0; i < st->n_claims; i++)
+        if(strcmp(st->claims[i]->ns, ns) == 0 && strcmp(st->claims[i]->name, name) == 0)
+            return st->claims[i];
+    return NULL;
+}
+
+static sm_set *set_find(const binder_state *st, const char *ns, const char *name)
+{
+    for(size_t i = 0; i < st->n_sets; i++)
+        if(strcmp(st->sets[i]->ns, ns) == 0 && strcmp(st->sets[i]->name, name) == 0)
+            return st->sets[i];
+    return NULL;
+}
+
+static int grow(void *arrp, size_t n, size_t elem)
+{
+    void **arr = arrp;
+    void *p = realloc(*arr, (n + 1) * elem);
+    if(!p)
+        return -1;
+    *arr = p;
+    return 0;
+}
+
+static void free_tols(binder_toleration *t, size_t n)
+{
+    for(size_t i = 0; i < n; i++) {
+        free((char *)t[i].key);
+        free((char *)t[i].op);
+        free((char *)t[i].value);
+        free((char *)t[i].effect);
+    }
+    free(t);
+}
+
+static void node_free(sm_node *n)
+{
+    if(!n)
+        return;
+    for(size_t i = 0; i < n->n_offers; i++)
+        free((char *)n->offers[i].class_name);
+    free(n->offers);
+    for(size_t i = 0; i < n->n_taints; i++) {
+        free((char *)n->taints[i].key);
+        free((char *)n->taints[i].value);
+        free((char *)n->taints[i].effect);
+    }
+    free(n->taints);
+    free(n->name);
+    free(n);
+}
+
+static void claim_free(sm_claim *c)
+{
+    if(!c)
+        return;
+    free(c->ns);
+    free(c->name);
+    free(c->class_name);
+    free(c->node);
+    free(c->attached_to);
+    free(c);
+}
+
+static void set_free(sm_set *s)
+{
+    if(!s)
+        return;
+    free(s->ns);
+    free(s->name);
+    free(s->claims);
+    free(s->node);
+    free(s);
+}
+
+static void view_of(const sm_claim *c, binder_claim_status *out)
+{
+    out->ns = c->ns;
+    out->name = c->name;
+    out->class_name = c->class_name;
+    out->count = c->count;
+    out->template_claim = c->tmpl;
+    out->phase = c->phase;
+    out->node = c->node;
+    out->attached_to = c->attached_to;
+    out->reason = c->reason;
+    out->message = c->msg;
+}
+
+/* ------------------------------------------------------------ state */
+
+binder_state *binder_state_new(void)
+{
+    binder_state *st = calloc(1, sizeof *st);
+    if(!st)
+        return NULL;
+    st->ix = binder_new();
+    if(!st->ix) {
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void binder_state_free(binder_state *st)
+{
+    if(!st)
+        return;
+    for(size_t i = 0; i < st->n_classes; i++) {
+        free_tols(st->classes[i]->tols, st->classes[i]->n_tols);
+        free(st->classes[i]->name);
+        free(st->classes[i]);
+    }
+    free(st->classes);
+    for(size_t i = 0; i < st->n_nodes; i++)
+        node_free(st->nodes[i]);
+    free(st->nodes);
+    for(size_t i = 0; i < st->n_claims; i++)
+        claim_free(st->claims[i]);
+    free(st->claims);
+    for(size_t i = 0; i < st->n_sets; i++)
+        set_free(st->sets[i]);
+    free(st->sets);
+    binder_free(st->ix);
+    free(st);
+}
+
+const binder_index *binder_state_index(const binder_state *st)
+{
+    return st->ix;
+}
+
+/* ----------------------------------------------------------- classes */
+
+binder_rc binder_state_class_set(binder_state *st, const char *name, binder_on_cordon on_cordon, int deleting,
+                                 const binder_toleration *tols, size_t n_tols, cozy_err *err)
+{
+    if(!name_ok(name, BINDER_MAX_NAME))
+        return fail(err, BINDER_ERR_INPUT, "class: empty or too long name");
+    if(n_tols > MAX_TOLS)
+        return fail(err, BINDER_ERR_INPUT, "class %s: more than %d tolerations", name, MAX_TOLS);
+    binder_toleration *copy = n_tols ? calloc(n_tols, sizeof *copy) : NULL;
+    if(n_tols && !copy)
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    int oom = 0;
+    for(size_t i = 0; i < n_tols; i++) {
+        copy[i].key = dup_or_null(tols[i].key);
+        copy[i].op = dup_or_null(tols[i].op);
+        copy[i].value = dup_or_null(tols[i].value);
+        copy[i].effect = dup_or_null(tols[i].effect);
+        oom |= (tols[i].key && !copy[i].key) || (tols[i].op && !copy[i].op) ||
+               (tols[i].value && !copy[i].value) || (tols[i].effect && !copy[i].effect);
+    }
+    sm_class *c = class_find(st, name);
+    if(!oom && !c) {
+        c = calloc(1, sizeof *c);
+        if(c && !(c->name = strdup(name))) {
+            free(c);
+            c = NULL;
+        }
+        if(!c || grow(&st->classes, st->n_classes, sizeof *st->classes)) {
+            if(c)
+                free(c->name);
+            free(c);
+            c = NULL;
+            oom = 1;
+        } else
+            st->classes[st->n_classes++] = c;
+    }
+    if(oom) {
+        free_tols(copy, n_tols);
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    }
+    free_tols(c->tols, c->n_tols);
+    c->tols = copy;
+    c->n_tols = n_tols;
+    c->on_cordon = on_cordon;
+    c->deleting = !!deleting;
+    return BINDER_OK;
+}
+
+binder_rc binder_state_class_delete(binder_state *st, const char *name, cozy_err *err)
+{
+    for(size_t i = 0; i < st->n_classes; i++)
+        if(strcmp(st->classes[i]->name, name) == 0) {
+            free_tols(st->classes[i]->tols, st->classes[i]->n_tols);
+            free(st->classes[i]->name);
+            free(st->classes[i]);
+            memmove(st->classes + i, st->classes + i + 1, (st->n_classes - i - 1) * sizeof *st->classes);
+            st->n_classes--;
+            return BINDER_OK;
+        }
+    return fail(err, BINDER_ERR_INPUT, "class %s: not known", name);
+}
+
+/* ------------------------------------------------------------- nodes */
+
+static sm_node *node_copy(const char *name, const binder_node_spec *spec)
+{
+    sm_node *n = calloc(1, sizeof *n);
+    if(!n)
+        return NULL;
+    n->name = strdup(name);
+    n->flags = spec->flags;
+    n->offers = spec->n_offers ? calloc(spec->n_offers, sizeof *n->offers) : NULL;
+    n->taints = spec->n_taints ? calloc(spec->n_taints, sizeof *n->taints) : NULL;
+    if(!n->name || (spec->n_offers && !n->offers) || (spec->n_taints && !n->taints)) {
+        node_free(n);
+        return NULL;
+    }
+    for(size_t i = 0; i < spec->n_offers; i++, n->n_offers++) {
+        n->offers[i].units = spec->offers[i].units;
+        if(!(n->offers[i].class_name = strdup(spec->offers[i].class_name))) {
+            node_free(n);
+            return NULL;
+        }
+    }
+    for(size_t i = 0; i < spec->n_taints; i++, n->n_taints++) {
+        n->taints[i].key = dup_or_null(spec->taints[i].key);
+        n->taints[i].value = dup_or_null(spec->taints[i].value);
+        n->taints[i].effect = dup_or_null(spec->taints[i].effect);
+        if(!n->taints[i].key || (spec->taints[i].value && !n->taints[i].value) ||
+           (spec->taints[i].effect && !n->taints[i].effect)) {
+            n->n_taints++;
+            node_free(n);
+            return NULL;
+        }
+    }
+    return n;
+}
+
+static binder_node_spec spec_of(const sm_node *n)
+{
+    binder_node_spec s = {n->flags, n->offers, n->n_offers, n->taints, n->n_taints};
+    return s;
+}
+
+binder_rc binder_state_node_set(binder_state *st, const char *name, const binder_node_spec *spec, cozy_err *err)
+{
+    if(!name_ok(name, BINDER_MAX_NAME))
+        return fail(err, BINDER_ERR_INPUT, "node: empty or too long name");
+    sm_node *copy = node_copy(name, spec);
+    if(!copy)
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    sm_node *old = node_find(st, name);
+    if(!old && grow(&st->nodes, st->n_nodes, sizeof *st->nodes)) {
+        node_free(copy);
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    }
+    binder_rc rc = binder_node_upsert(st->ix, name, spec, NULL, err);
+    if(rc) {
+        node_free(copy);
+        return rc;
+    }
+    if(old) {
+        for(size_t i = 0; i < st->n_nodes; i++)
+            if(st->nodes[i] == old)
+                st->nodes[i] = copy;
+        node_free(old);
+    } else
+        st->nodes[st->n_nodes++] = copy;
+    return BINDER_OK;
+}
+
+binder_rc binder_state_node_flags(binder_state *st, const char *name, uint32_t flags, cozy_err *err)
+{
+    sm_node *n = node_find(st, name);
+    if(!n)
+        return fail(err, BINDER_ERR_NO_NODE, "node %s: not known", name);
+    binder_rc rc = binder_node_set_flags(st->ix, name, flags);
+    if(rc)
+        return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
+    n->flags = flags;
+    return BINDER_OK;
+}
+
+binder_rc binder_state_node_delete(binder_state *st, const char *name, cozy_err *err)
+{
+    for(size_t i = 0; i < st->n_nodes; i++)
+        if(strcmp(st->nodes[i]->name, name) == 0) {
+            binder_rc rc = binder_node_delete(st->ix, name, NULL, NULL);
+            if(rc)
+                return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
+            node_free(st->nodes[i]);
+            memmove(st->nodes + i, st->nodes + i + 1, (st->n_nodes - i - 1) * sizeof *st->nodes);
+            st->n_nodes--;
+            return BINDER_OK;
+        }
+    return fail(err, BINDER_ERR_NO_NODE, "node %s: not known", name);
+}
+
+/* ------------------------------------------------------------ claims */
+
+static binder_rc claim_new(binder_state *st, const char *ns, const char *name, const char *class_name,
+                           uint32_t count, int tmpl, sm_claim **out, cozy_err *err)
+{
+    if(!name_ok(ns, BINDER_MAX_NAMESPACE) || !name_ok(name, BINDER_MAX_NAME))
+        return fail(err, BINDER_ERR_INPUT, "claim: empty or too long namespace or name");
+    if(!name_ok(class_name, BINDER_MAX_NAME))
+        return fail(err, BINDER_ERR_INPUT, "claim %s/%s: spec.class: empty or too long", ns, name);
+    if(count == 0 || count > BINDER_MAX_UNITS)
+        return fail(err, BINDER_ERR_INPUT, "claim %s/%s: spec.count: must be 1 to %d", ns, name, BINDER_MAX_UNITS);
+    if(claim_find(st, ns, name))
+        return fail(err, BINDER_ERR_BOUND, "claim %s/%s: known already", ns, name);
+    sm_claim *c = calloc(1, sizeof *c);
+    if(!c || !(c->ns = strdup(ns)) || !(c->name = strdup(name)) || !(c->class_name = strdup(class_name)) ||
+       grow(&st->claims, st->n_claims, sizeof *st->claims)) {
+        claim_free(c);
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    }
+    binder_rc rc = binder_claim_upsert(st->ix, ns, name, class_name, count, err);
+    if(rc) {
+        claim_free(c);
+        return rc;
+    }
+    c->count = count;
+    c->tmpl = !!tmpl;
+    c->phase = BINDER_PENDING;
+    c->seq = ++st->seq;
+    st->claims[st->n_claims++] = c;
+    *out = c;
+    return BINDER_OK;
+}
+
+binder_rc binder_state_claim_add(binder_state *st, const char *ns, const char *name, const char *class_name,
+                                 uint32_t count, int template_claim, cozy_err *err)
+{
+    sm_claim *c;
+    return claim_new(st, ns, name, class_name, count, template_claim, &c, err);
+}
+
+binder_rc binder_state_claim_put(binder_state *st, const binder_claim_status *s, cozy_err *err)
+{
+    if((s->phase == BINDER_BOUND || s->phase == BINDER_ATTACHED) && !s->node)
+        return fail(err, BINDER_ERR_INPUT, "claim %s/%s: status.node: required when %s", s->ns, s->name,
+                    binder_phase_name(s->phase));
+    if((unsigned)s->phase >= BINDER_PHASE_LAST || (unsigned)s->reason >= BINDER_R_LAST)
+        return fail(err, BINDER_ERR_INPUT, "claim %s/%s: status: bad phase or reason", s->ns, s->name);
+    char *node = dup_or_null(s->node), *att = dup_or_null(s->attached_to);
+    if((s->node && !node) || (s->attached_to && !att)) {
+        free(node);
+        free(att);
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    }
+    sm_claim *c;
+    binder_rc rc = claim_new(st, s->ns, s->name, s->class_name, s->count, s->template_claim, &c, err);
+    if(rc) {
+        free(node);
+        free(att);
+        return rc;
+    }
+    c->phase = s->phase;
+    c->node = node;
+    c->attached_to = att;
+    c->reason = s->reason;
+    snprintf(c->msg, sizeof c->msg, "%s", s->message ? s->message : "");
+    return BINDER_OK;
+}
+
+static void set_drop_claim(sm_set *s, sm_claim *c)
+{
+    for(size_t i = 0; i < s->n; i++)
+        if(s->claims[i] == c) {
+            memmove(s->claims + i, s->claims + i + 1, (s->n - i - 1) * sizeof *s->claims);
+            s->n--;
+            return;
+        }
+}
+
+binder_rc binder_state_claim_delete(binder_state *st, const char *ns, const char *name, cozy_err *err)
+{
+    for(size_t i = 0; i < st->n_claims; i++) {
+        sm_claim *c = st->claims[i];
+        if(strcmp(c->ns, ns) || strcmp(c->name, name))
+            continue;
+        binder_claim_delete(st->ix, ns, name);
+        if(c->set)
+            set_drop_claim(c->set, c);
+        claim_free(c);
+        memmove(st->claims + i, st->claims + i + 1, (st->n_claims - i - 1) * sizeof *st->claims);
+        st->n_claims--;
+        return BINDER_OK;
+    }
+    return fail(err, BINDER_ERR_NO_CLAIM, "claim %s/%s: not known", ns, name);
+}
+
+binder_rc binder_state_claim_get(const binder_state *st, const char *ns, const char *name, binder_claim_status *out)
+{
+    sm_claim *c = claim_find(st, ns, name);
+    if(!c)
+        return BINDER_ERR_NO_CLAIM;
+    view_of(c, out);
+    return BINDER_OK;
+}
+
+void binder_state_claims(const binder_state *st, void (*fn)(void *ud, const binder_claim_status *c), void *ud)
+{
+    for(size_t i = 0; i < st->n_claims; i++) {
+        binder_claim_status v;
+        view_of(st->claims[i], &v);
+        fn(ud, &v);
+    }
+}
+
+/* -------------------------------------------------------------- sets */
+
+static binder_rc vmi_check(const char *ns, const char *name, binder_vmi_phase phase, const char *node, cozy_err *err)
+{
+    if((unsigned)phase >= BINDER_VMI_PHASE_LAST)
+        return fail(err, BINDER_ERR_INPUT, "VMI %s/%s: status.phase: unknown", ns, name);
+    if(node && (phase == BINDER_VMI_NONE || phase == BINDER_VMI_PENDING))
+        return fail(err, BINDER_ERR_INPUT, "VMI %s/%s: status.nodeName: set while %s", ns, name,
+                    binder_vmi_phase_name(phase));
+    if((phase == BINDER_VMI_SCHEDULED || phase == BINDER_VMI_RUNNING) && !node)
+        return fail(err, BINDER_ERR_INPUT, "VMI %s/%s: status.nodeName: required while %s", ns, name,
+                    binder_vmi_phase_name(phase));
+    return BINDER_OK;
+}
+
+binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *name, const char *const *claims,
+                               size_t n_claims, binder_vmi_phase phase, const char *node, cozy_err *err)
+{
+    if(!name_ok(ns, BINDER_MAX_NAMESPACE) || !name_ok(name, BINDER_MAX_NAME))
+        return fail(err, BINDER_ERR_INPUT, "VM: empty or too long namespace or name");
+    if(n_claims == 0 || n_claims > BINDER_MAX_SET_CLAIMS)
+        return fail(err, BINDER_ERR_INPUT, "VM %s/%s: claims: must name 1 to %d claims", ns, name,
+                    BINDER_MAX_SET_CLAIMS);
+    binder_rc rc = vmi_check(ns, name, phase, node, err);
+    if(rc)
+        return rc;
+    sm_set *old = set_find(st, ns, name);
+    sm_claim **list = calloc(n_claims, sizeof *list);
+    if(!list)
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    for(size_t i = 0; i < n_claims; i++) {
+        sm_claim *c = claims[i] ? claim_find(st, ns, claims[i]) : NULL;
+        if(!c) {
+            free(list);
+            return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: claims[%zu]: no claim \"%s\" in namespace %s", ns,
+                        name, i, claims[i] ? claims[i] : "", ns);
+        }
+        for(size_t j = 0; j < i; j++)
+            if(list[j] == c) {
+                free(list);
+                return fail(err, BINDER_ERR_INPUT, "VM %s/%s: claims[%zu]: claim \"%s\" named twice", ns, name, i,
+                            claims[i]);
+            }
+        if(c->set && c->set != old) {
+            free(list);
+            return fail(err, BINDER_ERR_BOUND, "VM %s/%s: claims[%zu]: claim \"%s\" is named by VM %s too", ns,
+                        name, i, claims[i], c->set->name);
+        }
+        list[i] = c;
+    }
+    char *nodecopy = dup_or_null(node);
+    sm_set *s = old;
+    if(!s) {
+        s = calloc(1, sizeof *s);
+        if(!s || !(s->ns = strdup(ns)) || !(s->name = strdup(name)) ||
+           grow(&st->sets, st->n_sets, sizeof *st->sets)) {
+            set_free(s);
+            s = NULL;
+        }
+    }
+    if(!s || (node && !nodecopy)) {
+        if(s != old)
+            set_free(s);
+        free(nodecopy);
+        free(list);
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    }
+    if(old)
+        for(size_t i = 0; i < old->n; i++)
+            old->claims[i]->set = NULL;
+    else {
+        s->seq = ++st->seq;
+        st->sets[st->n_sets++] = s;
+    }
+    free(s->claims);
+    s->claims = list;
+    s->n = n_claims;
+    for(size_t i = 0; i < n_claims; i++)
+        list[i]->set = s;
+    free(s->node);
+    s->node = nodecopy;
+    s->phase = phase;
+    return BINDER_OK;
+}
+
+binder_rc binder_state_set_vmi(binder_state *st, const char *ns, const char *name, binder_vmi_phase phase,
+                               const char *node, cozy_err *err)
+{
+    sm_set *s = set_find(st, ns, name);
+    if(!s)
+        return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+    binder_rc rc = vmi_check(ns, name, phase, node, err);
+    if(rc)
+        return rc;
+    char *copy = dup_or_null(node);
+    if(node && !copy)
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    free(s->node);
+    s->node = copy;
+    s->phase = phase;
+    return BINDER_OK;
+}
+
+binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *name, cozy_err *err)
+{
+    for(size_t i = 0; i < st->n_sets; i++) {
+        sm_set *s = st->sets[i];
+        if(strcmp(s->ns, ns) || strcmp(s->name, name))
+            continue;
+        for(size_t k = 0; k < s->n; k++)
+            s->claims[k]->set = NULL;
+        set_free(s);
+        memmove(st->sets + i, st->sets + i + 1, (st->n_sets - i - 1) * sizeof *st->sets);
+        st->n_sets--;
+        return BINDER_OK;
+    }
+    return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+}
+
+binder_rc binder_state_set_get(const binder_state *st, const char *ns, const char *name, binder_vmi_phase *phase,
+                               const char **node)
+{
+    sm_set *s = set_find(st, ns, name);
+    if(!s)
+        return BINDER_ERR_NO_CLAIM;
+    if(phase)
+        *phase = s->phase;
+    if(node)
+        *node = s->node;
+    return BINDER_OK;
+}
+
+/* --------------------------------------------------------- reconcile */
+
+typedef struct pass {
+    binder_state *st;
+    const binder_hooks *h;
+    size_t events;
+} pass;
+
+/* Sets a claim's status, emitting an event when phase, node or reason
+ * changed. `node` may alias c->node. */
+static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *node, binder_reason reason,
+                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *node, binder_reason reason,
+                       const char *fmt, ...)
+{
+    char msg[MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int changed = c->phase != phase || !same(c->node, node) || c->reason != reason;
+    char *old_node = NULL; /* kept until the event is delivered */
+    binder_phase old_phase = c->phase;
+    int moved = !same(c->node, node);
+    if(moved) {
+        char *copy = dup_or_null(node);
+        if(node && !copy)
+            return; /* out of memory: the claim keeps its status; the next pass retries */
+        old_node = c->node;
+        c->node = copy;
+    }
+    c->phase = phase;
+    c->reason = reason;
+    snprintf(c->msg, sizeof c->msg, "%s", msg);
+    if(phase != BINDER_ATTACHED) {
+        free(c->attached_to);
+        c->attached_to = NULL;
+    }
+    if(changed) {
+        p->events++;
+        if(p->h && p->h->event) {
+            binder_event ev = {c->ns, c->name, old_phase, phase, moved ? old_node : c->node, c->node, reason, c->msg};
+            p->h->event(p->h->ud, &ev);
+        }
+    }
+    free(old_node);
+}
+
+/* The node the index books the claim on (NULL: none). */
+static const char *booked(const binder_state *st, const sm_claim *c)
+{
+    binder_claim_view v;
+    if(binder_claim_get(st->ix, c->ns, c->name, &v))
+        return NULL;
+    return v.node;
+}
+
+static binder_vmi_phase vmi_of(const sm_claim *c)
+{
+    return c->set ? c->set->phase : BINDER_VMI_NONE;
+}
+
+static int vmi_live(binder_vmi_phase ph)
+{
+    return ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING;
+}
+
+static int node_usable(const sm_node *n)
+{
+    return n && (n->flags & BINDER_NODE_READY) && (n->flags & BINDER_NODE_SCHEDULABLE) &&
+           !(n->flags & BINDER_NODE_LAYOUT_PENDING);
+}
+
+/* Step 1: attach, detach, NotReady, node gone while attached. */
+static void upkeep(pass *p, sm_claim *c)
+{
+    binder_state *st = p->st;
+    binder_vmi_phase vp = vmi_of(c);
+    sm_node *n = node_find(st, c->node);
+    int ready = n && (n->flags & BINDER_NODE_READY);
+    const char *vmi = c->set ? c->set->name : NULL;
+
+    switch(c->phase) {
+    case BINDER_BOUND:
+        if(vp == BINDER_VMI_RUNNING && ready && same(c->set->node, c->node)) {
+            set_status(p, c, BINDER_ATTACHED, c->node, BINDER_R_ATTACHED, "attached to VMI %s on node %s", vmi,
+                       c->node);
+            if(!c->attached_to)
+                c->attached_to = strdup(vmi);
+        }
+        break;
+    case BINDER_ATTACHED:
+        if(!vmi_live(vp)) { /* DESIGN §6: leaves Attached only when its VMI is final or removed */
+            if(n)
+                set_status(p, c, BINDER_BOUND, c->node, BINDER_R_PLACED, "VMI %s ended; the claim keeps node %s",
+                           vmi ? vmi : "", c->node);
+            else
+                set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
+                           "VMI %s ended and node %s is gone; waiting for a node with room", vmi ? vmi : "",
+                           c->node);
+        } else if(!n)
+            set_status(p, c, BINDER_LOST, NULL, BINDER_R_WAITING_FOR_VMI_END,
+                       "node %s is gone; waiting for VMI %s to end before placing the claim again", c->node, vmi);
+        else if(!ready)
+            set_status(p, c, BINDER_LOST, c->node, BINDER_R_WAITING_FOR_VMI_END,
+                       "node %s is NotReady; waiting for VMI %s to end (or the node to return)", c->node, vmi);
+        break;
+    case BINDER_LOST:
+        if(c->reason != BINDER_R_WAITING_FOR_VMI_END)
+            break;
+        if(!vmi_live(vp)) {
+            if(booked(st, c))
+                binder_unbind(st->ix, c->ns, c->name);
+            set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
+                       "its VMI ended and its node was lost; waiting for a node with room");
+        } else if(!n && c->node) {
+            set_status(p, c, BINDER_LOST, NULL, BINDER_R_WAITING_FOR_VMI_END,
+                       "node %s is gone; waiting for VMI %s to end before placing the claim again", c->node, vmi);
+        } else if(n && ready && vp == BINDER_VMI_RUNNING && same(c->set->node, c->node)) {
+            set_status(p, c, BINDER_ATTACHED, c->node, BINDER_R_ATTACHED, "node %s is back; attached to VMI %s",
+                       c->node, vmi);
+            if(!c->attached_to)
+                c->attached_to = strdup(vmi);
+        }
+        break;
+    default: break;
+    }
+}
+
+/* The claims of one set (a VM's, or a lone claim), in a scratch array. */
+typedef struct group {
+    sm_claim *m[BINDER_MAX_SET_CLAIMS];
+    size_t n;
+    sm_set *set;
+} group;
+
+static void group_of_set(group *g, sm_set *s)
+{
+    g->set = s;
+    g->n = s->n < BINDER_MAX_SET_CLAIMS ? s->n : BINDER_MAX_SET_CLAIMS;
+    memcpy(g->m, s->claims, g->n * sizeof *g->m);
+}
+
+static void group_of_claim(group *g, sm_claim *c)
+{
+    g->set = NULL;
+    g->n = 1;
+    g->m[0] = c;
+}
+
+/* Needs of the claims in g that `pick` selects, and their tolerations. */
+typedef struct needs {
+    binder_need need[BINDER_MAX_SET_CLASSES];
+    size_t n;
+    binder_toleration tols[MAX_TOLS * 4];
+    size_t n_tols;
+} needs;
+
+static int needs_of(const binder_state *st, const group *g, int (*pick)(const sm_claim *), needs *out)
+{
+    memset(out, 0, sizeof *out);
+    for(size_t i = 0; i < g->n; i++) {
+        const sm_claim *c = g->m[i];
+        if(pick && !pick(c))
+            continue;
+        size_t k;
+        for(k = 0; k < out->n; k++)
+            if(strcmp(out->need[k].class_name, c->class_name) == 0)
+                break;
+        if(k == out->n) {
+            if(out->n == BINDER_MAX_SET_CLASSES)
+                return -1;
+            out->need[out->n].class_name = c->class_name;
+            out->n++;
+            const sm_class *cl = class_find(st, c->class_name);
+            for(size_t t = 0; cl && t < cl->n_tols && out->n_tols < sizeof out->tols / sizeof *out->tols; t++)
+                out->tols[out->n_tols++] = cl->tols[t];
+        }
+        out->need[k].units += c->count;
+    }
+    return 0;
+}
+
+static void set_view_of(const group *g, binder_claim_status *views, binder_set_view *sv)
+{
+    for(size_t i = 0; i < g->n; i++)
+        view_of(g->m[i], &views[i]);
+    sv->ns = g->m[0]->ns;
+    sv->vm = g->set ? g->set->name : NULL;
+    sv->claims = views;
+    sv->n = g->n;
+}
+
+/* Candidates for the needs, chosen by the hook. Returns the node name
+ * (borrowed from the index) or NULL. */
+static const char *choose(pass *p, const group *g, const needs *nd)
+{
+    binder_candidate cands[BINDER_MAX_CANDIDATES];
+    size_t nc = 0;
+    binder_query q = {nd->need, nd->n, nd->tols, nd->n_tols, 0};
+    if(binder_candidates_set(p->st->ix, &q, cands, BINDER_MAX_CANDIDATES, &nc) || nc == 0)
+        return NULL;
+    int pick = 0;
+    if(p->h && p->h->choose) {
+        binder_claim_status views[BINDER_MAX_SET_CLAIMS];
+        binder_set_view sv;
+        set_view_of(g, views, &sv);
+        pick = p->h->choose(p->h->ud, &sv, cands, nc);
+    }
+    if(pick < 0 || (size_t)pick >= nc)
+        return NULL;
+    return cands[pick].node;
+}
+
+static binder_rc bind_group(binder_state *st, const group *g, int (*pick)(const sm_claim *), const char *node,
+                            uint32_t flags)
+{
+    binder_claim_ref refs[BINDER_MAX_SET_CLAIMS];
+    size_t n = 0;
+    for(size_t i = 0; i < g->n; i++)
+        if(!pick || pick(g->m[i]))
+            refs[n++] = (binder_claim_ref){g->m[i]->ns, g->m[i]->name};
+    return n ? binder_bind_set(st->ix, refs, n, node, flags, NULL) : BINDER_OK;
+}
+
+enum move_cause { MOVE_NONE = 0, MOVE_GONE, MOVE_LAYOUT, MOVE_CAPACITY, MOVE_CORDON };
+
+static int is_bound(const sm_claim *c)
+{
+    return c->phase == BINDER_BOUND;
+}
+
+/* Step 2 for one group whose members are Bound on `node` (the first
+ * Bound member's). */
+static void move_group(pass *p, group *g, enum move_cause cause)
+{
+    binder_state *st = p->st;
+    sm_claim *first = NULL;
+    for(size_t i = 0; i < g->n; i++)
+        if(is_bound(g->m[i])) {
+            first = g->m[i];
+            break;
+        }
+    if(!first)
+        return;
+    char from[BINDER_MAX_NAME + 1];
+    snprintf(from, sizeof from, "%s", first->node);
+    binder_vmi_phase vp = g->set ? g->set->phase : BINDER_VMI_NONE;
+    if(vmi_live(vp))
+        return; /* scheduled: it runs there or fails; a running one has Attached claims */
+    static const char *const why[] = {"", "node deleted", "layout change pending", "node lost the capacity",
+                                      "node cordoned (onCordon: Move)"};
+    if(vp == BINDER_VMI_PENDING) {
+        /* DESIGN §6: the VMI exists but is not scheduled: the controller
+         * deletes it so that the set becomes unattached and moves. */
+        if(p->h && p->h->delete_vmi)
+            p->h->delete_vmi(p->h->ud, g->set->ns, g->set->name, why[cause]);
+        for(size_t i = 0; i < g->n; i++) {
+            sm_claim *c = g->m[i];
+            if(!is_bound(c))
+                continue;
+            if(cause == MOVE_GONE)
+                set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
+                           "node %s was deleted; waiting for VMI %s to be deleted before placing the claim again",
+                           from, g->set->name);
+            else
+                set_status(p, c, BINDER_BOUND, c->node,
+                           cause == MOVE_LAYOUT   ? BINDER_R_LAYOUT_CHANGE_PENDING
+                           : cause == MOVE_CORDON ? BINDER_R_NODE_CORDONED
+                                                  : BINDER_R_NODE_LOST,
+                           "must leave node %s (%s); waiting for VMI %s to be deleted", from, why[cause],
+                           g->set->name);
+        }
+        return;
+    }
+    needs nd;
+    if(needs_of(st, g, is_bound, &nd))
+        return;
+    const char *to = choose(p, g, &nd);
+    if(to && strcmp(to, from) != 0) {
+        char tocopy[BINDER_MAX_NAME + 1];
+        snprintf(tocopy, sizeof tocopy, "%s", to);
+        /* keep the hold: the target was a candidate with room for the whole
+         * set, so the bind cannot fail for room; release, bind, and on any
+         * failure book the old node again (RESTORE) before anything else runs */
+        for(size_t i = 0; i < g->n; i++)
+            if(is_bound(g->m[i]) && booked(st, g->m[i]))
+                binder_unbind(st->ix, g->m[i]->ns, g->m[i]->name);
+        if(bind_group(st, g, is_bound, tocopy, 0) == BINDER_OK) {
+            for(size_t i = 0; i < g->n; i++)
+                if(is_bound(g->m[i]))
+                    set_status(p, g->m[i], BINDER_BOUND, tocopy, BINDER_R_PLACED, "moved from node %s (%s) to node %s",
+                               from, why[cause], tocopy);
+            return;
+        }
+        if(cause != MOVE_GONE)
+            bind_group(st, g, is_bound, from, BINDER_BIND_RESTORE);
+    }
+    for(size_t i = 0; i < g->n; i++) {
+        sm_claim *c = g->m[i];
+        if(!is_bound(c))
+            continue;
+        switch(cause) {
+        case MOVE_GONE:
+            set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
+                       "node %s was deleted and no other node has room; waiting for room", from);
+            break;
+        case MOVE_CAPACITY:
+            if(booked(st, c))
+                binder_unbind(st->ix, c->ns, c->name);
+            set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
+                       "node %s lost the capacity of class %s and no other node has room; waiting for room", from,
+                       c->class_name);
+            break;
+        case MOVE_LAYOUT:
+            set_status(p, c, BINDER_BOUND, c->node, BINDER_R_LAYOUT_CHANGE_PENDING,
+                       "node %s has a layout change pending and no other node has room; the claim keeps its hold",
+                       from);
+            break;
+        default:
+            set_status(p, c, BINDER_BOUND, c->node, BINDER_R_NODE_CORDONED,
+                       "node %s is cordoned (onCordon: Move) and no other node has room yet; the claim keeps its "
+                       "hold there",
+                       from);
+            break;
+        }
+    }
+}
+
+static int group_cmp(const void *a, const void *b)
+{
+    const group *x = a, *y = b;
+    uint64_t sx = x->set ? x->set->seq : x->m[0]->seq, sy = y->set ? y->set->seq : y->m[0]->seq;
+    return sx < sy ? -1 : sx > sy;
+}
+
+/* Every set, then every claim no set names, ordered by creation. */
+static group *groups_of(const binder_state *st, size_t *n_out)
+{
+    group *gs = calloc(st->n_sets + st->n_claims + 1, sizeof *gs);
+    size_t n = 0;
+    if(!gs)
+        return NULL;
+    for(size_t i = 0; i < st->n_sets; i++)
+        if(st->sets[i]->n)
+            group_of_set(&gs[n++], st->sets[i]);
+    for(size_t i = 0; i < st->n_claims; i++)
+        if(!st->claims[i]->set)
+            group_of_claim(&gs[n++], st->claims[i]);
+    qsort(gs, n, sizeof *gs, group_cmp);
+    *n_out = n;
+    return gs;
+}
+
+/* Capacity drops: per node, per class bound above offered, mark the most
+ * recently bound movable claims' groups until the class fits. */
+typedef struct cap_walk {
+    const binder_state *st;
+    const char *node;
+    sm_claim *list[256];
+    size_t n;
+} cap_walk;
+
+static void cap_collect(void *ud, const binder_claim_view *v)
+{
+    cap_walk *w = ud;
+    if(w->n < sizeof w->list / sizeof *w->list) {
+        sm_claim *c = claim_find(w->st, v->ns, v->name);
+        if(c)
+            w->list[w->n++] = c;
+    }
+}
+
+static int movable(const sm_claim *c)
+{
+    return c->phase == BINDER_BOUND && !vmi_live(vmi_of(c));
+}
+
+static void mark_capacity(binder_state *st, group *gs, size_t ng, enum move_cause *causes)
+{
+    for(size_t ni = 0; ni < st->n_nodes; ni++) {
+        const sm_node *n = st->nodes[ni];
+        cap_walk w = {st, n->name, {0}, 0};
+        binder_node_claims(st->ix, n->name, cap_collect, &w);
+        for(size_t i = 0; i < w.n; i++) {
+            sm_claim *c = w.list[i];
+            binder_slot_view sl;
+            if(binder_node_slot(st->ix, n->name, c->class_name, &sl) || sl.bound <= sl.offered)
+                continue;
+            /* the class is over: count what the groups already marked free */
+            uint32_t leaving = 0;
+            for(size_t k = 0; k < w.n; k++) {
+                sm_claim *o = w.list[k];
+                if(strcmp(o->class_name, c->class_name))
+                    continue;
+                for(size_t gi = 0; gi < ng; gi++)
+                    if(causes[gi] == MOVE_CAPACITY)
+                        for(size_t m = 0; m < gs[gi].n; m++)
+                            if(gs[gi].m[m] == o)
+                                leaving += o->count;
+            }
+            if(sl.bound - leaving <= sl.offered || !movable(c))
+                continue;
+            for(size_t gi = 0; gi < ng; gi++)
+                for(size_t m = 0; m < gs[gi].n; m++)
+                    if(gs[gi].m[m] == c && causes[gi] == MOVE_NONE)
+                        causes[gi] = MOVE_CAPACITY;
+        }
+    }
+}
+
+static int unplaced(const sm_claim *c)
+{
+    return c->phase == BINDER_PENDING || (c->phase == BINDER_LOST && !c->node && c->reason != BINDER_R_WAITING_FOR_VMI_END);
+}
+
+static int is_pending(const sm_claim *c)
+{
+    return c->phase == BINDER_PENDING;
+}
+
+/* Leaves every unplaced member of g waiting with `reason`. */
+static void wait_group(pass *p, group *g, binder_reason reason, const char *msg)
+{
+    for(size_t i = 0; i < g->n; i++) {
+        sm_claim *c = g->m[i];
+        if(!unplaced(c))
+            continue;
+        binder_reason r = reason;
+        if(c->phase == BINDER_LOST && (r == BINDER_R_NO_NODE_WITH_ROOM || r == BINDER_R_OVER_BUDGET))
+            r = BINDER_R_NODE_LOST; /* a Lost claim never fails a budget check; it waits for room */
+        set_status(p, c, c->phase, NULL, r, "%s", msg);
+    }
+}
+
+/* Step 3 for one group with unplaced members. */
+static void place_group(pass *p, group *g)
+{
+    binder_state *st = p->st;
+    char msg[MSG_MAX];
+    const char *anchor = NULL;
+    for(size_t i = 0; i < g->n; i++) {
+        sm_claim *c = g->m[i];
+        if(c->phase == BINDER_LOST && c->reason == BINDER_R_WAITING_FOR_VMI_END)
+            return; /* its VMI still holds the set */
+        if((c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED) && !anchor)
+            anchor = c->node;
+    }
+    /* classes: a missing class blocks the set; a class being deleted blocks
+     * a Pending claim only (DESIGN §6: it keeps serving Lost ones) */
+    for(size_t i = 0; i < g->n; i++) {
+        sm_claim *c = g->m[i];
+        if(!unplaced(c))
+            continue;
+        const sm_class *cl = class_find(st, c->class_name);
+        if(!cl || (cl->deleting && c->phase == BINDER_PENDING)) {
+            binder_reason r = cl ? BINDER_R_CLASS_BEING_DELETED : BINDER_R_CLASS_NOT_FOUND;
+            snprintf(msg, sizeof msg, cl ? "class %s is being deleted; claim %s waits" : "class %s not found (claim %s)",
+                     c->class_name, c->name);
+            for(size_t k = 0; k < g->n; k++)
+                if(unplaced(g->m[k]))
+                    set_status(p, g->m[k], g->m[k]->phase, NULL, r, "%s", msg);
+            return;
+        }
+    }
+    needs nd;
+    if(needs_of(st, g, unplaced, &nd)) {
+        wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, "the set names more classes than one node can be asked for");
+        return;
+    }
+    char target[BINDER_MAX_NAME + 1];
+    if(anchor) {
+        /* the set's other claims hold node `anchor`: all of a set on one node */
+        const sm_node *n = node_find(st, anchor);
+        int room = node_usable(n);
+        for(size_t k = 0; room && k < nd.n; k++) {
+            binder_slot_view sl;
+            room = !binder_node_slot(st->ix, anchor, nd.need[k].class_name, &sl) && sl.offered >= sl.bound &&
+                   sl.offered - sl.bound >= nd.need[k].units;
+        }
+        if(!room) {
+            snprintf(msg, sizeof msg, "the other claims of VM %s hold node %s, which has no room for this one",
+                     g->set ? g->set->name : "", anchor);
+            wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, msg);
+            return;
+        }
+        snprintf(target, sizeof target, "%s", anchor);
+    } else {
+        const char *to = choose(p, g, &nd);
+        if(!to) {
+            snprintf(msg, sizeof msg, "no node has room for %s%s (class %s)", g->set ? "the claims of VM " : "claim ",
+                     g->set ? g->set->name : g->m[0]->name, nd.need[0].class_name);
+            wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, msg);
+            return;
+        }
+        snprintf(target, sizeof target, "%s", to);
+    }
+    /* budgets: once per Pending -> Bound, serially (decision 0020 §3) */
+    for(size_t i = 0; i < g->n; i++) {
+        sm_claim *c = g->m[i];
+        if(!is_pending(c) || !p->h || !p->h->budget)
+            continue;
+        binder_claim_status v;
+        view_of(c, &v);
+        if(!p->h->budget(p->h->ud, &v)) {
+            snprintf(msg, sizeof msg, "claim %s would exceed a budget of namespace %s", c->name, c->ns);
+            wait_group(p, g, BINDER_R_OVER_BUDGET, msg);
+            return;
+        }
+    }
+    if(bind_group(st, g, unplaced, target, 0) != BINDER_OK) {
+        wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, "no node has room");
+        return;
+    }
+    for(size_t i = 0; i < g->n; i++) {
+        sm_claim *c = g->m[i];
+        if(unplaced(c))
+            set_status(p, c, BINDER_BOUND, target, BINDER_R_PLACED, "%s on node %s",
+                       c->phase == BINDER_LOST ? "placed again" : "placed", target);
+    }
+}
+
+static int group_has(const group *g, binder_phase ph)
+{
+    for(size_t i = 0; i < g->n; i++)
+        if(g->m[i]->phase == ph && unplaced(g->m[i]))
+            return 1;
+    return 0;
+}
+
+static int group_unplaced(const group *g)
+{
+    for(size_t i = 0; i < g->n; i++)
+        if(unplaced(g->m[i]))
+            return 1;
+    return 0;
+}
+
+size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
+{
+    pass p = {st, hooks, 0};
+    /* 1. status upkeep */
+    for(size_t i = 0; i < st->n_claims; i++)
+        upkeep(&p, st->claims[i]);
+
+    size_t ng = 0;
+    group *gs = groups_of(st, &ng);
+    if(!gs)
+        return p.events;
+    enum move_cause *causes = calloc(ng + 1, sizeof *causes);
+    if(!causes) {
+        free(gs);
+        return p.events;
+    }
+    /* 2. sets that must move */
+    for(size_t gi = 0; gi < ng; gi++) {
+        group *g = &gs[gi];
+        for(size_t i = 0; i < g->n; i++) {
+            sm_claim *c = g->m[i];
+            if(!is_bound(c))
+                continue;
+            sm_node *n = node_find(st, c->node);
+            if(!n)
+                causes[gi] = MOVE_GONE;
+            else if(n->flags & BINDER_NODE_LAYOUT_PENDING)
+                causes[gi] = MOVE_LAYOUT;
+            break;
+        }
+    }
+    mark_capacity(st, gs, ng, causes);
+    for(size_t gi = 0; gi < ng; gi++) {
+        group *g = &gs[gi];
+        if(causes[gi] != MOVE_NONE)
+            continue;
+        for(size_t i = 0; i < g->n; i++) {
+            sm_claim *c = g->m[i];
+            if(!is_bound(c))
+                continue;
+            sm_node *n = node_find(st, c->node);
+            const sm_class *cl = class_find(st, c->class_name);
+            if(n && !(n->flags & BINDER_NODE_SCHEDULABLE)) {
+                if(cl && cl->on_cordon == BINDER_CORDON_STAY)
+                    set_status(&p, c, BINDER_BOUND, c->node, BINDER_R_NODE_CORDONED,
+                               "node %s is cordoned; class %s has onCordon: Stay, the claim waits there", c->node,
+                               c->class_name);
+                else
+                    causes[gi] = MOVE_CORDON;
+            } else if(n && (c->reason == BINDER_R_NODE_CORDONED || c->reason == BINDER_R_LAYOUT_CHANGE_PENDING ||
+                            c->reason == BINDER_R_NODE_LOST))
+                set_status(&p, c, BINDER_BOUND, c->node, BINDER_R_PLACED, "placed on node %s", c->node);
+        }
+    }
+    for(size_t gi = 0; gi < ng; gi++)
+        if(causes[gi] != MOVE_NONE)
+            move_group(&p, &gs[gi], causes[gi]);
+
+    /* 3. placement: Lost sets first, then new orders */
+    for(int round = 0; round < 2; round++)
+        for(size_t gi = 0; gi < ng; gi++) {
+            group *g = &gs[gi];
+            if(!group_unplaced(g))
+                continue;
+            int lost = group_has(g, BINDER_LOST);
+            if((round == 0) != !!lost)
+                continue;
+            place_group(&p, g);
+        }
+    free(causes);
+    free(gs);
+    return p.events;
+}
+
+/* ------------------------------------------------------------ restore */
+
+binder_rc binder_state_restore(binder_state *st, cozy_err *err)
+{
+    binder_index *ix = binder_new();
+    if(!ix)
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    binder_rc rc = BINDER_OK;
+    for(size_t i = 0; i < st->n_nodes && !rc; i++) {
+        binder_node_spec s = spec_of(st->nodes[i]);
+        rc = binder_node_upsert(ix, st->nodes[i]->name, &s, NULL, err);
+    }
+    for(size_t i = 0; i < st->n_claims && !rc; i++) {
+        sm_claim *c = st->claims[i];
+        rc = binder_claim_upsert(ix, c->ns, c->name, c->class_name, c->count, err);
+        int book = c->node && (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
+        if(!rc && book && node_find(st, c->node))
+            rc = binder_bind(ix, c->ns, c->name, c->node, BINDER_BIND_RESTORE, err);
+    }
+    if(rc) {
+        binder_free(ix);
+        return rc;
+    }
+    binder_free(st->ix);
+    st->ix = ix;
+    return BINDER_OK;
+}
+
+/* ------------------------------------------------------------- verify */
+
+binder_rc binder_state_verify(const binder_state *st, cozy_err *err)
+{
+    binder_rc rc = binder_verify(st->ix, err);
+    if(rc)
+        return rc;
+    for(size_t i = 0; i < st->n_claims; i++) {
+        const sm_claim *c = st->claims[i];
+        const char *b = booked(st, c);
+        int should = c->node && node_find(st, c->node) &&
+                     (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
+        if(should != (b != NULL) || (b && !same(b, c->node)))
+            return fail(err, BINDER_ERR_INPUT, "claim %s/%s: %s on node %s but booked on %s", c->ns, c->name,
+                        binder_phase_name(c->phase), c->node ? c->node : "(none)", b ? b : "(none)");
+        if(c->phase == BINDER_ATTACHED && !vmi_live(vmi_of(c)))
+            return fail(err, BINDER_ERR_INPUT, "claim %s/%s: Attached to a VMI that is %s", c->ns, c->name,
+                        c->set ? binder_vmi_phase_name(c->set->phase) : "gone");
+        if((c->phase == BINDER_PENDING || c->phase == BINDER_LOST) && c->reason == BINDER_R_NONE)
+            return fail(err, BINDER_ERR_INPUT, "claim %s/%s: %s without a reason", c->ns, c->name,
+                        binder_phase_name(c->phase));
+    }
+    for(size_t ni = 0; ni < st->n_nodes; ni++) {
+        const sm_node *n = st->nodes[ni];
+        cap_walk w = {st, n->name, {0}, 0};
+        binder_node_claims(st->ix, n->name, cap_collect, &w);
+        for(size_t i = 0; i < w.n; i++) {
+            binder_slot_view sl;
+            if(binder_node_slot(st->ix, n->name, w.list[i]->class_name, &sl) || sl.bound <= sl.offered)
+                continue;
+            /* over: allowed only while what holds it cannot move yet */
+            for(size_t k = 0; k < w.n; k++)
+                if(!strcmp(w.list[k]->class_name, w.list[i]->class_name) && movable(w.list[k]) &&
+                   vmi_of(w.list[k]) != BINDER_VMI_PENDING)
+                    return fail(err, BINDER_ERR_INPUT,
+                                "node %s: class %s holds %u units of %u offered, and claim %s/%s could move",
+                                n->name, w.list[i]->class_name, sl.bound, sl.offered, w.list[k]->ns,
+                                w.list[k]->name);
+        }
+    }
+    return BINDER_OK;
+}

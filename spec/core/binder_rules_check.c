@@ -1,0 +1,564 @@
+/* binder_rules_check — checks of the binder's state machine
+ * (core/binder/binder.c) against each rule of DESIGN.md §6 and decision
+ * 0020, run under ASan/UBSan by spec/core/run-binder-rules-check.sh.
+ *
+ * Every expected value is read off the rule text quoted above its case,
+ * not off the code's output; binder_state_verify runs after every pass.
+ *
+ * Usage: binder_rules_check   Prints "N passed, N failed", exit 1 on failure.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "binder/binder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+static const char *current;
+
+static void ok(int cond, const char *what, const char *detail)
+{
+    if(cond) {
+        passed++;
+        return;
+    }
+    failed++;
+    printf("FAIL [%s] %s%s%s\n", current, what, detail ? ": " : "", detail ? detail : "");
+}
+
+#define F_OK (BINDER_NODE_READY | BINDER_NODE_SCHEDULABLE)
+
+/* --------------------------------------------------------------- world */
+
+typedef struct rec {
+    char events[64][160];
+    int n_events;
+    char deleted[8][128];
+    int n_deleted;
+    int budget_left; /* -1: no budget hook limit */
+    int budget_calls;
+    int choose_last;
+} rec;
+
+static void on_event(void *ud, const binder_event *e)
+{
+    rec *r = ud;
+    if(r->n_events < 64)
+        snprintf(r->events[r->n_events++], sizeof r->events[0], "%s/%s %s->%s %s->%s %s", e->ns, e->name,
+                 binder_phase_name(e->from), binder_phase_name(e->to), e->from_node ? e->from_node : "-",
+                 e->to_node ? e->to_node : "-", binder_reason_name(e->reason));
+}
+
+static void on_delete(void *ud, const char *ns, const char *vmi, const char *why)
+{
+    rec *r = ud;
+    (void)why;
+    if(r->n_deleted < 8)
+        snprintf(r->deleted[r->n_deleted++], sizeof r->deleted[0], "%s/%s", ns, vmi);
+}
+
+static int on_budget(void *ud, const binder_claim_status *c)
+{
+    rec *r = ud;
+    (void)c;
+    r->budget_calls++;
+    if(r->budget_left < 0)
+        return 1;
+    if(r->budget_left == 0)
+        return 0;
+    r->budget_left--;
+    return 1;
+}
+
+static int on_choose(void *ud, const binder_set_view *s, const binder_candidate *c, size_t n)
+{
+    rec *r = ud;
+    (void)s;
+    (void)c;
+    return r->choose_last ? (int)n - 1 : 0;
+}
+
+static rec R;
+static binder_hooks H = {&R, on_choose, on_budget, on_event, on_delete};
+
+static binder_state *fresh(const char *name)
+{
+    current = name;
+    memset(&R, 0, sizeof R);
+    R.budget_left = -1;
+    binder_state *st = binder_state_new();
+    binder_state_class_set(st, "a", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
+    binder_state_class_set(st, "b", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
+    binder_state_class_set(st, "s", BINDER_CORDON_STAY, 0, NULL, 0, NULL);
+    return st;
+}
+
+static void node(binder_state *st, const char *name, uint32_t flags, const char *cls, uint32_t units,
+                 const char *cls2, uint32_t units2)
+{
+    binder_offer o[2] = {{cls, units}, {cls2, units2}};
+    binder_node_spec s = {flags, o, cls2 ? 2 : 1, NULL, 0};
+    cozy_err err = {{0}};
+    if(binder_state_node_set(st, name, &s, &err))
+        ok(0, "node_set", err.msg);
+}
+
+static void claim(binder_state *st, const char *name, const char *cls, uint32_t count)
+{
+    cozy_err err = {{0}};
+    if(binder_state_claim_add(st, "t", name, cls, count, 0, &err))
+        ok(0, "claim_add", err.msg);
+}
+
+static void vm(binder_state *st, const char *name, const char *c1, const char *c2, binder_vmi_phase ph,
+               const char *on)
+{
+    const char *cl[2] = {c1, c2};
+    cozy_err err = {{0}};
+    if(binder_state_set_put(st, "t", name, cl, c2 ? 2 : 1, ph, on, &err))
+        ok(0, "set_put", err.msg);
+}
+
+static void vmi(binder_state *st, const char *name, binder_vmi_phase ph, const char *on)
+{
+    cozy_err err = {{0}};
+    if(binder_state_set_vmi(st, "t", name, ph, on, &err))
+        ok(0, "set_vmi", err.msg);
+}
+
+static size_t pass(binder_state *st)
+{
+    size_t n = binder_reconcile(st, &H);
+    cozy_err err = {{0}};
+    binder_rc rc = binder_state_verify(st, &err);
+    ok(rc == BINDER_OK, "state verifies after the pass", rc ? err.msg : NULL);
+    return n;
+}
+
+/* Expect claim t/name in phase, on node (NULL: none), with reason. */
+static void want(binder_state *st, const char *name, binder_phase ph, const char *on, binder_reason r)
+{
+    binder_claim_status c;
+    char what[200], d[400];
+    snprintf(what, sizeof what, "claim %s", name);
+    if(binder_state_claim_get(st, "t", name, &c)) {
+        ok(0, what, "not known");
+        return;
+    }
+    int good = c.phase == ph && ((!on && !c.node) || (on && c.node && !strcmp(on, c.node))) && c.reason == r;
+    snprintf(d, sizeof d, "got %s on %s (%s: %s), want %s on %s (%s)", binder_phase_name(c.phase),
+             c.node ? c.node : "-", binder_reason_name(c.reason), c.message, binder_phase_name(ph), on ? on : "-",
+             binder_reason_name(r));
+    ok(good, what, good ? NULL : d);
+}
+
+static void units(binder_state *st, const char *nodename, const char *cls, uint32_t bound)
+{
+    binder_slot_view sl = {0, 0};
+    char what[200], d[120];
+    snprintf(what, sizeof what, "node %s class %s bound units", nodename, cls);
+    binder_node_slot(binder_state_index(st), nodename, cls, &sl);
+    snprintf(d, sizeof d, "got %u, want %u", sl.bound, bound);
+    ok(sl.bound == bound, what, sl.bound == bound ? NULL : d);
+}
+
+static void has_event(const char *text)
+{
+    for(int i = 0; i < R.n_events; i++)
+        if(!strcmp(R.events[i], text))
+            return ok(1, text, NULL);
+    char d[400] = "events:";
+    for(int i = 0; i < R.n_events; i++)
+        snprintf(d + strlen(d), sizeof d - strlen(d), " [%s]", R.events[i]);
+    ok(0, text, d);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* §6 "Places claim sets: all claims one VM names go to one node ... enough
+ * free units of every class in the set." */
+static void t_set_one_node(void)
+{
+    binder_state *st = fresh("set on one node");
+    node(st, "n1", F_OK, "a", 2, NULL, 0);
+    node(st, "n2", F_OK, "a", 2, "b", 1);
+    claim(st, "c1", "a", 2);
+    claim(st, "c2", "b", 1);
+    vm(st, "vm", "c1", "c2", BINDER_VMI_NONE, NULL);
+    pass(st);
+    want(st, "c1", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    want(st, "c2", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    units(st, "n1", "a", 0);
+    has_event("t/c1 Pending->Bound -->n2 Placed");
+    binder_state_free(st);
+
+    /* all or nothing: no node has room for both, nothing is booked */
+    st = fresh("set all or nothing");
+    node(st, "n1", F_OK, "a", 2, NULL, 0);
+    node(st, "n2", F_OK, "b", 1, NULL, 0);
+    claim(st, "c1", "a", 2);
+    claim(st, "c2", "b", 1);
+    vm(st, "vm", "c1", "c2", BINDER_VMI_NONE, NULL);
+    pass(st);
+    want(st, "c1", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    want(st, "c2", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    units(st, "n1", "a", 0);
+    units(st, "n2", "b", 0);
+    binder_state_free(st);
+}
+
+/* §6 "Lost claims are rebound before new orders when capacity returns" */
+static void t_lost_first(void)
+{
+    binder_state *st = fresh("Lost rebound before new orders");
+    claim(st, "new", "a", 1); /* created first: only the Lost rule puts the other ahead */
+    binder_claim_status l = {"t", "lost", "a", 1, 0, BINDER_LOST, NULL, NULL, BINDER_R_NODE_LOST, "lost"};
+    binder_state_claim_put(st, &l, NULL);
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "lost", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "new", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    binder_state_free(st);
+
+    /* "... but a large Lost set never blocks a smaller order that fits elsewhere" */
+    st = fresh("large Lost set does not block a small order");
+    binder_claim_status big = {"t", "big", "a", 4, 0, BINDER_LOST, NULL, NULL, BINDER_R_NODE_LOST, "lost"};
+    binder_state_claim_put(st, &big, NULL);
+    claim(st, "small", "a", 1);
+    node(st, "n1", F_OK, "a", 2, NULL, 0);
+    pass(st);
+    want(st, "big", BINDER_LOST, NULL, BINDER_R_NODE_LOST);
+    want(st, "small", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    /* decision 0020 §3: a Lost rebind never goes through the budget check */
+    ok(R.budget_calls == 1, "budget asked once (the new order only)", NULL);
+    binder_state_free(st);
+}
+
+/* §6 "a claim keeps its node while the node exists, matches the class, has
+ * capacity and no pending layout change" */
+static void t_keeps_node(void)
+{
+    binder_state *st = fresh("keeps its node");
+    node(st, "n1", F_OK, "a", 4, NULL, 0);
+    claim(st, "c", "a", 1);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    node(st, "n0", F_OK, "a", 1, NULL, 0); /* a tighter fit appears: no reason to move */
+    ok(pass(st) == 0, "no transition", NULL);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    /* NotReady is not in the list: an unattached claim keeps its node */
+    binder_state_node_flags(st, "n1", BINDER_NODE_SCHEDULABLE, NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    binder_state_free(st);
+
+    /* node deleted: the claim moves, or goes Lost when nowhere has room */
+    st = fresh("node deleted");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    claim(st, "d", "a", 1);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "d", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    binder_state_node_delete(st, "n1", NULL);
+    pass(st);
+    want(st, "c", BINDER_LOST, NULL, BINDER_R_NODE_LOST);
+    node(st, "n3", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n3", BINDER_R_PLACED);
+    binder_state_free(st);
+
+    /* layout change pending: it moves; with no room it keeps its hold */
+    st = fresh("layout change pending");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    pass(st);
+    binder_state_node_flags(st, "n1", F_OK | BINDER_NODE_LAYOUT_PENDING, NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_LAYOUT_CHANGE_PENDING);
+    units(st, "n1", "a", 1);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    units(st, "n1", "a", 0);
+    binder_state_free(st);
+
+    /* capacity lost: the most recently bound leaves; nowhere to go: Lost */
+    st = fresh("capacity lost");
+    node(st, "n1", F_OK, "a", 2, NULL, 0);
+    claim(st, "first", "a", 1);
+    pass(st);
+    claim(st, "second", "a", 1);
+    pass(st);
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "first", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "second", BINDER_LOST, NULL, BINDER_R_NODE_LOST);
+    units(st, "n1", "a", 1);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "second", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    binder_state_free(st);
+}
+
+/* §6 "cordon with onCordon: Move: an unattached claim on a cordoned node
+ * moves to another node with room and keeps its hold; Stay: it waits, and
+ * the pin gives way once the node has lost the capacity" */
+static void t_cordon(void)
+{
+    binder_state *st = fresh("cordon Move");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    pass(st);
+    binder_state_node_flags(st, "n1", BINDER_NODE_READY, NULL);
+    pass(st);
+    /* no room elsewhere: it keeps its hold on n1 */
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_NODE_CORDONED);
+    units(st, "n1", "a", 1);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    units(st, "n1", "a", 0);
+    units(st, "n2", "a", 1);
+    has_event("t/c Bound->Bound n1->n2 Placed");
+    binder_state_free(st);
+
+    st = fresh("cordon Stay");
+    node(st, "n1", F_OK, "s", 1, NULL, 0);
+    node(st, "n2", F_OK, "s", 1, NULL, 0);
+    claim(st, "c", "s", 1);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    binder_state_node_flags(st, "n1", BINDER_NODE_READY, NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_NODE_CORDONED);
+    node(st, "n1", BINDER_NODE_READY, "s", 0, NULL, 0); /* the node lost the capacity: the pin gives way */
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    binder_state_free(st);
+
+    /* an attached claim on a cordoned Move node stays attached */
+    st = fresh("cordon leaves Attached alone");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    vm(st, "vm", "c", NULL, BINDER_VMI_PENDING, NULL);
+    pass(st);
+    vmi(st, "vm", BINDER_VMI_RUNNING, "n1");
+    pass(st);
+    want(st, "c", BINDER_ATTACHED, "n1", BINDER_R_ATTACHED);
+    binder_state_node_flags(st, "n1", BINDER_NODE_READY, NULL);
+    pass(st);
+    want(st, "c", BINDER_ATTACHED, "n1", BINDER_R_ATTACHED);
+    /* the VMI ends: it leaves Attached and then moves off the cordoned node */
+    vmi(st, "vm", BINDER_VMI_SUCCEEDED, "n1");
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    binder_state_free(st);
+}
+
+/* §6 "node NotReady: attached claims go Lost and are rebound once their
+ * VMIs are final or removed; if the node returns while the VMI runs, the
+ * claim goes back to Attached there" */
+static void t_not_ready(void)
+{
+    binder_state *st = fresh("NotReady and back");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    vm(st, "vm", "c", NULL, BINDER_VMI_PENDING, NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    vmi(st, "vm", BINDER_VMI_RUNNING, "n1");
+    pass(st);
+    want(st, "c", BINDER_ATTACHED, "n1", BINDER_R_ATTACHED);
+    binder_state_node_flags(st, "n1", BINDER_NODE_SCHEDULABLE, NULL);
+    pass(st);
+    want(st, "c", BINDER_LOST, "n1", BINDER_R_WAITING_FOR_VMI_END);
+    /* it waits for its VMI: not placed elsewhere meanwhile */
+    units(st, "n2", "a", 0);
+    binder_state_node_flags(st, "n1", F_OK, NULL);
+    pass(st);
+    want(st, "c", BINDER_ATTACHED, "n1", BINDER_R_ATTACHED);
+    binder_state_free(st);
+
+    st = fresh("NotReady and the VMI fails");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    vm(st, "vm", "c", NULL, BINDER_VMI_PENDING, NULL);
+    pass(st);
+    vmi(st, "vm", BINDER_VMI_RUNNING, "n1");
+    pass(st);
+    binder_state_node_flags(st, "n1", BINDER_NODE_SCHEDULABLE, NULL);
+    pass(st);
+    vmi(st, "vm", BINDER_VMI_FAILED, "n1");
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    units(st, "n1", "a", 0);
+    has_event("t/c Attached->Lost n1->n1 WaitingForVMIEnd");
+    has_event("t/c Lost->Lost n1->- NodeLost");
+    has_event("t/c Lost->Bound -->n2 Placed");
+    binder_state_free(st);
+}
+
+/* §6 "a claim leaves Attached when its VMI is final or removed, not on a
+ * deletion timestamp alone" */
+static void t_leave_attached(void)
+{
+    binder_state *st = fresh("leaves Attached when the VMI is removed");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    vm(st, "vm", "c", NULL, BINDER_VMI_RUNNING, "n1");
+    pass(st);
+    pass(st);
+    want(st, "c", BINDER_ATTACHED, "n1", BINDER_R_ATTACHED);
+    vmi(st, "vm", BINDER_VMI_RUNNING, "n1"); /* a deletion timestamp changes nothing the binder reads */
+    ok(pass(st) == 0, "no transition while the VMI runs", NULL);
+    binder_state_set_delete(st, "t", "vm", NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    binder_state_free(st);
+}
+
+/* §6 "a set that must move while its VMI exists but is not yet scheduled
+ * ... has that VMI deleted by the controller, so the set becomes
+ * unattached and moves" */
+static void t_delete_pending_vmi(void)
+{
+    binder_state *st = fresh("pending VMI deleted so the set can move");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    node(st, "n2", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    vm(st, "vm", "c", NULL, BINDER_VMI_PENDING, NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    binder_state_node_flags(st, "n1", BINDER_NODE_READY, NULL);
+    pass(st);
+    ok(R.n_deleted == 1 && !strcmp(R.deleted[0], "t/vm"), "delete_vmi asked for t/vm", NULL);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_NODE_CORDONED);
+    vmi(st, "vm", BINDER_VMI_NONE, NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    binder_state_free(st);
+}
+
+/* §6 "a class being deleted keeps serving its Bound, Attached and Lost
+ * ordered claims and leaves a Pending one waiting with a reason" */
+static void t_class_deleting(void)
+{
+    binder_state *st = fresh("class being deleted");
+    node(st, "n1", F_OK, "a", 2, NULL, 0);
+    claim(st, "bound", "a", 1);
+    pass(st);
+    binder_claim_status l = {"t", "lost", "a", 1, 0, BINDER_LOST, NULL, NULL, BINDER_R_NODE_LOST, "lost"};
+    binder_state_claim_put(st, &l, NULL);
+    binder_state_class_set(st, "a", BINDER_CORDON_MOVE, 1, NULL, 0, NULL);
+    claim(st, "pending", "a", 1);
+    pass(st);
+    want(st, "bound", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "lost", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "pending", BINDER_PENDING, NULL, BINDER_R_CLASS_BEING_DELETED);
+    claim(st, "nocls", "zz", 1);
+    pass(st);
+    want(st, "nocls", BINDER_PENDING, NULL, BINDER_R_CLASS_NOT_FOUND);
+    binder_state_free(st);
+}
+
+/* §6 "never two claims on more units than a node has, across leader
+ * changes"; decision 0020 §1: a new leader rebuilds from the claims' status */
+static void t_no_overcommit_and_restore(void)
+{
+    binder_state *st = fresh("never more than offered");
+    node(st, "n1", F_OK, "a", 2, NULL, 0);
+    claim(st, "c1", "a", 1);
+    claim(st, "c2", "a", 1);
+    claim(st, "c3", "a", 1);
+    pass(st);
+    want(st, "c1", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "c2", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "c3", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    units(st, "n1", "a", 2);
+    cozy_err err = {{0}};
+    ok(binder_state_restore(st, &err) == BINDER_OK, "restore", err.msg);
+    units(st, "n1", "a", 2);
+    ok(pass(st) == 0, "a restored state is settled", NULL);
+    want(st, "c3", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    binder_state_free(st);
+}
+
+/* decision 0020 §3: the budget hook refuses Pending -> Bound (OverBudget) */
+static void t_budget(void)
+{
+    binder_state *st = fresh("budget at bind");
+    R.budget_left = 1;
+    node(st, "n1", F_OK, "a", 4, NULL, 0);
+    claim(st, "c1", "a", 1);
+    claim(st, "c2", "a", 1);
+    pass(st);
+    want(st, "c1", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "c2", BINDER_PENDING, NULL, BINDER_R_OVER_BUDGET);
+    units(st, "n1", "a", 1);
+    binder_state_free(st);
+}
+
+/* decision 0020 §4 / index.h: the default chooser takes the index's packing
+ * order (most-allocated first); a chooser hook decides otherwise */
+static void t_chooser(void)
+{
+    binder_state *st = fresh("chooser");
+    node(st, "n1", F_OK, "a", 4, NULL, 0);
+    node(st, "n2", F_OK, "a", 4, NULL, 0);
+    claim(st, "c1", "a", 1);
+    pass(st);
+    want(st, "c1", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    claim(st, "c2", "a", 1);
+    pass(st);
+    want(st, "c2", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    R.choose_last = 1;
+    claim(st, "c3", "a", 1);
+    pass(st);
+    want(st, "c3", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    binder_state_free(st);
+}
+
+/* bad input: a set naming an unknown claim or one twice changes nothing */
+static void t_bad_input(void)
+{
+    binder_state *st = fresh("bad input");
+    claim(st, "c", "a", 1);
+    const char *twice[2] = {"c", "c"}, *unknown[1] = {"x"};
+    cozy_err err = {{0}};
+    ok(binder_state_set_put(st, "t", "vm", twice, 2, BINDER_VMI_NONE, NULL, &err) == BINDER_ERR_INPUT,
+       "a claim named twice is refused", err.msg);
+    ok(binder_state_set_put(st, "t", "vm", unknown, 1, BINDER_VMI_NONE, NULL, &err) == BINDER_ERR_NO_CLAIM,
+       "an unknown claim is refused", err.msg);
+    ok(strstr(err.msg, "\"x\"") != NULL, "the message names the claim", err.msg);
+    ok(binder_state_set_get(st, "t", "vm", NULL, NULL) == BINDER_ERR_NO_CLAIM, "no set was made", NULL);
+    ok(binder_state_claim_add(st, "t", "z", "a", 0, 0, &err) == BINDER_ERR_INPUT, "count 0 is refused", err.msg);
+    binder_state_free(st);
+}
+
+int main(void)
+{
+    t_set_one_node();
+    t_lost_first();
+    t_keeps_node();
+    t_cordon();
+    t_not_ready();
+    t_leave_attached();
+    t_delete_pending_vmi();
+    t_class_deleting();
+    t_no_overcommit_and_restore();
+    t_budget();
+    t_chooser();
+    t_bad_input();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,17 @@
+-- The binder's rules (DESIGN.md §6, decision 0020) as C checks of the state
+-- machine (spec/core/binder_rules_check.c: sets on one node, Lost before new
+-- orders without head-of-line blocking, keeping a node, cordon Move/Stay,
+-- NotReady and back, leaving Attached, deleting a pending VMI so its set can
+-- move, class being deleted, no overcommit across a leader change, budgets,
+-- the chooser hook), compiled and run under ASan/UBSan by
+-- spec/core/run-binder-rules-check.sh.
+describe("binder rules C checks", function()
+  it("pass under the sanitizers", function()
+    local log = os.tmpname()
+    local ran = os.execute("env -u LD_PRELOAD sh spec/core/run-binder-rules-check.sh >" .. H.q(log) .. " 2>&1")
+    local out = H.read(log) or ""
+    os.remove(log)
+    assert.is_true(ran == true, out)
+    assert.matches("%d+ passed, 0 failed\n$", out)
+  end)
+end)
