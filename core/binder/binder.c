@@ -968,7 +968,7 @@ static void move_group(pass *p, group *g, enum move_cause cause)
     if(vmi_live(vp))
         return; /* scheduled: it runs there or fails; a running one has Attached claims */
     static const char *const why[] = {"", "node deleted", "layout change pending", "node lost the capacity",
-                                      "node cordoned (onCordon: Move)"};
+                                      "node cordoned, onCordon Move"};
     if(vp == BINDER_VMI_PENDING) {
         /* DESIGN §6: the VMI exists but is not scheduled: the controller
          * deletes it so that the set becomes unattached and moves. */

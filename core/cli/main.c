@@ -5,6 +5,7 @@
  *   cozygpu controller [options]         webhooks, watches, leader election (controller.h)
  *   cozygpu inventory [options]          the node's NVIDIA PCI functions (inventory.h)
  *   cozygpu agent [options]              the node agent: GPUNode status, vGPU layout (agent.h)
+ *   cozygpu simulate SCENARIO [options]  the binder's rules replayed on a scenario (simulate.h)
  *   cozygpu version
  *
  * Exit status of review: 0 when every input was processed; 1 with
@@ -29,6 +30,7 @@
 #include "format/manifest.h"
 #include "admission/policytest.h"
 #include "admission/review.h"
+#include "cli/simulate.h"
 
 #define COZYGPU_VERSION "0.1.0"
 
@@ -70,6 +72,7 @@ static void usage_main(FILE *f)
           "  controller    the admission webhooks, watches and leader-only writers\n"
           "  inventory     list the node's NVIDIA PCI functions (GPUs, VFs, vGPU types)\n"
           "  agent         the node agent: GPUNode inventory and status, vGPU layout\n"
+          "  simulate      replay a scenario through the binder's rules (no cluster)\n"
           "  version       print the version\n"
           "\n"
           "Run 'cozygpu COMMAND --help' for the options of a command.\n",
@@ -407,6 +410,8 @@ int main(int argc, char **argv)
         return agent_main(argc - 1, argv + 1);
     if(strcmp(argv[1], "inventory") == 0)
         return cmd_inventory(argc - 1, argv + 1);
+    if(strcmp(argv[1], "simulate") == 0)
+        return sim_main(argc - 1, argv + 1);
     if(strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         puts("cozygpu " COZYGPU_VERSION);
         return 0;

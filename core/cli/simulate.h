@@ -1,0 +1,14 @@
+/* simulate.h — `cozygpu simulate SCENARIO.yaml [--output table|json]`:
+ * replays a scenario through the binder's state machine (binder/binder.h)
+ * with no cluster (issue 12 "Where the work lives"). simulate.c's header
+ * describes the scenario format.
+ */
+#ifndef COZYGPU_CLI_SIMULATE_H
+#define COZYGPU_CLI_SIMULATE_H
+
+/* The subcommand (argv[0] is "simulate"). Exit status: 0 every expect line
+ * held, 1 one failed, 2 bad usage or bad input (the message on stderr names
+ * the file, the object and the field; nothing is printed on stdout then). */
+int sim_main(int argc, char **argv);
+
+#endif
