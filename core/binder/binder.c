@@ -969,34 +969,21 @@ static void move_group(pass *p, group *g, enum move_cause cause)
         return; /* scheduled: it runs there or fails; a running one has Attached claims */
     static const char *const why[] = {"", "node deleted", "layout change pending", "node lost the capacity",
                                       "node cordoned, onCordon Move"};
-    if(vp == BINDER_VMI_PENDING) {
-        /* DESIGN §6: the VMI exists but is not scheduled: the controller
-         * deletes it so that the set becomes unattached and moves. */
-        if(p->h && p->h->delete_vmi)
-            p->h->delete_vmi(p->h->ud, g->set->ns, g->set->name, why[cause]);
-        for(size_t i = 0; i < g->n; i++) {
-            sm_claim *c = g->m[i];
-            if(!is_bound(c))
-                continue;
-            if(cause == MOVE_GONE)
-                set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
-                           "node %s was deleted; waiting for VMI %s to be deleted before placing the claim again",
-                           from, g->set->name);
-            else
-                set_status(p, c, BINDER_BOUND, c->node,
-                           cause == MOVE_LAYOUT   ? BINDER_R_LAYOUT_CHANGE_PENDING
-                           : cause == MOVE_CORDON ? BINDER_R_NODE_CORDONED
-                                                  : BINDER_R_NODE_LOST,
-                           "must leave node %s (%s); waiting for VMI %s to be deleted", from, why[cause],
-                           g->set->name);
-        }
-        return;
-    }
     needs nd;
     if(needs_of(st, g, is_bound, &nd))
         return;
     const char *to = choose(p, g, &nd);
-    if(to && strcmp(to, from) != 0) {
+    if(to && !strcmp(to, from))
+        to = NULL;
+    /* DESIGN §6: a set that must move while its VMI exists but is not yet
+     * scheduled has that VMI deleted, so the set becomes unattached and
+     * moves (its launcher pod was pinned to the old node). Asked only when
+     * the set does leave the node: to a new one, or Lost because the node
+     * is gone or lost the capacity; a set that keeps its hold (cordon or
+     * layout with no room elsewhere) keeps its VMI waiting too. */
+    if(vp == BINDER_VMI_PENDING && (to || cause == MOVE_GONE || cause == MOVE_CAPACITY) && p->h && p->h->delete_vmi)
+        p->h->delete_vmi(p->h->ud, g->set->ns, g->set->name, why[cause]);
+    if(to) {
         char tocopy[BINDER_MAX_NAME + 1];
         snprintf(tocopy, sizeof tocopy, "%s", to);
         /* keep the hold: the target was a candidate with room for the whole

@@ -145,10 +145,11 @@ typedef struct binder_set_view {
  *     OverBudget; decision 0020 §3). Default: allow. Called serially, in
  *     the order claims are bound, so the hook may count what it allowed.
  *   event: each claim transition, in order.
- *   delete_vmi: a set must move while its VMI exists but is not yet
- *     scheduled (DESIGN.md §6): the controller deletes that VMI; the set
- *     is not moved until the VMI is final or removed (binder_state_vmi_*).
- *     Called once per reconcile pass for each such VMI. `why` is a static
+ *   delete_vmi: a set leaves its node (moved, or Lost) while its VMI
+ *     exists but is not yet scheduled (DESIGN.md §6): the controller
+ *     deletes that VMI, whose launcher pod was pinned to the old node; the
+ *     set is moved in the same pass, so a new VMI of the VM is pinned to
+ *     the new node. Called once per such set and pass. `why` is a static
  *     text. */
 typedef struct binder_hooks {
     void *ud;
@@ -277,11 +278,13 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
  *     node deleted, layout change pending, the class's units on the node
  *     below what is bound (the most recently bound go first), or cordoned
  *     with onCordon Move (Stay: it keeps the node, reason NodeCordoned).
- *     If the set's VMI exists and is Pending, delete_vmi is asked and the
- *     set waits for it. Otherwise it moves to a candidate, binding there
- *     before releasing the old node; with no candidate it keeps its hold
- *     (cordon, layout: reason NodeCordoned / LayoutChangePending) or, its
- *     node being gone or without the capacity, goes Lost (NodeLost);
+ *     It moves to a candidate, binding there before releasing the old
+ *     node; with no candidate it keeps its hold (cordon, layout: reason
+ *     NodeCordoned / LayoutChangePending) or, its node being gone or
+ *     without the capacity, goes Lost (NodeLost). When the set leaves its
+ *     node (moved or Lost) while its VMI exists and is Pending, delete_vmi
+ *     is asked for that VMI in the same pass (its launcher pod was pinned
+ *     to the old node); a set that keeps its hold keeps its VMI;
  *  3. placement: Lost sets first (creation order), then Pending sets; each
  *     is tried on its own candidates, so a Lost set that fits nowhere
  *     never blocks a smaller one that fits (decision 0020 §4). A Pending

@@ -442,10 +442,24 @@ static void t_delete_pending_vmi(void)
     binder_state_node_flags(st, "n1", BINDER_NODE_READY, NULL);
     pass(st);
     ok(R.n_deleted == 1 && !strcmp(R.deleted[0], "t/vm"), "delete_vmi asked for t/vm", NULL);
-    want(st, "c", BINDER_BOUND, "n1", BINDER_R_NODE_CORDONED);
-    vmi(st, "vm", BINDER_VMI_NONE, NULL);
-    pass(st);
     want(st, "c", BINDER_BOUND, "n2", BINDER_R_PLACED);
+    binder_state_free(st);
+
+    /* no room elsewhere: the set keeps its hold and its VMI is kept */
+    st = fresh("pending VMI kept when the set cannot leave");
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    claim(st, "c", "a", 1);
+    vm(st, "vm", "c", NULL, BINDER_VMI_PENDING, NULL);
+    pass(st);
+    binder_state_node_flags(st, "n1", BINDER_NODE_READY, NULL);
+    pass(st);
+    ok(R.n_deleted == 0, "delete_vmi not asked", NULL);
+    want(st, "c", BINDER_BOUND, "n1", BINDER_R_NODE_CORDONED);
+    /* the node lost the capacity: the set goes Lost and the VMI is deleted */
+    node(st, "n1", BINDER_NODE_READY, "a", 0, NULL, 0);
+    pass(st);
+    ok(R.n_deleted == 1, "delete_vmi asked once the set leaves", NULL);
+    want(st, "c", BINDER_LOST, NULL, BINDER_R_NODE_LOST);
     binder_state_free(st);
 }
 
