@@ -1,0 +1,171 @@
+-- `cozygpu simulate`: every scenario of examples/scenarios holds its expect
+-- lines (each is a DESIGN.md §6 case a hoster would recognise), the JSON
+-- output carries the same, a failed expect line exits 1, and bad input
+-- exits 2 naming the file, the object and the field, with nothing printed
+-- (the scenario is replayed silently first, so no step is half-applied).
+local json = H.json
+
+local function scenarios()
+  local p = assert(io.popen("ls examples/scenarios/*.yaml"))
+  local list = {}
+  for f in p:lines() do list[#list + 1] = f end
+  p:close()
+  return list
+end
+
+local function write(text)
+  local path = os.tmpname() .. ".yaml"
+  H.write(path, text)
+  return path
+end
+
+local BASE = [[
+classes:
+  - name: l40s
+nodes:
+  - name: gpu-1
+    capacity: {l40s: 2}
+claims:
+  - {namespace: t, name: c1, class: l40s, count: 1}
+  - {namespace: t, name: c2, class: l40s, count: 1}
+vms:
+  - {namespace: t, name: vm, claims: [c1], runStrategy: Always}
+]]
+
+describe("cozygpu simulate", function()
+  it("holds every expect line of every example scenario", function()
+    local list = scenarios()
+    assert.is_true(#list >= 8, "at least eight scenarios")
+    for _, f in ipairs(list) do
+      local out, err, code = H.run({ "simulate", f })
+      assert.are.equal(0, code, f .. "\n" .. out .. err)
+      assert.matches("\n(%d+) expect lines held, 0 failed\n$", out, nil, f)
+      local held = tonumber(out:match("\n(%d+) expect lines held"))
+      assert.is_true(held > 0, f .. ": has expect lines")
+      assert.are.equal("", err, f)
+    end
+  end)
+
+  it("prints the same as one JSON document with --output json", function()
+    local out, err, code = H.run({ "simulate", "--output", "json", "examples/scenarios/drain-move.yaml" })
+    assert.are.equal(0, code, err)
+    local doc = assert(json.decode(out))
+    assert.are.equal(0, doc.expectFailed)
+    assert.are.equal(9, doc.expectPassed)
+    assert.are.equal("initial", doc.steps[1].name)
+    local cordon = doc.steps[3]
+    assert.are.equal("kubectl cordon gpu-1", cordon.name)
+    local moved
+    for _, e in ipairs(cordon.events) do
+      if e.kind == "claim" and e.claim == "tenant-a/db-gpu" then moved = e end
+    end
+    assert.are.same({ kind = "claim", claim = "tenant-a/db-gpu", from = "Bound", to = "Bound", fromNode = "gpu-1",
+      toNode = "gpu-2", reason = "Placed", message = moved.message }, moved)
+    for _, c in ipairs(cordon.claims) do
+      if c.claim == "tenant-a/web-gpu" then
+        assert.are.equal("Attached", c.phase)
+        assert.are.equal("web", c.attachedTo)
+      end
+    end
+  end)
+
+  it("exits 1 when an expect line fails, and says what it got", function()
+    local f = write(BASE .. [[
+steps:
+  - name: wrong
+    expect:
+      - {claim: t/c1, phase: Bound, node: gpu-1}
+]])
+    local out, _, code = H.run({ "simulate", f })
+    os.remove(f)
+    assert.are.equal(1, code)
+    assert.matches("expect claim t/c1 phase=Bound node=gpu%-1: FAILED, got Attached node=gpu%-1 reason=Attached", out)
+    assert.matches("0 expect lines held, 1 failed\n$", out)
+  end)
+
+  local bad = {
+    { "an unknown class", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: a100, count: 1}]
+]], "claims%[0%]%.class: unknown class \"a100\"" },
+    { "a count of zero", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: l40s, count: 0}]
+]], "claims%[0%]%.count: must be a whole number from 1 to 4096" },
+    { "a malformed count", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: l40s, count: two}]
+]], "claims%[0%]%.count: must be a whole number" },
+    { "a claim named twice by one VM", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: l40s, count: 1}]
+vms: [{namespace: t, name: vm, claims: [c, c]}]
+]], "vms%[0%]%.claims%[1%]: claim \"c\" is named twice" },
+    { "a claim named by two VMs", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: l40s, count: 1}]
+vms: [{namespace: t, name: a, claims: [c]}, {namespace: t, name: b, claims: [c]}]
+]], "vms%[1%]%.claims: VM t/b: claims%[0%]: claim \"c\" is named by VM a too" },
+    { "a claim of another namespace", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: l40s, count: 1}]
+vms: [{namespace: u, name: vm, claims: [c]}]
+]], "vms%[0%]%.claims%[0%]: no claim \"c\" in namespace u" },
+    { "an unknown node in a step", BASE .. [[
+steps:
+  - cordon: gpu-9
+]], "steps%[0%]%.cordon: unknown node \"gpu%-9\"" },
+    { "an unknown VM in a step", BASE .. [[
+steps:
+  - start: t/nope
+]], "steps%[0%]%.start: unknown VM \"t/nope\"" },
+    { "an unknown VMI in an expect line", BASE .. [[
+steps:
+  - expect: [{vmi: t/nope, phase: Running}]
+]], "steps%[0%]%.expect%[0%]: unknown VM \"t/nope\"" },
+    { "an unknown field", BASE .. [[
+steps:
+  - drain: gpu-1
+]], "steps%[0%]%.drain: unknown field" },
+    { "a reason decision 0020 does not list", BASE .. [[
+steps:
+  - expect: [{claim: t/c1, reason: Busy}]
+]], "steps%[0%]%.expect%[0%]%.reason: \"Busy\" is not a reason of decision 0020" },
+    { "a bad runStrategy", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: l40s, count: 1}]
+vms: [{namespace: t, name: vm, claims: [c], runStrategy: Sometimes}]
+]], "vms%[0%]%.runStrategy: must be Always, RerunOnFailure, Once, Manual or Halted" },
+  }
+  for _, case in ipairs(bad) do
+    it("refuses " .. case[1] .. " with exit 2, naming the file, object and field", function()
+      local f = write(case[2])
+      local out, err, code = H.run({ "simulate", f })
+      os.remove(f)
+      assert.are.equal(2, code, out .. err)
+      assert.are.equal("", out)
+      assert.matches("^cozygpu simulate: " .. H.pat(f) .. ": " .. case[3], err)
+    end)
+  end
+
+  it("applies nothing of a scenario whose later step is bad", function()
+    local f = write(BASE .. [[
+steps:
+  - cordon: gpu-1
+  - deleteClaim: t/nope
+]])
+    local out, err, code = H.run({ "simulate", f })
+    os.remove(f)
+    assert.are.equal(2, code)
+    assert.are.equal("", out)
+    assert.matches("steps%[1%]%.deleteClaim: unknown claim \"t/nope\"", err)
+  end)
+
+  it("names the line and column of a YAML syntax error", function()
+    local f = write("classes: [\n  - name: x\n")
+    local _, err, code = H.run({ "simulate", f })
+    os.remove(f)
+    assert.are.equal(2, code)
+    assert.matches(H.pat(f) .. ":%d+:%d+: ", err)
+  end)
+end)
