@@ -965,8 +965,17 @@ static void move_group(pass *p, group *g, enum move_cause cause)
     char from[BINDER_MAX_NAME + 1];
     snprintf(from, sizeof from, "%s", first->node);
     binder_vmi_phase vp = g->set ? g->set->phase : BINDER_VMI_NONE;
-    if(vmi_live(vp))
-        return; /* scheduled: it runs there or fails; a running one has Attached claims */
+    if(vmi_live(vp)) {
+        /* scheduled: it runs there or fails (a running one has Attached
+         * claims); on a deleted node it can only fail: wait for its end */
+        if(cause == MOVE_GONE)
+            for(size_t i = 0; i < g->n; i++)
+                if(is_bound(g->m[i]))
+                    set_status(p, g->m[i], BINDER_LOST, NULL, BINDER_R_WAITING_FOR_VMI_END,
+                               "node %s was deleted; waiting for VMI %s to end before placing the claim again", from,
+                               g->set->name);
+        return;
+    }
     static const char *const why[] = {"", "node deleted", "layout change pending", "node lost the capacity",
                                       "node cordoned, onCordon Move"};
     needs nd;
@@ -1109,8 +1118,8 @@ static void mark_capacity(binder_state *st, group *gs, size_t ng, enum move_caus
                 continue;
             for(size_t gi = 0; gi < ng; gi++)
                 for(size_t m = 0; m < gs[gi].n; m++)
-                    if(gs[gi].m[m] == c && causes[gi] == MOVE_NONE)
-                        causes[gi] = MOVE_CAPACITY;
+                    if(gs[gi].m[m] == c && causes[gi] != MOVE_GONE)
+                        causes[gi] = MOVE_CAPACITY; /* stronger than a pending layout: no hold past the offer */
         }
     }
 }
@@ -1147,8 +1156,13 @@ static void place_group(pass *p, group *g)
     const char *anchor = NULL;
     for(size_t i = 0; i < g->n; i++) {
         sm_claim *c = g->m[i];
-        if(c->phase == BINDER_LOST && c->reason == BINDER_R_WAITING_FOR_VMI_END)
-            return; /* its VMI still holds the set */
+        if(c->phase == BINDER_LOST && c->reason == BINDER_R_WAITING_FOR_VMI_END) {
+            /* its VMI still holds the set: the others wait with it */
+            snprintf(msg, sizeof msg, "claim %s of the same VM waits for VMI %s to end; this one waits with it",
+                     c->name, g->set ? g->set->name : "");
+            wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, msg);
+            return;
+        }
         if((c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED) && !anchor)
             anchor = c->node;
     }
@@ -1242,9 +1256,27 @@ static int group_unplaced(const group *g)
     return 0;
 }
 
+/* A node deleted and given again between two passes: claims whose status
+ * names it are booked there again (Attached, and Lost waiting for a VMI,
+ * even past what it offers: their VMI holds the units; a Bound one only
+ * where it fits, else it goes Lost and is placed again). */
+static void rebook(pass *p, sm_claim *c)
+{
+    binder_state *st = p->st;
+    if(!c->node || booked(st, c) || !node_find(st, c->node))
+        return;
+    if(c->phase == BINDER_ATTACHED || (c->phase == BINDER_LOST && c->reason == BINDER_R_WAITING_FOR_VMI_END))
+        binder_bind(st->ix, c->ns, c->name, c->node, BINDER_BIND_RESTORE, NULL);
+    else if(c->phase == BINDER_BOUND && binder_bind(st->ix, c->ns, c->name, c->node, 0, NULL) != BINDER_OK)
+        set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
+                   "node %s came back without room for the claim; waiting for a node with room", c->node);
+}
+
 size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
 {
     pass p = {st, hooks, 0};
+    for(size_t i = 0; i < st->n_claims; i++)
+        rebook(&p, st->claims[i]);
     /* 1. status upkeep */
     for(size_t i = 0; i < st->n_claims; i++)
         upkeep(&p, st->claims[i]);

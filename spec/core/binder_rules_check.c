@@ -5,7 +5,8 @@
  * Every expected value is read off the rule text quoted above its case,
  * not off the code's output; binder_state_verify runs after every pass.
  *
- * Usage: binder_rules_check   Prints "N passed, N failed", exit 1 on failure.
+ * Usage: binder_rules_check [STEPS [SEED]]   (the random run: default 20000 steps, seed 12)
+ *   Prints "N passed, N failed", exit 1 on failure.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -559,8 +560,252 @@ static void t_bad_input(void)
     binder_state_free(st);
 }
 
-int main(void)
+/* ------------------------------------------------------------ random run */
+
+/* A seeded random run over a small world (4 nodes, 2 classes, up to 12
+ * claims, 4 VMs): claim creates and deletes, cordons, NotReady and back,
+ * layout pending, capacity changes, node deletes and returns, VMI starts,
+ * runs, ends and removals, leader changes. After each step the world
+ * settles (reconcile until no transition; a VMI the binder asks to delete
+ * is deleted; a Pending VMI whose claims are all Bound on one Ready,
+ * schedulable node runs there) and must hold the rules that never bend:
+ * binder_state_verify (index consistent, no node over what it offers unless
+ * what holds it cannot move, booked iff Bound/Attached/Lost-with-node, no
+ * claim Attached to a VMI that is not live, every waiting claim with a
+ * reason), and a leader change on a settled state changes nothing. */
+static unsigned long long rng_state;
+static unsigned rnd(unsigned n)
 {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)((rng_state >> 33) % n);
+}
+
+static binder_state *RS;
+static void rand_delete(void *ud, const char *ns, const char *vmi, const char *why)
+{
+    (void)ud;
+    (void)why;
+    binder_state_set_vmi(RS, ns, vmi, BINDER_VMI_NONE, NULL, NULL);
+}
+
+typedef struct snap {
+    char rows[16][300];
+    int n;
+} snap;
+
+static void snap_row(void *ud, const binder_claim_status *c)
+{
+    snap *s = ud;
+    if(s->n < 16)
+        snprintf(s->rows[s->n++], sizeof s->rows[0], "%s %s %s %s", c->name, binder_phase_name(c->phase),
+                 c->node ? c->node : "-", binder_reason_name(c->reason));
+}
+
+static const char *const NODES[4] = {"n0", "n1", "n2", "n3"};
+static const char *const CLAIMS[12] = {"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9", "c10", "c11"};
+static const char *const VMS[4] = {"v0", "v1", "v2", "v3"};
+
+static void rand_node(binder_state *st, const char *name)
+{
+    binder_offer o[2] = {{"a", rnd(4)}, {"b", rnd(3)}};
+    uint32_t f = BINDER_NODE_READY | BINDER_NODE_SCHEDULABLE;
+    binder_node_spec s = {f, o, 2, NULL, 0};
+    binder_state_node_set(st, name, &s, NULL);
+}
+
+static unsigned long seen[BINDER_PHASE_LAST], transitions;
+static void count_phase(void *ud, const binder_claim_status *c)
+{
+    (void)ud;
+    seen[c->phase]++;
+}
+
+static int settle_random(binder_state *st, binder_hooks *h)
+{
+    for(int round = 0; round < 16; round++) {
+        size_t n = binder_reconcile(st, h);
+        transitions += n;
+        int ran = 0;
+        for(int v = 0; v < 4; v++) {
+            binder_vmi_phase ph;
+            if(binder_state_set_get(st, "t", VMS[v], &ph, NULL) || ph != BINDER_VMI_PENDING)
+                continue;
+            /* runs where all its claims are Bound, if that node takes pods */
+            const char *where = NULL;
+            int good = 1;
+            for(int c = 0; c < 12; c++) {
+                binder_claim_status cs;
+                if(binder_state_claim_get(st, "t", CLAIMS[c], &cs) || c % 4 != v)
+                    continue;
+                if(cs.phase != BINDER_BOUND || (where && strcmp(where, cs.node)))
+                    good = 0;
+                else
+                    where = cs.node;
+            }
+            uint32_t fl;
+            if(good && where && !binder_node_flags(binder_state_index(st), where, &fl) &&
+               (fl & BINDER_NODE_READY) && (fl & BINDER_NODE_SCHEDULABLE)) {
+                char w[16];
+                snprintf(w, sizeof w, "%s", where);
+                binder_state_set_vmi(st, "t", VMS[v], BINDER_VMI_RUNNING, w, NULL);
+                ran = 1;
+            }
+        }
+        if(!n && !ran)
+            return 0;
+    }
+    return -1;
+}
+
+/* The claims of VM v are c(v), c(v+4), c(v+8) that exist; re-put the set. */
+static void rand_set(binder_state *st, int v, binder_vmi_phase ph, const char *node)
+{
+    const char *names[3];
+    size_t n = 0;
+    for(int c = v; c < 12; c += 4) {
+        binder_claim_status cs;
+        if(!binder_state_claim_get(st, "t", CLAIMS[c], &cs))
+            names[n++] = CLAIMS[c];
+    }
+    if(n)
+        binder_state_set_put(st, "t", VMS[v], names, n, ph, node, NULL);
+    else
+        binder_state_set_delete(st, "t", VMS[v], NULL);
+}
+
+static void t_random(unsigned long steps, unsigned long long seed)
+{
+    char name[80];
+    snprintf(name, sizeof name, "random run, seed %llu, %lu steps", seed, steps);
+    current = name;
+    rng_state = seed;
+    binder_state *st = binder_state_new();
+    RS = st;
+    binder_state_class_set(st, "a", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
+    binder_state_class_set(st, "b", BINDER_CORDON_STAY, 0, NULL, 0, NULL);
+    binder_hooks h = {NULL, NULL, NULL, NULL, rand_delete};
+    for(int i = 0; i < 4; i++)
+        rand_node(st, NODES[i]);
+    int bad = 0;
+    for(unsigned long step = 0; step < steps && !bad; step++) {
+        unsigned op = rnd(12);
+        const char *nd = NODES[rnd(4)];
+        int ci = (int)rnd(12), v = (int)rnd(4);
+        uint32_t fl = 0;
+        binder_vmi_phase ph = BINDER_VMI_NONE;
+        const char *on = NULL;
+        switch(op) {
+        case 0: /* a claim created (and named by its VM) or deleted */
+        case 1: {
+            binder_claim_status cs;
+            if(binder_state_claim_get(st, "t", CLAIMS[ci], &cs)) {
+                binder_state_claim_add(st, "t", CLAIMS[ci], rnd(2) ? "a" : "b", 1 + rnd(2), 0, NULL);
+                binder_state_set_get(st, "t", VMS[ci % 4], &ph, &on);
+                char keep[16] = "";
+                if(on)
+                    snprintf(keep, sizeof keep, "%s", on);
+                rand_set(st, ci % 4, ph, keep[0] ? keep : NULL);
+            } else
+                binder_state_claim_delete(st, "t", CLAIMS[ci], NULL);
+            break;
+        }
+        case 2: /* cordon / uncordon */
+            if(!binder_node_flags(binder_state_index(st), nd, &fl))
+                binder_state_node_flags(st, nd, fl ^ BINDER_NODE_SCHEDULABLE, NULL);
+            break;
+        case 3: /* NotReady / Ready */
+            if(!binder_node_flags(binder_state_index(st), nd, &fl))
+                binder_state_node_flags(st, nd, fl ^ BINDER_NODE_READY, NULL);
+            break;
+        case 4: /* layout pending / applied */
+            if(!binder_node_flags(binder_state_index(st), nd, &fl))
+                binder_state_node_flags(st, nd, fl ^ BINDER_NODE_LAYOUT_PENDING, NULL);
+            break;
+        case 5: /* capacity change (also a node coming back) */
+            rand_node(st, nd);
+            break;
+        case 6: /* node deleted */
+            binder_state_node_delete(st, nd, NULL);
+            break;
+        case 7: /* VM start */
+            if(!binder_state_set_get(st, "t", VMS[v], &ph, NULL) &&
+               (ph == BINDER_VMI_NONE || ph == BINDER_VMI_SUCCEEDED || ph == BINDER_VMI_FAILED))
+                binder_state_set_vmi(st, "t", VMS[v], BINDER_VMI_PENDING, NULL, NULL);
+            break;
+        case 8: /* VMI ends */
+            if(!binder_state_set_get(st, "t", VMS[v], &ph, &on) && (ph == BINDER_VMI_RUNNING || ph == BINDER_VMI_SCHEDULED)) {
+                char keep[16];
+                snprintf(keep, sizeof keep, "%s", on);
+                binder_state_set_vmi(st, "t", VMS[v], rnd(2) ? BINDER_VMI_FAILED : BINDER_VMI_SUCCEEDED, keep, NULL);
+            }
+            break;
+        case 9: /* VMI removed / VM stopped */
+            if(!binder_state_set_get(st, "t", VMS[v], &ph, NULL))
+                binder_state_set_vmi(st, "t", VMS[v], BINDER_VMI_NONE, NULL, NULL);
+            break;
+        case 10: { /* leader change on a settled state: nothing changes */
+            snap before = {{{0}}, 0}, after = {{{0}}, 0};
+            binder_state_claims(st, snap_row, &before);
+            cozy_err err = {{0}};
+            if(binder_state_restore(st, &err)) {
+                ok(0, "restore", err.msg);
+                bad = 1;
+                break;
+            }
+            size_t n = binder_reconcile(st, &h);
+            binder_state_claims(st, snap_row, &after);
+            int same = before.n == after.n && n == 0;
+            for(int i = 0; same && i < before.n; i++)
+                same = !strcmp(before.rows[i], after.rows[i]);
+            if(!same) {
+                char d[200];
+                snprintf(d, sizeof d, "step %lu: %zu transitions after a leader change", step, n);
+                ok(0, "a leader change on a settled state changes nothing", d);
+                bad = 1;
+            }
+            break;
+        }
+        default: /* a VM's claim list changes (a claim added to or kept in its set) */
+            if(!binder_state_set_get(st, "t", VMS[v], &ph, &on)) {
+                char keep[16] = "";
+                if(on)
+                    snprintf(keep, sizeof keep, "%s", on);
+                rand_set(st, v, ph, keep[0] ? keep : NULL);
+            } else
+                rand_set(st, v, BINDER_VMI_NONE, NULL);
+            break;
+        }
+        if(bad)
+            break;
+        if(settle_random(st, &h)) {
+            char d[80];
+            snprintf(d, sizeof d, "step %lu (op %u) did not settle", step, op);
+            ok(0, "the world settles", d);
+            bad = 1;
+            break;
+        }
+        binder_state_claims(st, count_phase, NULL);
+        cozy_err err = {{0}};
+        if(binder_state_verify(st, &err)) {
+            char d[1200];
+            snprintf(d, sizeof d, "step %lu (op %u): %s", step, op, err.msg);
+            ok(0, "state verifies", d);
+            bad = 1;
+        }
+    }
+    if(!bad)
+        ok(1, "random run", NULL);
+    printf("random run: seed %llu, %lu steps, %lu transitions; claim-steps Pending %lu, Bound %lu, Attached %lu, "
+           "Lost %lu%s\n",
+           seed, steps, transitions, seen[BINDER_PENDING], seen[BINDER_BOUND], seen[BINDER_ATTACHED], seen[BINDER_LOST],
+           bad ? " (failed: rerun with these to replay)" : "");
+    binder_state_free(st);
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long steps = argc > 1 ? strtoul(argv[1], NULL, 10) : 20000;
+    unsigned long long seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 12;
     t_set_one_node();
     t_lost_first();
     t_keeps_node();
@@ -573,6 +818,7 @@ int main(void)
     t_budget();
     t_chooser();
     t_bad_input();
+    t_random(steps, seed);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

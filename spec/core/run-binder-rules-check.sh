@@ -2,6 +2,7 @@
 # Build the binder's state machine (core/binder/binder.c over index.c) with
 # its rule checks (spec/core/binder_rules_check.c) under ASan/UBSan (LSan
 # included) and run them.
+#   spec/core/run-binder-rules-check.sh [STEPS [SEED]]   (the random run; default 20000 steps, seed 12)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 exec sh "$here/run-san-check.sh" "" "$here/binder_rules_check.c" binder/index.c binder/binder.c -- "$@"
