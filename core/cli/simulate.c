@@ -22,6 +22,7 @@
  *   vms:       - name: web             # VirtualMachine; its VMI has its name
  *                namespace: tenant-a
  *                claims: [c1]          # gpu.cozystack.io/claims, same namespace
+ *                gpus: [{class, count}] # instead of claims: template claims (below)
  *                runStrategy: Always   # Always | RerunOnFailure | Once | Manual | Halted (default)
  *   steps:     - name: drain gpu-1     # optional
  *                <actions>             # applied in the order listed here
@@ -38,9 +39,16 @@
  *   deleteClaim: NS/NAME (or NAME in "default")
  *   leaderChange: true    (a new leader: the binder is rebuilt from the
  *                          claims' status alone, decision 0020 §1)
- * Expect lines: {claim: NS/NAME, phase, node, reason} or
- * {vmi: NS/NAME, phase, node}; each key but claim/vmi is optional; node
- * null or "" means none.
+ * Expect lines: {claim: NS/NAME, phase, node, reason}, {claim: NS/NAME,
+ * absent: true} (deleted, or not created yet) or {vmi: NS/NAME, phase,
+ * node}; each key but claim/vmi is optional; node null or "" means none.
+ *
+ * Template claims (DESIGN.md §3, issue 12 "Template claims"): a VM with
+ * `gpus` gets, for each VMI, one claim per entry named VM-CLASS (template,
+ * same namespace), created with the VMI and deleted once the VMI is final
+ * or gone, so a pool holds GPUs only for running workers. The nodes a
+ * template set was refused on are not remembered (DESIGN.md §6's last
+ * rule is not built).
  *
  * Each step is settled before its expect lines are checked: the binder
  * reconciles, the VMIs it asks to delete are deleted, the VM's runStrategy
@@ -99,6 +107,7 @@ typedef struct sim_node {
 
 typedef struct sim_vm {
     char ns[BINDER_MAX_NAMESPACE + 1], name[BINDER_MAX_NAME + 1];
+    json_t *gpus; /* template GPUs [{class, count}] (borrowed from the scenario), NULL: named claims */
     sim_rs rs;
     binder_vmi_phase phase;
     char node[BINDER_MAX_NAME + 1];
@@ -280,13 +289,77 @@ static void push_vmi(sim *s, sim_vm *v)
         bad(s, "VM %s/%s: %s", v->ns, v->name, err.msg);
 }
 
+static void vm_key(const sim_vm *v, char *key, size_t n)
+{
+    snprintf(key, n, "%s/%s", v->ns, v->name);
+}
+
+/* Template claims (DESIGN.md §3): created by the controller for a VMI of a
+ * VM whose template asks for GPUs without naming claims, one claim per
+ * class entry, named VM-CLASS; deleted once the VMI is final or gone. */
+static void tmpl_create(sim *s, sim_vm *v)
+{
+    const char *names[BINDER_MAX_SET_CLASSES];
+    char buf[BINDER_MAX_SET_CLASSES][2 * BINDER_MAX_NAME + 2]; /* def_vm checked the length */
+    size_t n = 0, i;
+    json_t *g, *list = json_array();
+    json_array_foreach(v->gpus, i, g) {
+        const char *cls = json_string_value(json_object_get(g, "class"));
+        snprintf(buf[n], sizeof buf[n], "%s-%s", v->name, cls);
+        cozy_err err = {{0}};
+        if(binder_state_claim_add(s->st, v->ns, buf[n], cls, (uint32_t)json_integer_value(json_object_get(g, "count")),
+                                  1, &err)) {
+            bad(s, "VM %s/%s: template claim: %s", v->ns, v->name, err.msg);
+            break;
+        }
+        say(s, "  template claim %s/%s created for VMI %s\n", v->ns, buf[n], v->name);
+        names[n] = buf[n];
+        json_array_append_new(list, json_string(buf[n]));
+        n++;
+    }
+    char key[400];
+    vm_key(v, key, sizeof key);
+    json_object_set_new(s->vm_claims, key, list);
+    cozy_err err = {{0}};
+    if(!s->bad[0] && binder_state_set_put(s->st, v->ns, v->name, names, n, v->phase, NULL, &err))
+        bad(s, "VM %s/%s: %s", v->ns, v->name, err.msg);
+}
+
+static void tmpl_delete(sim *s, sim_vm *v)
+{
+    char key[400];
+    vm_key(v, key, sizeof key);
+    json_t *list = json_object_get(s->vm_claims, key);
+    size_t i;
+    json_t *c;
+    json_array_foreach(list, i, c) {
+        binder_state_claim_delete(s->st, v->ns, json_string_value(c), NULL);
+        say(s, "  template claim %s/%s deleted (its VMI is %s)\n", v->ns, json_string_value(c),
+            v->phase == BINDER_VMI_NONE ? "gone" : "final");
+    }
+    binder_state_set_delete(s->st, v->ns, v->name, NULL);
+    json_object_set_new(s->vm_claims, key, json_array());
+}
+
 static void set_vmi(sim *s, sim_vm *v, binder_vmi_phase ph, const char *node, const char *why)
 {
     binder_vmi_phase from = v->phase;
     v->phase = ph;
     snprintf(v->node, sizeof v->node, "%s", node ? node : "");
     vmi_note(s, v, from, why);
-    push_vmi(s, v);
+    if(!v->gpus) {
+        push_vmi(s, v);
+        return;
+    }
+    char key[400];
+    vm_key(v, key, sizeof key);
+    int has = json_array_size(json_object_get(s->vm_claims, key)) > 0;
+    if(ph == BINDER_VMI_PENDING && !has)
+        tmpl_create(s, v);
+    else if(has)
+        push_vmi(s, v);
+    if(has && ph != BINDER_VMI_PENDING && ph != BINDER_VMI_SCHEDULED && ph != BINDER_VMI_RUNNING)
+        tmpl_delete(s, v);
 }
 
 /* What the VM controller does once a VMI is gone or final (see the top). */
@@ -501,12 +574,13 @@ static void def_claim(sim *s, json_t *o, const char *path)
 
 static void def_vm(sim *s, json_t *o, const char *path)
 {
-    static const char *const keys[] = {"name", "namespace", "claims", "runStrategy", NULL};
+    static const char *const keys[] = {"name", "namespace", "claims", "gpus", "runStrategy", NULL};
     if(check_keys(s, o, path, keys))
         return;
     const char *name = str_field(s, o, "name", path, NULL);
     const char *ns = str_field(s, o, "namespace", path, "default");
     const char *rs = str_field(s, o, "runStrategy", path, "Halted");
+    json_t *gpus = json_object_get(o, "gpus");
     if(s->bad[0])
         return;
     if(vm_get(s, ns, name))
@@ -517,9 +591,51 @@ static void def_vm(sim *s, json_t *o, const char *path)
             r = i;
     if(r < 0)
         return bad(s, "%s.runStrategy: must be Always, RerunOnFailure, Once, Manual or Halted, not \"%s\"", path, rs);
+    if(gpus && json_object_get(o, "claims"))
+        return bad(s, "%s: name claims or ask for gpus (template claims), not both", path);
+    if(gpus) {
+        if(!json_is_array(gpus) || !json_array_size(gpus) || json_array_size(gpus) > BINDER_MAX_SET_CLASSES)
+            return bad(s, "%s.gpus: must be a list of 1 to %d {class, count}", path, BINDER_MAX_SET_CLASSES);
+        size_t i;
+        json_t *g;
+        json_array_foreach(gpus, i, g) {
+            char p[300];
+            snprintf(p, sizeof p, "%s.gpus[%zu]", path, i);
+            static const char *const gk[] = {"class", "count", NULL};
+            if(check_keys(s, g, p, gk))
+                return;
+            const char *cls = str_field(s, g, "class", p, NULL);
+            if(s->bad[0])
+                return;
+            if(!json_object_get(s->classes, cls))
+                return bad(s, "%s.class: unknown class \"%s\"", p, cls);
+            json_t *cnt = json_object_get(g, "count");
+            if(!json_is_integer(cnt) || json_integer_value(cnt) < 1 || json_integer_value(cnt) > BINDER_MAX_UNITS)
+                return bad(s, "%s.count: must be a whole number from 1 to %d", p, BINDER_MAX_UNITS);
+            for(size_t k = 0; k < i; k++)
+                if(!strcmp(json_string_value(json_object_get(json_array_get(gpus, k), "class")), cls))
+                    return bad(s, "%s.class: class \"%s\" is asked for twice", p, cls);
+            if(strlen(name) + 1 + strlen(cls) > BINDER_MAX_NAME)
+                return bad(s, "%s.class: the template claim name %s-%s is too long", p, name, cls);
+        }
+        if(s->n_vms == sizeof s->vms / sizeof *s->vms)
+            return bad(s, "%s: too many VMs", path);
+        sim_vm *v = &s->vms[s->n_vms++];
+        memset(v, 0, sizeof *v);
+        snprintf(v->ns, sizeof v->ns, "%s", ns);
+        snprintf(v->name, sizeof v->name, "%s", name);
+        v->rs = (sim_rs)r;
+        v->gpus = gpus;
+        char key[400];
+        vm_key(v, key, sizeof key);
+        json_object_set_new(s->vm_claims, key, json_array());
+        if(v->rs == RS_ALWAYS || v->rs == RS_RERUN || v->rs == RS_ONCE)
+            set_vmi(s, v, BINDER_VMI_PENDING, NULL, "created: runStrategy starts it");
+        return;
+    }
     json_t *cl = json_object_get(o, "claims");
     if(!json_is_array(cl) || !json_array_size(cl))
-        return bad(s, "%s.claims: must be a non-empty list of claim names", path);
+        return bad(s, "%s.claims: must be a non-empty list of claim names (or gpus: for template claims)", path);
     const char *names[BINDER_MAX_SET_CLAIMS];
     size_t n = 0, i;
     json_t *c;
@@ -813,7 +929,7 @@ static void leader_change(sim *s, const char *path)
 
 static void check_expect(sim *s, json_t *e, const char *path)
 {
-    static const char *const keys[] = {"claim", "vmi", "phase", "node", "reason", NULL};
+    static const char *const keys[] = {"claim", "vmi", "phase", "node", "reason", "absent", NULL};
     if(check_keys(s, e, path, keys))
         return;
     const char *cref = json_string_value(json_object_get(e, "claim"));
@@ -840,6 +956,22 @@ static void check_expect(sim *s, json_t *e, const char *path)
         if(split_ref(s, cref, path, ns, name))
             return;
         binder_claim_status cs;
+        int absent = bool_field(s, e, "absent", path, 0);
+        if(absent && (want_phase || want_reason || json_object_get(e, "node")))
+            return bad(s, "%s.absent: goes alone with claim", path);
+        if(absent) {
+            int gone = binder_state_claim_get(s->st, ns, name, &cs) != BINDER_OK;
+            if(gone)
+                s->expect_passed++;
+            else
+                s->expect_failed++;
+            snprintf(what, sizeof what, "claim %s/%s", ns, name);
+            snprintf(got, sizeof got, "%s", gone ? "absent" : binder_phase_name(cs.phase));
+            say(s, "  expect %s absent: %s%s\n", what, gone ? "ok" : "FAILED, got ", gone ? "" : got);
+            json_array_append_new(json_object_get(s->step_out, "expect"),
+                                  json_pack("{s:s,s:O,s:b,s:s}", "what", what, "want", e, "ok", gone, "got", got));
+            return;
+        }
         if(binder_state_claim_get(s->st, ns, name, &cs))
             return bad(s, "%s.claim: unknown claim \"%s\"", path, cref);
         got_phase = binder_phase_name(cs.phase);

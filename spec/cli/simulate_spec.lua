@@ -131,6 +131,15 @@ steps:
 steps:
   - expect: [{claim: t/c1, reason: Busy}]
 ]], "steps%[0%]%.expect%[0%]%.reason: \"Busy\" is not a reason of decision 0020" },
+    { "a VM naming claims and asking for template GPUs", [[
+classes: [{name: l40s}]
+claims: [{namespace: t, name: c, class: l40s, count: 1}]
+vms: [{namespace: t, name: vm, claims: [c], gpus: [{class: l40s, count: 1}]}]
+]], "vms%[0%]: name claims or ask for gpus %(template claims%), not both" },
+    { "a template GPU of an unknown class", [[
+classes: [{name: l40s}]
+vms: [{namespace: t, name: vm, gpus: [{class: a100, count: 1}]}]
+]], "vms%[0%]%.gpus%[0%]%.class: unknown class \"a100\"" },
     { "a bad runStrategy", [[
 classes: [{name: l40s}]
 claims: [{namespace: t, name: c, class: l40s, count: 1}]
