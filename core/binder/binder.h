@@ -276,8 +276,10 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
  *       final or removed, and rebound below;
  *  2. sets that must move (unattached, VMI neither Scheduled nor Running):
  *     node deleted, layout change pending, the class's units on the node
- *     below what is bound (the most recently bound go first), or cordoned
- *     with onCordon Move (Stay: it keeps the node, reason NodeCordoned).
+ *     below what is bound (the most recently bound go first; Attached
+ *     claims never move), or cordoned with onCordon Move for any class of
+ *     the set (Stay: it keeps the node, reason NodeCordoned). A set
+ *     Scheduled on a deleted node goes Lost (WaitingForVMIEnd).
  *     It moves to a candidate, binding there before releasing the old
  *     node; with no candidate it keeps its hold (cordon, layout: reason
  *     NodeCordoned / LayoutChangePending) or, its node being gone or
@@ -293,7 +295,8 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
  *     Bound and Attached ones keep their node); the budget hook may refuse
  *     (OverBudget); no candidate: NoNodeWithRoom (Lost: NodeLost).
  * A set binds all or nothing (binder_bind_set), never past what a node
- * offers. `hooks` may be NULL. Returns the number of events (claim
+ * offers. Where DESIGN.md §6 is silent, decision 0021 says what is done.
+ * `hooks` may be NULL. Returns the number of events (claim
  * transitions) emitted; 0 means the state is settled for these inputs. */
 size_t binder_reconcile(binder_state *st, const binder_hooks *hooks);
 
