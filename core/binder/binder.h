@@ -141,7 +141,7 @@ typedef struct binder_set_view {
  *     (policies/binder.lua) plugs in here later.
  *   budget: called once per claim that would go Pending -> Bound (never
  *     for a Lost rebind or a move: DESIGN.md §5); returns 1 to allow, 0 to
- *     refuse (the set stays Pending, the refused claim's reason
+ *     refuse (the set stays Pending, each Pending claim of it with reason
  *     OverBudget; decision 0020 §3). Default: allow. Called serially, in
  *     the order claims are bound, so the hook may count what it allowed.
  *   event: each claim transition, in order.

@@ -543,6 +543,35 @@ static void t_chooser(void)
     binder_state_free(st);
 }
 
+/* §6 "a node is a candidate when ... tolerates-match (the set's tolerations
+ * cover the node's gpu.cozystack.io/ taints; other taints are the
+ * scheduler's business)": the set's tolerations are its classes' union */
+static void t_taints(void)
+{
+    binder_state *st = fresh("set tolerations are the union of its classes'");
+    binder_toleration tol = {"gpu.cozystack.io/reserved", "Exists", NULL, NULL};
+    binder_state_class_set(st, "r", BINDER_CORDON_MOVE, 0, &tol, 1, NULL);
+    binder_offer o[2] = {{"a", 2}, {"r", 2}};
+    binder_taint t = {"gpu.cozystack.io/reserved", "x", "NoSchedule"};
+    binder_node_spec s = {F_OK, o, 2, &t, 1};
+    binder_state_node_set(st, "tainted", &s, NULL);
+    claim(st, "plain", "a", 1);
+    pass(st);
+    want(st, "plain", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    claim(st, "ra", "a", 1);
+    claim(st, "rr", "r", 1);
+    vm(st, "vm", "ra", "rr", BINDER_VMI_NONE, NULL);
+    pass(st);
+    want(st, "ra", BINDER_BOUND, "tainted", BINDER_R_PLACED);
+    want(st, "rr", BINDER_BOUND, "tainted", BINDER_R_PLACED);
+    binder_taint other = {"example.com/maintenance", "", "NoSchedule"};
+    binder_node_spec s2 = {F_OK, o, 1, &other, 1};
+    binder_state_node_set(st, "other-taint", &s2, NULL);
+    pass(st);
+    want(st, "plain", BINDER_BOUND, "other-taint", BINDER_R_PLACED);
+    binder_state_free(st);
+}
+
 /* bad input: a set naming an unknown claim or one twice changes nothing */
 static void t_bad_input(void)
 {
@@ -818,6 +847,7 @@ int main(int argc, char **argv)
     t_budget();
     t_chooser();
     t_bad_input();
+    t_taints();
     t_random(steps, seed);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
