@@ -942,7 +942,7 @@ static binder_rc bind_group(binder_state *st, const group *g, int (*pick)(const 
     return n ? binder_bind_set(st->ix, refs, n, node, flags, NULL) : BINDER_OK;
 }
 
-enum move_cause { MOVE_NONE = 0, MOVE_GONE, MOVE_LAYOUT, MOVE_CAPACITY, MOVE_CORDON };
+enum move_cause { MOVE_NONE = 0, MOVE_GONE, MOVE_LAYOUT, MOVE_CAPACITY, MOVE_CORDON, MOVE_NOT_READY };
 
 static int is_bound(const sm_claim *c)
 {
@@ -977,7 +977,7 @@ static void move_group(pass *p, group *g, enum move_cause cause)
         return;
     }
     static const char *const why[] = {"", "node deleted", "layout change pending", "node lost the capacity",
-                                      "node cordoned, onCordon Move"};
+                                      "node cordoned, onCordon Move", "node NotReady while its VMI waits"};
     needs nd;
     if(needs_of(st, g, is_bound, &nd))
         return;
@@ -1032,6 +1032,10 @@ static void move_group(pass *p, group *g, enum move_cause cause)
                        "node %s has a layout change pending and no other node has room; the claim keeps its hold",
                        from);
             break;
+        case MOVE_NOT_READY:
+            set_status(p, c, BINDER_BOUND, c->node, BINDER_R_NODE_LOST,
+                       "node %s is NotReady and no other node has room; the claim keeps its hold there", from);
+            break;
         default:
             set_status(p, c, BINDER_BOUND, c->node, BINDER_R_NODE_CORDONED,
                        "node %s is cordoned (onCordon: Move) and no other node has room yet; the claim keeps its "
@@ -1042,10 +1046,19 @@ static void move_group(pass *p, group *g, enum move_cause cause)
     }
 }
 
+/* A group's place in line: its oldest claim's creation. */
+static uint64_t group_seq(const group *g)
+{
+    uint64_t s = UINT64_MAX;
+    for(size_t i = 0; i < g->n; i++)
+        if(g->m[i]->seq < s)
+            s = g->m[i]->seq;
+    return s;
+}
+
 static int group_cmp(const void *a, const void *b)
 {
-    const group *x = a, *y = b;
-    uint64_t sx = x->set ? x->set->seq : x->m[0]->seq, sy = y->set ? y->set->seq : y->m[0]->seq;
+    uint64_t sx = group_seq(a), sy = group_seq(b);
     return sx < sy ? -1 : sx > sy;
 }
 
@@ -1316,7 +1329,10 @@ size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
                 continue;
             sm_node *n = node_find(st, c->node);
             const sm_class *cl = class_find(st, c->class_name);
-            if(n && !(n->flags & BINDER_NODE_SCHEDULABLE)) {
+            if(n && !(n->flags & BINDER_NODE_READY) && vmi_of(c) == BINDER_VMI_PENDING) {
+                /* its VMI waits for a node that cannot run it (decision 0021) */
+                causes[gi] = MOVE_NOT_READY;
+            } else if(n && !(n->flags & BINDER_NODE_SCHEDULABLE)) {
                 if(cl && cl->on_cordon == BINDER_CORDON_STAY)
                     set_status(&p, c, BINDER_BOUND, c->node, BINDER_R_NODE_CORDONED,
                                "node %s is cordoned; class %s has onCordon: Stay, the claim waits there", c->node,

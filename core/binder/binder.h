@@ -6,7 +6,8 @@
  * every claim transition as an event record and every VMI the rules want
  * deleted. The leader drives it from its watches; `cozygpu simulate`
  * drives it from a scenario. The same inputs in the same order always give
- * the same transitions (claims and sets are walked in creation order).
+ * the same transitions (claims are walked in creation order, sets in the
+ * creation order of their oldest claim).
  *
  * What it holds:
  *   - classes: name, onCordon (Move | Stay), being deleted, tolerations
@@ -278,16 +279,18 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
  *     node deleted, layout change pending, the class's units on the node
  *     below what is bound (the most recently bound go first; Attached
  *     claims never move), or cordoned with onCordon Move for any class of
- *     the set (Stay: it keeps the node, reason NodeCordoned). A set
- *     Scheduled on a deleted node goes Lost (WaitingForVMIEnd).
+ *     the set (Stay: it keeps the node, reason NodeCordoned), or NotReady
+ *     while the set's VMI is Pending (a stopped VM's set keeps a NotReady
+ *     node). A set Scheduled on a deleted node goes Lost (WaitingForVMIEnd).
  *     It moves to a candidate, binding there before releasing the old
  *     node; with no candidate it keeps its hold (cordon, layout: reason
- *     NodeCordoned / LayoutChangePending) or, its node being gone or
+ *     NodeCordoned / LayoutChangePending / NodeLost) or, its node being gone or
  *     without the capacity, goes Lost (NodeLost). When the set leaves its
  *     node (moved or Lost) while its VMI exists and is Pending, delete_vmi
  *     is asked for that VMI in the same pass (its launcher pod was pinned
  *     to the old node); a set that keeps its hold keeps its VMI;
- *  3. placement: Lost sets first (creation order), then Pending sets; each
+ *  3. placement: Lost sets first, then Pending sets (each group in the
+ *     creation order of its oldest claim); each
  *     is tried on its own candidates, so a Lost set that fits nowhere
  *     never blocks a smaller one that fits (decision 0020 §4). A Pending
  *     claim of a missing class waits (ClassNotFound), of a class being

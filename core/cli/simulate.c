@@ -24,6 +24,9 @@
  *                claims: [c1]          # gpu.cozystack.io/claims, same namespace
  *                gpus: [{class, count}] # instead of claims: template claims (below)
  *                runStrategy: Always   # Always | RerunOnFailure | Once | Manual | Halted (default)
+ *   budgets:   {tenant-a: 2}           # units a namespace's Bound, Attached and Lost
+ *                                      # claims may hold (a stand-in for the tenant
+ *                                      # budgets of DESIGN §5), checked per bind
  *   steps:     - name: drain gpu-1     # optional
  *                <actions>             # applied in the order listed here
  *                expect: [...]
@@ -67,6 +70,8 @@
  *   Once            runs once: no new VMI after it ends or is deleted;
  *   Manual          only `start` creates a VMI, nothing restarts it;
  *   Halted          no VMI; `start` sets Always.
+ * `start` creates a VMI under any strategy when none is live (the guide's
+ * virtctl table does not list Once; starting a Once VM is modelled so).
  * At load, VMs under Always, RerunOnFailure and Once get a VMI (Pending).
  *
  * Bad input — a key not listed, a wrong type, an unknown class (for a
@@ -125,6 +130,8 @@ typedef struct sim {
     size_t n_vms;
     json_t *classes; /* name -> class object as given (for leaderChange) */
     json_t *vm_claims; /* "ns/name" -> [claim names] */
+    json_t *budgets;   /* namespace -> units (the scenario's budgets), borrowed */
+    json_t *allowed;   /* "ns/name" -> count: allowed by the budget hook in this pass */
     char bad[1024];
     /* output of the current step */
     json_t *step_out;
@@ -385,6 +392,49 @@ static void on_delete_vmi(void *ud, const char *ns, const char *name, const char
     after_vmi_end(s, v, 1);
 }
 
+typedef struct budget_sum {
+    const char *ns;
+    json_int_t units;
+} budget_sum;
+
+static void budget_add(void *ud, const binder_claim_status *c)
+{
+    budget_sum *b = ud;
+    if(!strcmp(c->ns, b->ns) && (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST))
+        b->units += c->count;
+}
+
+/* The scenario's budgets (a stand-in for the tenant-tree budgets of
+ * DESIGN.md §5): the units a namespace's Bound, Attached and Lost claims
+ * may hold (a Lost claim keeps counting), checked once per Pending ->
+ * Bound (decision 0020 §3), counting what this pass allowed already. */
+static int on_budget(void *ud, const binder_claim_status *c)
+{
+    sim *s = ud;
+    json_t *limit = json_object_get(s->budgets, c->ns);
+    if(!limit)
+        return 1;
+    budget_sum b = {c->ns, 0};
+    binder_state_claims(s->st, budget_add, &b);
+    const char *k;
+    json_t *v;
+    json_object_foreach(s->allowed, k, v) {
+        char ns[BINDER_MAX_NAMESPACE + 1], name[BINDER_MAX_NAME + 1];
+        const char *slash = strchr(k, '/');
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - k), k);
+        snprintf(name, sizeof name, "%s", slash + 1);
+        binder_claim_status o;
+        if(!strcmp(ns, c->ns) && !binder_state_claim_get(s->st, ns, name, &o) && o.phase == BINDER_PENDING)
+            b.units += json_integer_value(v);
+    }
+    if(b.units + c->count > json_integer_value(limit))
+        return 0;
+    char key[400];
+    snprintf(key, sizeof key, "%s/%s", c->ns, c->name);
+    json_object_set_new(s->allowed, key, json_integer(c->count));
+    return 1;
+}
+
 typedef struct sched_ctx {
     const char *node;
     int all_bound;
@@ -393,8 +443,9 @@ typedef struct sched_ctx {
 /* Settles the world: reconcile, then VMIs scheduled where their claims are. */
 static void settle(sim *s)
 {
-    binder_hooks h = {s, NULL, NULL, on_event, on_delete_vmi};
+    binder_hooks h = {s, NULL, on_budget, on_event, on_delete_vmi};
     for(int round = 0; round < SIM_MAX_PASSES && !s->bad[0]; round++) {
+        json_object_clear(s->allowed);
         size_t n = binder_reconcile(s->st, &h);
         int changed = 0;
         for(size_t i = 0; i < s->n_vms; i++) {
@@ -1127,15 +1178,25 @@ static void run_step(sim *s, json_t *step, size_t idx)
 
 static int run(sim *s)
 {
-    static const char *const keys[] = {"classes", "nodes", "claims", "vms", "steps", NULL};
+    static const char *const keys[] = {"classes", "nodes", "claims", "vms", "budgets", "steps", NULL};
     s->st = binder_state_new();
     s->classes = json_object();
     s->vm_claims = json_object();
+    s->allowed = json_object();
     s->out = json_array();
     if(!s->st)
         bad(s, "out of memory");
     else if(!check_keys(s, s->doc, "scenario", keys)) {
         begin_step(s, 0, "initial");
+        s->budgets = json_object_get(s->doc, "budgets");
+        if(s->budgets && !json_is_object(s->budgets))
+            bad(s, "budgets: must be a mapping of namespace to units");
+        const char *bk;
+        json_t *bv;
+        json_object_foreach(s->budgets, bk, bv) {
+            if(!json_is_integer(bv) || json_integer_value(bv) < 0)
+                bad(s, "budgets.%s: must be a whole number of units", bk);
+        }
         def_list(s, json_object_get(s->doc, "classes"), "classes", def_class);
         def_list(s, json_object_get(s->doc, "nodes"), "nodes", def_node);
         def_list(s, json_object_get(s->doc, "claims"), "claims", def_claim);
@@ -1158,6 +1219,7 @@ static int run(sim *s)
     binder_state_free(s->st);
     json_decref(s->classes);
     json_decref(s->vm_claims);
+    json_decref(s->allowed);
     return s->bad[0] ? -1 : 0;
 }
 

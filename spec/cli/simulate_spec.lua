@@ -140,6 +140,9 @@ vms: [{namespace: t, name: vm, claims: [c], gpus: [{class: l40s, count: 1}]}]
 classes: [{name: l40s}]
 vms: [{namespace: t, name: vm, gpus: [{class: a100, count: 1}]}]
 ]], "vms%[0%]%.gpus%[0%]%.class: unknown class \"a100\"" },
+    { "a negative budget", BASE .. [[
+budgets: {t: -1}
+]], "budgets%.t: must be a whole number of units" },
     { "a bad runStrategy", [[
 classes: [{name: l40s}]
 claims: [{namespace: t, name: c, class: l40s, count: 1}]

@@ -255,6 +255,11 @@ static void t_keeps_node(void)
     binder_state_node_flags(st, "n1", BINDER_NODE_SCHEDULABLE, NULL);
     pass(st);
     want(st, "c", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    /* ... until a VMI waits for it there (decision 0021 §2): then it moves */
+    vm(st, "vm", "c", NULL, BINDER_VMI_PENDING, NULL);
+    pass(st);
+    want(st, "c", BINDER_BOUND, "n0", BINDER_R_PLACED);
+    ok(R.n_deleted == 1, "the pending VMI pinned to the NotReady node is deleted", NULL);
     binder_state_free(st);
 
     /* node deleted: the claim moves, or goes Lost when nowhere has room */
