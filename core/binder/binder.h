@@ -283,15 +283,15 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
  *     while the set's VMI is Pending (a stopped VM's set keeps a NotReady
  *     node). A set Scheduled on a deleted node goes Lost (WaitingForVMIEnd).
  *     It moves to a candidate, binding there before releasing the old
- *     node; with no candidate it keeps its hold (cordon, layout: reason
- *     NodeCordoned / LayoutChangePending / NodeLost) or, its node being gone or
- *     without the capacity, goes Lost (NodeLost). When the set leaves its
+ *     node; with no candidate it keeps its hold (cordon, layout, NotReady:
+ *     reason NodeCordoned / LayoutChangePending / NodeLost) or, its node
+ *     being gone or without the capacity, goes Lost (NodeLost). When the set leaves its
  *     node (moved or Lost) while its VMI exists and is Pending, delete_vmi
  *     is asked for that VMI in the same pass (its launcher pod was pinned
  *     to the old node); a set that keeps its hold keeps its VMI;
  *  3. placement: Lost sets first, then Pending sets (each group in the
- *     creation order of its oldest claim); each
- *     is tried on its own candidates, so a Lost set that fits nowhere
+ *     creation order of its oldest claim); each is tried on its own
+ *     candidates, so a Lost set that fits nowhere
  *     never blocks a smaller one that fits (decision 0020 §4). A Pending
  *     claim of a missing class waits (ClassNotFound), of a class being
  *     deleted waits (ClassBeingDeleted; Lost claims of it still rebind,
