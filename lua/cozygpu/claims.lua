@@ -37,19 +37,29 @@ M.FIELD = "metadata.annotations[" .. M.ANNOTATION .. "]"
 -- immutable and lives as long as its snapshot; weak keys let it go)
 local memo_named = setmetatable({}, { __mode = "k" })
 
+-- Problems `parse` lists at most (the rest are counted).
+local MAX_PROBLEMS = 15 -- with the "and N more" line: the 16 refusals an answer lists (runtime.admission)
+
 --- Parses an annotation value (syntax: DESIGN.md §3, decision 0019; the
 --- module header lists the rules). Returns the claim names, in order, each
 --- once, and the problems found: a list of messages, empty when the value
 --- is well-formed. Each message names the offending item (or its position,
 --- for an empty one). Names that are well-formed are returned even when
 --- another item is not, so a caller that only needs the valid names (the
---- holders index) can use them; a rule refuses on any problem. Never
---- raises.
+--- holders index) can use them; a rule refuses on any problem. At most
+--- 15 problems are listed; past them a 16th entry says how many more
+--- there are (a tenant's 100,000 empty items must not become 100,000
+--- refusals). Never raises.
 --- @param value any the annotation's value (a string, for a real object)
 --- @return string[] names
 --- @return string[] problems
 function M.parse(value)
   local names, problems, seen = {}, {}, {}
+  local n_problems = 0
+  local function problem(msg)
+    n_problems = n_problems + 1
+    if n_problems <= MAX_PROBLEMS then problems[#problems + 1] = msg end
+  end
   if type(value) ~= "string" then
     return names, { "must be a string of comma-separated GPUClaim names" }
   end
@@ -58,25 +68,28 @@ function M.parse(value)
     i = i + 1
     -- trimmed without a lazy pattern, so a long run of blanks costs
     -- linear steps
-    local first, last = item:find("%S"), item:match(".*()%S")
-    local name = first and item:sub(first, last) or ""
+    local first = item:find("%S")
+    local name = first and item:sub(first, item:match("^.*()%S")) or ""
     if name == "" then
       if value:match("^%s*$") then
-        problems[#problems + 1] = "is empty: name at least one GPUClaim, or remove the annotation"
+        problem("is empty: name at least one GPUClaim, or remove the annotation")
       else
-        problems[#problems + 1] = ("item %d is empty: GPUClaim names are separated by single commas"):format(i)
+        problem(("item %d is empty: GPUClaim names are separated by single commas"):format(i))
       end
     else
       local err = validation.dns1123_subdomain(name)
       if err then
-        problems[#problems + 1] = ("%q is not a GPUClaim name: %s"):format(name, err)
+        problem(("%q is not a GPUClaim name: %s"):format(name, err))
       elseif seen[name] then
-        problems[#problems + 1] = ("%q is named twice"):format(name)
+        problem(("%q is named twice"):format(name))
       else
         seen[name] = true
         names[#names + 1] = name
       end
     end
+  end
+  if n_problems > MAX_PROBLEMS then
+    problems[#problems + 1] = ("and %d more problems"):format(n_problems - MAX_PROBLEMS)
   end
   return names, problems
 end

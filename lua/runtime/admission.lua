@@ -177,9 +177,30 @@ local function verdicts_of(result)
   return result
 end
 
+-- What one answer lists at most, and how long one listed message may be:
+-- a rule's verdicts are built under its memory cap, but the answer is
+-- built here, outside it, and goes back to the API server (and on to the
+-- tenant's client) whole. Without a bound, a tenant-controlled input that
+-- makes a rule refuse once per item (100,000 empty items in an annotation)
+-- turned into a 30 MB answer and hundreds of MB per review (issue 12
+-- review). The first refusals are the ones a person reads; the count of
+-- the others is said.
+local MAX_LISTED, MAX_MESSAGE = 16, 2048
+
+-- `s` cut to at most `n` bytes on a UTF-8 character boundary, with "…"
+-- when cut.
+local function clip(s, n)
+  s = tostring(s)
+  if #s <= n then return s end
+  local cut = n
+  -- step back over continuation bytes (10xxxxxx) to a character start
+  while cut > 0 and (s:byte(cut + 1) or 0) & 0xC0 == 0x80 do cut = cut - 1 end
+  return s:sub(1, cut) .. "…"
+end
+
 local function describe(st, message)
-  if st == "error" then return "failed: " .. tostring(message) end
-  return tostring(message)
+  if st == "error" then return "failed: " .. clip(message, MAX_MESSAGE) end
+  return clip(message, MAX_MESSAGE)
 end
 
 --- Answers one AdmissionRequest. `request` is the request as a Lua table
@@ -200,6 +221,7 @@ function M.review(bundle, request, phases)
   host.restore() -- a hook that assigned `_ENV` itself does not carry it over
   local req = host.readonly(request)
   local denials, warnings, failures = {}, {}, {}
+  local n_denials, n_warnings = 0, 0 -- all of them; the lists keep MAX_LISTED
   local ran, by_rule = {}, {} -- what each rule said (engine_last_rules)
   local RANK = { allowed = 0, patched = 1, denied = 2 } -- a failure outranks them all
   local function said(r, word, seconds)
@@ -248,10 +270,14 @@ function M.review(bundle, request, phases)
                 local v = rawget(list, i)
                 if rawget(v, "verdict") == "deny" then
                   denied = true
-                  denials[#denials + 1] = { rule = r.name, message = rawget(v, "message"), field = rawget(v, "field"),
-                    code = rawget(v, "code") }
+                  n_denials = n_denials + 1
+                  if #denials < MAX_LISTED then
+                    denials[#denials + 1] = { rule = r.name, message = clip(rawget(v, "message"), MAX_MESSAGE),
+                      field = rawget(v, "field") and clip(rawget(v, "field"), MAX_MESSAGE), code = rawget(v, "code") }
+                  end
                 else
-                  warnings[#warnings + 1] = rawget(v, "message")
+                  n_warnings = n_warnings + 1
+                  if #warnings < MAX_LISTED then warnings[#warnings + 1] = clip(rawget(v, "message"), MAX_MESSAGE) end
                 end
               end
               said(r, denied and "denied" or "allowed", took)
@@ -316,6 +342,9 @@ function M.review(bundle, request, phases)
     for i, d in ipairs(denials) do
       parts[i] = d.field and ("%s: %s"):format(d.field, d.message) or d.message
     end
+    if n_denials > #denials then
+      parts[#parts + 1] = ("and %d more refusals"):format(n_denials - #denials)
+    end
     local code = denials[1].code
     response.allowed = false
     response.status = {
@@ -328,6 +357,9 @@ function M.review(bundle, request, phases)
       if d.field then cause.field = d.field end
       table.insert(response.status.details.causes, cause)
     end
+  end
+  if n_warnings > #warnings then
+    warnings[#warnings + 1] = ("and %d more warnings"):format(n_warnings - #warnings)
   end
   if #warnings > 0 then response.warnings = json.array(warnings) end
   if response.allowed and #ops > 0 then response.patch = ops end

@@ -134,3 +134,47 @@ describe("read-only views", function()
     e:close()
   end)
 end)
+
+-- The answer is built outside every rule's memory cap and goes back whole
+-- to the API server and the tenant's client: a rule that refuses once per
+-- item of tenant data must not make it unbounded (lua/runtime/admission.lua,
+-- MAX_LISTED and MAX_MESSAGE; a 100,000-item annotation made a 30 MB
+-- answer before).
+describe("review answer size", function()
+  it("lists the first 16 refusals and warnings, says how many more, and cuts long messages", function()
+    local e = assert(core.engine { policies = H.policy_dir {
+      ["many.lua"] = pod_rule("site/many", [[
+        local out = {}
+        for i = 1, 1000 do out[#out + 1] = deny("refusal " .. i) end
+        for i = 1, 500 do out[#out + 1] = warn("warning " .. i) end
+        out[#out + 1] = deny(("é"):rep(5000))
+        return out]]),
+    } })
+    local resp, outcome = e:review(H.pod_request())
+    assert.equal("refused", outcome)
+    local causes = resp.status.details.causes
+    assert.equal(16, #causes)
+    assert.equal("refusal 1 (site/many)", causes[1].message)
+    assert.equal("refusal 16 (site/many)", causes[16].message)
+    -- 1,001 refusals: 16 listed, 985 counted
+    assert.truthy(resp.status.message:find("refusal 16; and 985 more refusals", 1, true), resp.status.message)
+    assert.falsy(resp.status.message:find("refusal 17", 1, true))
+    assert.equal(17, #resp.warnings)
+    assert.equal("warning 16", resp.warnings[16])
+    assert.equal("and 484 more warnings", resp.warnings[17])
+    assert.is_true(#json.encode(resp) < 8192)
+    e:close()
+  end)
+
+  it("cuts a long message at 2048 bytes on a character boundary", function()
+    local e = assert(core.engine { policies = H.policy_dir {
+      ["long.lua"] = pod_rule("site/long", [[return deny(("é"):rep(5000))]]),
+    } })
+    local resp = e:review(H.pod_request())
+    local msg = resp.status.message
+    -- "é" is 2 bytes: 1024 of them fill 2048 bytes exactly, then "…"
+    assert.equal(("é"):rep(1024) .. "…", msg)
+    assert.truthy(utf8.len(msg), "not valid UTF-8")
+    e:close()
+  end)
+end)

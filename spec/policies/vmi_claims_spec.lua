@@ -134,6 +134,21 @@ describe("a VMI naming GPUClaims: the annotation's syntax (decision 0019)", func
   it("keeps a long run of blanks cheap (linear trimming, no budget failure)", function()
     local resp = review(vmi(("train" .. (" "):rep(100000)), { gpus = { L40S, L40S } }))
     assert.is_true(resp.allowed, resp.status and resp.status.message)
+    -- blanks only, and blanks before a name, are linear too
+    resp = review(vmi((" "):rep(100000) .. "," .. (" "):rep(100000) .. "train", { gpus = { L40S, L40S } }))
+    assert.are.equal(422, resp.status.code)
+    assert.are.same({ "item 1 is empty: GPUClaim names are separated by single commas" }, causes(resp))
+  end)
+
+  it("lists 15 problems of a huge annotation and counts the rest (the answer stays small)", function()
+    -- 100,000 commas: 100,001 empty items; listing each made a 30 MB answer
+    local resp = review(vmi((","):rep(100000), { gpus = { L40S } }))
+    assert.are.equal(422, resp.status.code)
+    local c = causes(resp)
+    assert.are.equal(16, #c)
+    assert.are.equal("item 15 is empty: GPUClaim names are separated by single commas", c[15])
+    assert.are.equal("and 99986 more problems", c[16])
+    assert.is_true(#H.json.encode(resp) < 8192)
   end)
 end)
 
