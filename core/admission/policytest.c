@@ -282,14 +282,17 @@ static const char *rules_said(const engine *e, char *buf, size_t n)
 }
 
 /* NULL when every rule named in `want` ({rule: word}) said that word in
-   the last review, else a reason. */
-static const char *check_rules(const engine *e, const json_t *want, char *why, size_t n)
+   the last review, else a reason (a name no rule of the bundle has is one:
+   a typo must not pass as "skipped"). */
+static const char *check_rules(engine *e, const json_t *want, char *why, size_t n)
 {
     size_t k = 0;
     const engine_rule_result *rr = engine_last_rules(e, &k);
     const char *rule;
     json_t *w;
     json_object_foreach((json_t *)want, rule, w) {
+        if(!engine_has_rule(e, rule))
+            return snprintf(why, n, "expect.rules: the bundle has no rule \"%s\"", rule), why;
         const char *got = "skipped";
         for(size_t i = 0; i < k; i++)
             if(strcmp(rr[i].rule, rule) == 0)

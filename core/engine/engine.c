@@ -389,6 +389,25 @@ cozy_result engine_set_cluster(engine *e, const json_t *objects, const json_t *s
     return rc;
 }
 
+int engine_has_rule(engine *e, const char *name)
+{
+    lua_State *L = e->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
+    int has = 0;
+    if(lua_istable(L, -1)) {
+        lua_pushliteral(L, "byname");
+        lua_rawget(L, -2);
+        if(lua_istable(L, -1)) {
+            lua_pushstring(L, name);
+            lua_rawget(L, -2);
+            has = !lua_isnil(L, -1);
+        }
+    }
+    lua_settop(L, top);
+    return has;
+}
+
 const engine_rule_result *engine_last_rules(const engine *e, size_t *n)
 {
     *n = e->n_last_rules;

@@ -92,6 +92,11 @@ typedef struct engine_rule_result {
  * per-rule results (issue 11). */
 const engine_rule_result *engine_last_rules(const engine *e, size_t *n);
 
+/* 1 when the engine's bundle declares a rule named `name`, else 0
+ * (runtime.admission's bundle.byname). For `policy test`'s expect.rules:
+ * a name no rule has is a typo, not a rule that did not run. */
+int engine_has_rule(engine *e, const char *name);
+
 /* Maps a policies ConfigMap key to the source it carries
  * (docs/decisions/0007): "NAME.lua" is the policy file NAME.lua; "lib.a.b.lua"
  * is the module "a.b" of the bundle's lib/. `module` receives the module name

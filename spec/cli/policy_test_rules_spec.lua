@@ -78,6 +78,18 @@ describe("cozygpu policy test, per-rule results", function()
     assert.truthy(out:find("2 passed, 0 failed", 1, true), out)
   end)
 
+  it("fails a case naming a rule the bundle does not have, even as skipped", function()
+    local out, _, code = run([[
+- name: a typo in a rule name
+  input: @/examples/reviews/01-vmi-l40s-and-connectx-vf.yaml
+  expect:
+    allowed: true
+    rules: {gpu/vmi-entrie: skipped}
+]])
+    assert.equal(1, code, out)
+    assert.truthy(out:find('expect.rules: the bundle has no rule "gpu/vmi-entrie"', 1, true), out)
+  end)
+
   it("refuses a result word it does not know, naming the rule", function()
     local out, _, code = run([[
 - name: a typo in a result
