@@ -411,6 +411,18 @@ describe("kube-double: owner references and garbage collection", function()
       assert.are.equal(201, st)
       assert.is_nil(get("configmap", "xn-dep", OTHER))
       assert.truthy(get("configmap", "xn-owner"))
+      -- graph_builder.go reportInvalidNamespaceOwnerRef: a Warning Event about the dependent, in its
+      -- namespace; objectReference.String() names the dependent's namespace, not the owner's
+      local out, err, code = d:kubectl { "get", "events", "-A", "--field-selector=reason=OwnerRefInvalidNamespace,involvedObject.name=xn-dep", "-o", "json" }
+      assert.are.equal(0, code, err)
+      local evs = json.decode(out).items
+      assert.are.equal(1, #evs, out)
+      local ev = evs[1]
+      assert.are.same({ OTHER, "Warning", "garbage-collector-controller", "ConfigMap", "xn-dep", OTHER },
+        { ev.metadata.namespace, ev.type, ev.source.component, ev.involvedObject.kind, ev.involvedObject.name,
+          ev.involvedObject.namespace })
+      assert.are.equal(('ownerRef [v1/ConfigMap, namespace: %s, name: xn-owner, uid: %s] does not exist in namespace "%s"')
+        :format(OTHER, owner("xn-owner"), OTHER), ev.message)
     end)
 
     it("never collects a cluster-scoped dependent naming a namespaced kind (namespacedOwnerOfClusterScopedObjectErr) (kept)", function()
@@ -418,6 +430,22 @@ describe("kube-double: owner references and garbage collection", function()
         ownerReferences = json.array { ref("gone", "no-such-uid") } },
         spec = { displayName = "x", model = "L40S", mode = "Passthrough", resourceName = "nvidia.com/AD102GL_L40S" } }
       assert.truthy(get("gpuclass", "cs-dep", false))
+    end)
+
+    it("reports a cluster-scoped dependent naming an existing namespaced owner, in namespace default, and keeps it", function()
+      apply(cm("cs-owner"))
+      local u = owner("cs-owner")
+      apply { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClass", metadata = { name = "cs-dep2",
+        ownerReferences = json.array { ref("cs-owner", u) } },
+        spec = { displayName = "x", model = "L40S", mode = "Passthrough", resourceName = "nvidia.com/AD102GL_L40S" } }
+      assert.truthy(get("gpuclass", "cs-dep2", false))
+      local out, err, code = d:kubectl { "get", "events", "-n", "default", "--field-selector=reason=OwnerRefInvalidNamespace,involvedObject.name=cs-dep2", "-o", "json" }
+      assert.are.equal(0, code, err)
+      local evs = json.decode(out).items
+      assert.are.equal(1, #evs, out)
+      assert.are.same({ "GPUClass", "cs-dep2", nil }, { evs[1].involvedObject.kind, evs[1].involvedObject.name, evs[1].involvedObject.namespace })
+      assert.are.equal(('ownerRef [v1/ConfigMap, namespace: , name: cs-owner, uid: %s] does not exist in namespace ""'):format(u),
+        evs[1].message)
     end)
 
     it("never collects a dependent whose owner kind the server does not serve (restMappingError, retried) (kept)", function()

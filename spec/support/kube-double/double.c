@@ -127,7 +127,10 @@
  *    with a live owner stays and loses the references to absent and
  *    waiting owners. So a dependent created after its owner is gone, or
  *    naming an owner of another uid, or a namespaced owner in another
- *    namespace, is collected at once.
+ *    namespace, is collected at once; when that owner's uid does exist in
+ *    another namespace (also for a cluster-scoped dependent, which is then
+ *    kept) a Warning Event OwnerRefInvalidNamespace about the dependent is
+ *    written, as graph_builder.go reports it.
  *  - custom resources (kubevirt.io, cozystack.io) get defaulting and pruning
  *    from a stored CRD's schema and server-side Table output from its
  *    additionalPrinterColumns, when the CRD has been created.
@@ -154,7 +157,9 @@
  * are reported in index order (the real server's order is random).
  * Garbage collection: no delay, no informer lag and no absent-owner cache
  * (what a real collector does some seconds later is done before the write
- * is answered); no OwnerRefInvalidNamespace Events; a cluster-scoped
+ * is answered); OwnerRefInvalidNamespace Events carry source.component
+ * but no reportingComponent/series, and are written once per dependent
+ * and owner (the real recorder counts repeats); a cluster-scoped
  * dependent naming a namespaced owner kind, or a reference to a kind the
  * double does not serve, is never collected (the real collector gives up on
  * the first and retries the second forever); the collector's cycle guard
@@ -232,7 +237,7 @@ const dbl_type DBL_TYPES[] = {
 };
 const size_t DBL_NTYPES = sizeof DBL_TYPES / sizeof DBL_TYPES[0];
 #define NTYPES (sizeof DBL_TYPES / sizeof DBL_TYPES[0])
-enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_CRDS = 8 };
+enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_EVENTS = 6, T_CRDS = 8 };
 
 /* ---- options ---------------------------------------------------------- */
 
@@ -1851,6 +1856,60 @@ static json_t *without_refs(const json_t *obj, const json_t *uids)
     return next;
 }
 
+static json_t *g_gc_reported;   /* "dependent uid/owner uid" already reported */
+
+/* The graph builder's reportInvalidNamespaceOwnerRef: when the owner named
+ * by `ref` (a namespaced kind, type ot) exists under that uid in another
+ * namespace than the dependent `dep` (of type res), a Warning Event
+ * OwnerRefInvalidNamespace about the dependent, from
+ * garbage-collector-controller, in the dependent's namespace ("default"
+ * for a cluster-scoped one), once per dependent and owner. Returns 1 when
+ * it wrote one. Caller holds g_lock. */
+static int gc_report_namespace(int res, const json_t *dep, int ot, const json_t *ref)
+{
+    const char *ruid = json_string_value(json_object_get(ref, "uid")) ?: "";
+    const char *ns = meta_str(dep, "namespace") ?: "";
+    const char *duid = meta_str(dep, "uid") ?: "";
+    int elsewhere = 0;
+    for (size_t i = 0; i < g_store[ot].n && !elsewhere; i++) {
+        const json_t *o = g_store[ot].v[i].obj;
+        if (!strcmp(meta_str(o, "uid") ?: "", ruid) && strcmp(meta_str(o, "namespace") ?: "", ns)) elsewhere = 1;
+    }
+    if (!elsewhere) return 0;
+    char rk[200];
+    snprintf(rk, sizeof rk, "%.90s/%.90s", duid, ruid);
+    if (!g_gc_reported) g_gc_reported = json_object();
+    if (json_object_get(g_gc_reported, rk)) return 0;
+    json_object_set_new(g_gc_reported, rk, json_true());
+    const dbl_type *dt = &DBL_TYPES[res];
+    char av[160], now[32], name[400], msg[1200];
+    now_rfc3339(now, sizeof now);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(name, sizeof name, "%s.%llx", meta_str(dep, "name") ?: "",
+             (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    /* objectReference.String(): [apiVersion/kind, namespace: ns, name: n, uid: u], ns being the dependent's */
+    snprintf(msg, sizeof msg, "ownerRef [%s/%s, namespace: %s, name: %s, uid: %s] does not exist in namespace \"%s\"",
+             json_string_value(json_object_get(ref, "apiVersion")) ?: "", json_string_value(json_object_get(ref, "kind")) ?: "",
+             ns, json_string_value(json_object_get(ref, "name")) ?: "", ruid, ns);
+    const char *evns = *ns ? ns : "default";
+    json_t *inv = json_pack("{s:s,s:s,s:s,s:s}", "kind", dt->kind, "apiVersion", api_version(dt, av, sizeof av),
+                            "name", meta_str(dep, "name") ?: "", "uid", duid);
+    if (*ns) json_object_set_new(inv, "namespace", json_string(ns));
+    char uid[37];
+    new_uid(uid);
+    json_t *ev = json_pack("{s:s,s:s,s:{s:s,s:s,s:s,s:s},s:o,s:s,s:s,s:{s:s},s:s,s:s,s:i,s:s}",
+                           "apiVersion", "v1", "kind", "Event",
+                           "metadata", "name", name, "namespace", evns, "uid", uid, "creationTimestamp", now,
+                           "involvedObject", inv, "reason", "OwnerRefInvalidNamespace", "message", msg,
+                           "source", "component", "garbage-collector-controller",
+                           "firstTimestamp", now, "lastTimestamp", now, "count", 1, "type", "Warning");
+    char *key = make_key(evns, name);
+    commit(T_EVENTS, key, "ADDED", ev);
+    free(key);
+    return 1;
+}
+
 /* One collector step on the stored object (res, e); returns 1 when it wrote. */
 static int gc_step(int res, entry *e)
 {
@@ -1906,6 +1965,11 @@ static int gc_step(int res, entry *e)
     json_array_foreach(refs, i, ref) {
         int ot = ref_type(ref);
         if (ot < 0) { json_decref(drop); free(key); return 0; }   /* restMappingError: retried forever */
+        if (DBL_TYPES[ot].namespaced && gc_report_namespace(res, obj, ot, ref)) {
+            json_decref(drop);                                     /* the store moved: start over */
+            free(key);
+            return 1;
+        }
         if (DBL_TYPES[ot].namespaced && !DBL_TYPES[res].namespaced) {
             json_decref(drop);                                     /* namespacedOwnerOfClusterScopedObjectErr */
             free(key);
