@@ -27,6 +27,7 @@
 -- a double without owner references (main before this branch); the cases
 -- marked "(kept)" pass on both, they pin down what must NOT be collected.
 local D = require "double"
+local P = require "proc"
 local json = H.json
 
 local NS, OTHER = "gc", "gc-other"
@@ -380,6 +381,63 @@ describe("kube-double: owner references and garbage collection", function()
       assert.are.equal(200, st)
       assert.is_nil(get("configmap", "of2-owner"))
       assert.is_nil(get("configmap", "of2-dep").metadata.ownerReferences)
+    end)
+  end)
+
+  describe("what watchers and kubectl --wait see", function()
+    -- the ADDED/MODIFIED/DELETED events of objects named prefix*, in order, until `last` is DELETED
+    local function watch_until(prefix, last, action)
+      local st, list = d:request("GET", "/api/v1/namespaces/" .. NS .. "/configmaps")
+      assert.are.equal(200, st)
+      local w = d:watch("/api/v1/namespaces/" .. NS .. "/configmaps?resourceVersion=" .. list.metadata.resourceVersion)
+      action()
+      local seen
+      P.wait_until(function()
+        seen = {}
+        local done = false
+        for _, ev in ipairs(w.events()) do
+          local n = ev.object.metadata.name
+          if n:sub(1, #prefix) == prefix then
+            seen[#seen + 1] = { ev.type, n, ev.object.metadata.finalizers and table.concat(ev.object.metadata.finalizers, ",") or "" }
+            if ev.type == "DELETED" and n == last then done = true end
+          end
+        end
+        return done
+      end, 10)
+      w.stop()
+      return seen
+    end
+
+    it("Foreground: owner MODIFIED (foregroundDeletion), dependent DELETED, owner DELETED; kubectl delete --wait returns", function()
+      apply(cm("wf-owner"))
+      apply(cm("wf-dep", { ref("wf-owner", owner("wf-owner"), { blockOwnerDeletion = true }) }))
+      local seen = watch_until("wf-", "wf-owner", function()
+        local out, err, code = d:kubectl { "delete", "configmap", "wf-owner", "-n", NS, "--cascade=foreground", "--timeout=10s" }
+        assert.are.equal(0, code, err)
+        assert.are.equal('configmap "wf-owner" deleted\n', out)
+      end)
+      -- store.go: the update that removes the last finalizer of an object being deleted is its deletion (one DELETED event)
+      assert.are.same({ { "MODIFIED", "wf-owner", "foregroundDeletion" }, { "DELETED", "wf-dep", "" },
+        { "DELETED", "wf-owner", "foregroundDeletion" } }, seen)
+    end)
+
+    it("Background: owner DELETED, then the dependent", function()
+      apply(cm("wb-owner"))
+      apply(cm("wb-dep", { ref("wb-owner", owner("wb-owner")) }))
+      local seen = watch_until("wb-", "wb-dep", function() delete("configmap", "wb-owner", "background") end)
+      assert.are.same({ { "DELETED", "wb-owner", "" }, { "DELETED", "wb-dep", "" } }, seen)
+    end)
+
+    it("deletecollection takes the propagation policy too: Orphan leaves the dependents of every deleted owner", function()
+      apply(cm("dc-1", nil, { labels = { set = "dc" } }))
+      apply(cm("dc-2", nil, { labels = { set = "dc" } }))
+      apply(cm("dc-dep", { ref("dc-1", owner("dc-1")), ref("dc-2", owner("dc-2")) }))
+      local st, body = d:request("DELETE", "/api/v1/namespaces/" .. NS .. "/configmaps?labelSelector=set%3Ddc&propagationPolicy=Orphan")
+      assert.are.equal(200, st, json.encode(body))
+      assert.is_nil(get("configmap", "dc-1"))
+      assert.is_nil(get("configmap", "dc-2"))
+      local dep = assert(get("configmap", "dc-dep"))
+      assert.is_nil(dep.metadata.ownerReferences)
     end)
   end)
 

@@ -166,7 +166,11 @@
  * (unblocking ownerReferences when an owner and its dependent both wait on
  * foreground deletion) is not done, a cycle of blocking references in
  * foreground deletion stays stuck; no OwnerReferencesPermissionEnforcement
- * admission (anyone may set blockOwnerDeletion); pods are deleted at once
+ * admission (anyone may set blockOwnerDeletion); an update that empties
+ * the finalizers of an object being deleted answers the object it sent
+ * (the real server answers the deleted object, or a Status Success for
+ * kinds that do not return it), its DELETED event carries the last stored
+ * state as the real one does; pods are deleted at once
  * (no grace period), so a pod dependent never lingers in Terminating.
  */
 #include "double.h"
@@ -1620,7 +1624,11 @@ static enum MHD_Result do_update(rq *r, const route *rt, json_t *obj, json_t *cu
         } else {
             json_t *fin = json_object_get(meta_of(next), "finalizers");
             int gone = meta_str(next, "deletionTimestamp") && json_array_size(fin) == 0;
-            commit(rt->res, key, gone ? "DELETED" : "MODIFIED", json_incref(next));
+            /* store.go: an update emptying the finalizers of an object being
+             * deleted is not written (errEmptiedFinalizers) but deletes the
+             * key, so watchers get DELETED with the last stored state */
+            if (gone) commit(rt->res, key, "DELETED", json_deep_copy(cur));
+            else commit(rt->res, key, "MODIFIED", json_incref(next));
             out = next;
             gc_run();
         }
@@ -1698,7 +1706,14 @@ static void write_finalizers(int res, const char *key, json_t *next /* stolen */
     if (json_array_size(fin)) json_object_set_new(m, "finalizers", fin);
     else { json_decref(fin); json_object_del(m, "finalizers"); }
     int gone = json_object_get(m, "deletionTimestamp") && !json_object_get(m, "finalizers");
-    commit(res, key, gone ? "DELETED" : "MODIFIED", next);
+    if (gone) {
+        /* errEmptiedFinalizers: deleted as last stored (see do_update) */
+        entry *e = store_find(res, key);
+        commit(res, key, "DELETED", json_deep_copy(e->obj));
+        json_decref(next);
+    } else {
+        commit(res, key, "MODIFIED", next);
+    }
 }
 
 static int same_strings(const json_t *a, const json_t *b)
