@@ -340,6 +340,22 @@ describe("kube-double: owner references and garbage collection", function()
       assert.is_nil(get("configmap", "fc-a"))
     end)
 
+    it("ends a cycle of blocking references: the dependent's references are unblocked, then both go (GC cycle guard)", function()
+      apply(cm("cy-a"))
+      local ua = owner("cy-a")
+      apply(cm("cy-b", { ref("cy-a", ua, { blockOwnerDeletion = true }) }))
+      local ub = owner("cy-b")
+      local _, err, code = d:kubectl { "patch", "configmap", "cy-a", "-n", NS, "--type", "merge", "-p",
+        json.encode { metadata = { ownerReferences = json.array { ref("cy-b", ub, { blockOwnerDeletion = true }) } } } }
+      assert.are.equal(0, code, err)
+      local out
+      out, err, code = d:kubectl { "delete", "configmap", "cy-a", "-n", NS, "--cascade=foreground", "--timeout=10s" }
+      assert.are.equal(0, code, err)
+      assert.are.equal('configmap "cy-a" deleted\n', out)
+      assert.is_nil(get("configmap", "cy-a"))
+      assert.is_nil(get("configmap", "cy-b"))
+    end)
+
     it("a second DELETE with another policy switches the finalizer: foreground to orphan (ST updateForGracefulDeletionAndFinalizers)", function()
       apply(cm("sw-owner"))
       local u = owner("sw-owner")

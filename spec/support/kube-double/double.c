@@ -125,8 +125,11 @@
  *    has dependents of its own, else by its own orphan/foregroundDeletion
  *    finalizer, else Background), with its own finalizers honoured; one
  *    with a live owner stays and loses the references to absent and
- *    waiting owners. So a dependent created after its owner is gone, or
- *    naming an owner of another uid, or a namespaced owner in another
+ *    waiting owners; before an object goes Foreground because an owner
+ *    waits, its blocking references turn non-blocking when one of its own
+ *    dependents waits too (the collector's cycle guard, so a cycle of
+ *    blocking references ends). So a dependent created after its owner is
+ *    gone, or naming an owner of another uid, or a namespaced owner in another
  *    namespace, is collected at once; when that owner's uid does exist in
  *    another namespace (also for a cluster-scoped dependent, which is then
  *    kept) a Warning Event OwnerRefInvalidNamespace about the dependent is
@@ -162,10 +165,7 @@
  * and owner (the real recorder counts repeats); a cluster-scoped
  * dependent naming a namespaced owner kind, or a reference to a kind the
  * double does not serve, is never collected (the real collector gives up on
- * the first and retries the second forever); the collector's cycle guard
- * (unblocking ownerReferences when an owner and its dependent both wait on
- * foreground deletion) is not done, a cycle of blocking references in
- * foreground deletion stays stuck; no OwnerReferencesPermissionEnforcement
+ * the first and retries the second forever); no OwnerReferencesPermissionEnforcement
  * admission (anyone may set blockOwnerDeletion); an update that empties
  * the finalizers of an object being deleted answers the object it sent
  * (the real server answers the deleted object, or a Status Success for
@@ -1857,6 +1857,22 @@ static int has_dependents(const char *uid, int blocking)
     return 0;
 }
 
+/* 1 when a dependent of `uid` is itself waiting on its foreground deletion
+ * (node.isDeletingDependents of one of the graph's dependents). */
+static int dependent_deleting_dependents(const char *uid)
+{
+    for (size_t ti = 0; ti < NTYPES; ti++)
+        for (size_t i = 0; i < g_store[ti].n; i++) {
+            const json_t *o = g_store[ti].v[i].obj;
+            if (!meta_str(o, "deletionTimestamp") || !has_finalizer(o, DBL_FINALIZER_FOREGROUND)) continue;
+            size_t j;
+            json_t *ref;
+            json_array_foreach(json_object_get(json_object_get(o, "metadata"), "ownerReferences"), j, ref)
+                if (!strcmp(json_string_value(json_object_get(ref, "uid")) ?: "", uid)) return 1;
+        }
+    return 0;
+}
+
 /* A copy of obj without the ownerReferences whose uid is a key of `uids`
  * (the collector's delete-owner-reference patch); the field goes when empty. */
 static json_t *without_refs(const json_t *obj, const json_t *uids)
@@ -2011,6 +2027,24 @@ static int gc_step(int res, entry *e)
         }
     } else {
         const char *policy;
+        if (waiting && has_dependents(uid, 0) && dependent_deleting_dependents(uid)) {
+            /* the collector's cycle guard: an owner and a dependent both wait
+             * on foreground deletion, so this object's blocking references
+             * become non-blocking (unblockOwnerReferences) before it goes */
+            json_t *next = json_deep_copy(obj);
+            size_t k;
+            json_t *r2;
+            json_array_foreach(json_object_get(meta_of(next), "ownerReferences"), k, r2)
+                if (json_is_true(json_object_get(r2, "blockOwnerDeletion")))
+                    json_object_set_new(r2, "blockOwnerDeletion", json_false());
+            if (!json_equal(next, obj)) {
+                commit(res, key, "MODIFIED", next);
+                json_decref(drop);
+                free(key);
+                return 1;
+            }
+            json_decref(next);
+        }
         if (waiting && has_dependents(uid, 0)) policy = "Foreground";
         else if (has_finalizer(obj, DBL_FINALIZER_ORPHAN)) policy = "Orphan";
         else if (has_finalizer(obj, DBL_FINALIZER_FOREGROUND)) policy = "Foreground";
