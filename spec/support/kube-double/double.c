@@ -129,8 +129,8 @@
  *    waits, its blocking references turn non-blocking when one of its own
  *    dependents waits too (the collector's cycle guard, so a cycle of
  *    blocking references ends). So a dependent created after its owner is
- *    gone, or naming an owner of another uid, or a namespaced owner in another
- *    namespace, is collected at once; when that owner's uid does exist in
+ *    gone, or naming an owner of another uid, or a namespaced owner in
+ *    another namespace, is collected at once; when that owner's uid does exist in
  *    another namespace (also for a cluster-scoped dependent, which is then
  *    kept) a Warning Event OwnerRefInvalidNamespace about the dependent is
  *    written, as graph_builder.go reports it.
@@ -153,7 +153,8 @@
  * scheduler replaces it when it tries the pod); no pods/binding
  * subresource (the real one refuses a pod that still has gates); of pod
  * validation only the rules above are checked (not containers, volumes,
- * resources, security contexts, metadata or status updates); the second
+ * resources, security contexts, metadata beyond ownerReferences and
+ * finalizers, or status updates); the second
  * part of the "pod updates may not change fields other than ..." message
  * is a JSON diff of the changed spec fields, where the real server prints
  * go-cmp's (deliberately unstable) diff; several new gates in one update
@@ -165,7 +166,9 @@
  * and owner (the real recorder counts repeats); a cluster-scoped
  * dependent naming a namespaced owner kind, or a reference to a kind the
  * double does not serve, is never collected (the real collector gives up on
- * the first and retries the second forever); no OwnerReferencesPermissionEnforcement
+ * the first and retries the second forever), while the custom kinds in
+ * DBL_TYPES resolve as owners even before their CRD is stored (a real
+ * collector cannot map them then); no OwnerReferencesPermissionEnforcement
  * admission (anyone may set blockOwnerDeletion); an update that empties
  * the finalizers of an object being deleted answers the object it sent
  * (the real server answers the deleted object, or a Status Success for
