@@ -93,14 +93,56 @@
  *    Strategic merge patches of pods merge lists by their patchMergeKey
  *    (schedulingGates by name) and honour $patch, $retainKeys,
  *    $setElementOrder and $deleteFromPrimitiveList.
+ *  - owner references and garbage collection (gc.c, and "garbage
+ *    collection" below; k8s.io/apimachinery objectmeta.go, the generic
+ *    registry's store.go, kube-controller-manager's garbagecollector):
+ *    on create and update of every kind, metadata.ownerReferences need
+ *    apiVersion (with a version), kind, name and uid, no core/v1 Event
+ *    owner, at most one controller: true, and metadata.finalizers may not
+ *    hold both orphan and foregroundDeletion (422 Invalid, one cause per
+ *    error at the real, unindexed field paths; Go pointer addresses inside
+ *    a %#v value are a fixed 0xc000000000). Whether an owner exists or
+ *    sits in the dependent's namespace is not checked (the real API server
+ *    does not either). DELETE takes DeleteOptions from the body, or else
+ *    from the query (propagationPolicy, orphanDependents), refuses an
+ *    unknown policy or both fields set (422 for DeleteOptions.meta.k8s.io),
+ *    and turns them into finalizers: Orphan adds `orphan`, Foreground adds
+ *    `foregroundDeletion`, Background (the default for every kind served)
+ *    neither; with no policy given an existing one of those finalizers
+ *    decides; an object left with finalizers gets a deletionTimestamp and
+ *    stays (202 when orphanDependents=false was sent), a second DELETE of
+ *    an object being deleted can switch these two finalizers. The
+ *    collector then runs synchronously, inside the write's lock and before
+ *    the answer (no tick: a client reads the state a real cluster reaches
+ *    once its collector ran, each collector write an ordinary event with
+ *    its own resourceVersion): `orphan` owners first lose themselves from
+ *    their dependents' ownerReferences, then the finalizer; a
+ *    `foregroundDeletion` owner loses the finalizer once no dependent with
+ *    blockOwnerDeletion: true is left; an object not being deleted whose
+ *    owners (looked up by kind, name and uid, in its own namespace when the
+ *    owner kind is namespaced) are all absent or waiting on their own
+ *    foreground deletion is deleted (Foreground when an owner waits and it
+ *    has dependents of its own, else by its own orphan/foregroundDeletion
+ *    finalizer, else Background), with its own finalizers honoured; one
+ *    with a live owner stays and loses the references to absent and
+ *    waiting owners; before an object goes Foreground because an owner
+ *    waits, its blocking references turn non-blocking when one of its own
+ *    dependents waits too (the collector's cycle guard, so a cycle of
+ *    blocking references ends). So a dependent created after its owner is
+ *    gone, or naming an owner of another uid, or a namespaced owner in
+ *    another namespace, is collected at once; when that owner's uid does exist in
+ *    another namespace (also for a cluster-scoped dependent, which is then
+ *    kept) a Warning Event OwnerRefInvalidNamespace about the dependent is
+ *    written, as graph_builder.go reports it.
  *  - custom resources (kubevirt.io, cozystack.io) get defaulting and pruning
  *    from a stored CRD's schema and server-side Table output from its
  *    additionalPrinterColumns, when the CRD has been created.
  * Not faithful: no admission, no built-in defaulting (pods, namespaces get
  * only their status; a pod's qosClass is not set), no managedFields/
  * server-side apply (415), strategic merge patch of kinds other than Pod
- * is applied as a JSON merge patch, no garbage collection,
- * namespace deletion removes the namespace and its contents at once, no
+ * is applied as a JSON merge patch,
+ * namespace deletion removes the namespace and its contents at once (its
+ * own finalizers and any propagation policy are ignored), no
  * CRD-driven new resource types (the kinds served are fixed), no
  * protobuf, no aggregated discovery, no OpenAPI (404).
  * Pods: no scheduler and no kubelet run, so nothing ever sets spec.nodeName
@@ -111,11 +153,28 @@
  * scheduler replaces it when it tries the pod); no pods/binding
  * subresource (the real one refuses a pod that still has gates); of pod
  * validation only the rules above are checked (not containers, volumes,
- * resources, security contexts, metadata or status updates); the second
+ * resources, security contexts, metadata beyond ownerReferences and
+ * finalizers, or status updates); the second
  * part of the "pod updates may not change fields other than ..." message
  * is a JSON diff of the changed spec fields, where the real server prints
  * go-cmp's (deliberately unstable) diff; several new gates in one update
  * are reported in index order (the real server's order is random).
+ * Garbage collection: no delay, no informer lag and no absent-owner cache
+ * (what a real collector does some seconds later is done before the write
+ * is answered); OwnerRefInvalidNamespace Events carry source.component
+ * but no reportingComponent/series, and are written once per dependent
+ * and owner (the real recorder counts repeats); a cluster-scoped
+ * dependent naming a namespaced owner kind, or a reference to a kind the
+ * double does not serve, is never collected (the real collector gives up on
+ * the first and retries the second forever), while the custom kinds in
+ * DBL_TYPES resolve as owners even before their CRD is stored (a real
+ * collector cannot map them then); no OwnerReferencesPermissionEnforcement
+ * admission (anyone may set blockOwnerDeletion); an update that empties
+ * the finalizers of an object being deleted answers the object it sent
+ * (the real server answers the deleted object, or a Status Success for
+ * kinds that do not return it), its DELETED event carries the last stored
+ * state as the real one does; pods are deleted at once
+ * (no grace period), so a pod dependent never lingers in Terminating.
  */
 #include "double.h"
 
@@ -185,7 +244,7 @@ const dbl_type DBL_TYPES[] = {
 };
 const size_t DBL_NTYPES = sizeof DBL_TYPES / sizeof DBL_TYPES[0];
 #define NTYPES (sizeof DBL_TYPES / sizeof DBL_TYPES[0])
-enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_CRDS = 8 };
+enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_EVENTS = 6, T_CRDS = 8 };
 
 /* ---- options ---------------------------------------------------------- */
 
@@ -512,11 +571,22 @@ static void store_remove(int res, entry *e)
 /* Records the write of `obj` (stolen; NULL for deletion with `last` given)
  * as the next revision and an event; updates the store. Returns the new
  * revision. type: "ADDED", "MODIFIED", "DELETED". Caller holds g_lock. */
+static long g_gc_objs;   /* stored objects with ownerReferences or a deletionTimestamp */
+
+/* 1 when the collector may have work about obj: it names owners, or it is
+ * being deleted (and may be an owner waiting on its dependents). */
+static int gc_relevant(const json_t *obj)
+{
+    const json_t *m = json_object_get(obj, "metadata");
+    return json_array_size(json_object_get(m, "ownerReferences")) > 0 || json_object_get(m, "deletionTimestamp");
+}
+
 static unsigned long long commit(int res, const char *key, const char *type, json_t *obj)
 {
     unsigned long long rv = ++g_rv;
     entry *e = store_find(res, key);
     json_t *prev = e ? json_incref(e->obj) : NULL;
+    g_gc_objs += (strcmp(type, "DELETED") && gc_relevant(obj) ? 1 : 0) - (prev && gc_relevant(prev) ? 1 : 0);
     set_rv(obj, rv);
     if (!strcmp(type, "DELETED")) {
         if (e) store_remove(res, e);
@@ -1323,6 +1393,8 @@ static json_t *apply_schema(rq *r, const dbl_type *t, json_t *obj, char **warnin
     return err;
 }
 
+static void gc_run(void);
+
 /* Type-specific state set on create (PrepareForCreate of each strategy). */
 static void prepare_create(int res, json_t *obj)
 {
@@ -1439,8 +1511,14 @@ static enum MHD_Result serve_create(rq *r, const route *rt, json_t *body)
         }
     }
     if (!err && t->custom) err = apply_schema(r, t, body, &warning);
-    if (!err && rt->res == T_PODS) {
-        json_t *causes = dbl_pod_validate_create(body);
+    if (!err) {
+        /* ValidateObjectMeta comes first in every strategy's Validate */
+        json_t *causes = dbl_meta_validate(body);
+        if (rt->res == T_PODS) {
+            json_t *pc = dbl_pod_validate_create(body);
+            json_array_extend(causes, pc);
+            json_decref(pc);
+        }
         if (json_array_size(causes)) err = err_invalid_causes(t, name, causes);
         else json_decref(causes);
     }
@@ -1450,6 +1528,7 @@ static enum MHD_Result serve_create(rq *r, const route *rt, json_t *body)
         else {
             commit(rt->res, key, "ADDED", json_incref(body));
             out = json_incref(body);
+            gc_run();
         }
     }
     pthread_mutex_unlock(&g_lock);
@@ -1517,9 +1596,15 @@ static enum MHD_Result do_update(rq *r, const route *rt, json_t *obj, json_t *cu
             if (json_object_get(next, "apiVersion") == NULL)
                 json_object_set(next, "apiVersion", json_object_get(cur, "apiVersion"));
             if (t->custom) err = apply_schema(r, t, next, &warning);
-            if (rt->res == T_PODS) {
-                dbl_pod_normalize(next);
-                json_t *causes = dbl_pod_validate_update(next, cur);
+            if (rt->res == T_PODS) dbl_pod_normalize(next);
+            if (!err) {
+                /* ValidateObjectMetaUpdate (ownerReferences, finalizers), then the pod's rules */
+                json_t *causes = dbl_meta_validate(next);
+                if (rt->res == T_PODS) {
+                    json_t *pc = dbl_pod_validate_update(next, cur);
+                    json_array_extend(causes, pc);
+                    json_decref(pc);
+                }
                 if (json_array_size(causes)) err = err_invalid_causes(t, rt->name, causes);
                 else json_decref(causes);
             }
@@ -1542,8 +1627,13 @@ static enum MHD_Result do_update(rq *r, const route *rt, json_t *obj, json_t *cu
         } else {
             json_t *fin = json_object_get(meta_of(next), "finalizers");
             int gone = meta_str(next, "deletionTimestamp") && json_array_size(fin) == 0;
-            commit(rt->res, key, gone ? "DELETED" : "MODIFIED", json_incref(next));
+            /* store.go: an update emptying the finalizers of an object being
+             * deleted is not written (errEmptiedFinalizers) but deletes the
+             * key, so watchers get DELETED with the last stored state */
+            if (gone) commit(rt->res, key, "DELETED", json_deep_copy(cur));
+            else commit(rt->res, key, "MODIFIED", json_incref(next));
             out = next;
+            gc_run();
         }
     }
     pthread_mutex_unlock(&g_lock);
@@ -1610,9 +1700,48 @@ static enum MHD_Result serve_patch(rq *r, const route *rt, const char *body, siz
     return respond(r, 500, status_new(500, "InternalError", "patch retries exhausted", NULL));
 }
 
-/* Deletes the object at key (caller holds g_lock); returns the answer body
- * and sets *code. */
-static json_t *delete_locked(rq *r, int res, const char *key, const char *name, const json_t *opts, int *code)
+/* The object with finalizers `fin` (stolen; dropped from metadata when
+ * empty), committed as MODIFIED, or DELETED when it is being deleted and no
+ * finalizer is left (the registry's update path). Caller holds g_lock. */
+static void write_finalizers(int res, const char *key, json_t *next /* stolen */, json_t *fin)
+{
+    json_t *m = meta_of(next);
+    if (json_array_size(fin)) json_object_set_new(m, "finalizers", fin);
+    else { json_decref(fin); json_object_del(m, "finalizers"); }
+    int gone = json_object_get(m, "deletionTimestamp") && !json_object_get(m, "finalizers");
+    if (gone) {
+        /* errEmptiedFinalizers: deleted as last stored (see do_update) */
+        entry *e = store_find(res, key);
+        commit(res, key, "DELETED", json_deep_copy(e->obj));
+        json_decref(next);
+    } else {
+        commit(res, key, "MODIFIED", next);
+    }
+}
+
+static int same_strings(const json_t *a, const json_t *b)
+{
+    if (json_array_size(a) != json_array_size(b)) return 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v) {
+        int found = 0;
+        size_t j;
+        json_t *w;
+        json_array_foreach(b, j, w) if (json_equal(v, w)) found = 1;
+        if (!found) return 0;
+    }
+    return 1;
+}
+
+/* Deletes the object at key (caller holds g_lock) as the generic registry's
+ * Delete does: preconditions, then the finalizers the deletion options ask
+ * for (dbl_gc_finalizers; namespaces excepted, they go at once with their
+ * content); an object left with finalizers gets a deletionTimestamp and
+ * stays, one already being deleted only has its orphan/foregroundDeletion
+ * finalizers switched (and goes when none is left). dry: store nothing.
+ * Returns the answer body and sets *code. */
+static json_t *delete_locked(int dry, int res, const char *key, const char *name, const json_t *opts, int *code)
 {
     const dbl_type *t = &DBL_TYPES[res];
     entry *e = store_find(res, key);
@@ -1635,18 +1764,30 @@ static json_t *delete_locked(rq *r, int res, const char *key, const char *name, 
         *code = 409;
         return err_conflict(t, name, m);
     }
-    int dry = is_dry_run(r);
     json_t *fin = json_object_get(json_object_get(e->obj, "metadata"), "finalizers");
-    if (json_array_size(fin) > 0 && res != T_NAMESPACES) {
-        if (meta_str(e->obj, "deletionTimestamp")) return json_incref(e->obj);
+    json_t *nfin = res == T_NAMESPACES ? json_array() : dbl_gc_finalizers(fin, opts);
+    if (res != T_NAMESPACES && (json_array_size(nfin) > 0 || meta_str(e->obj, "deletionTimestamp"))) {
+        if (meta_str(e->obj, "deletionTimestamp") && same_strings(fin, nfin)) {
+            json_decref(nfin);
+            return json_incref(e->obj);
+        }
         json_t *next = json_deep_copy(e->obj);
-        char now[32];
-        now_rfc3339(now, sizeof now);
-        json_object_set_new(meta_of(next), "deletionTimestamp", json_string(now));
-        json_object_set_new(meta_of(next), "deletionGracePeriodSeconds", json_integer(0));
-        if (!dry) commit(res, key, "MODIFIED", json_incref(next));
-        return next;
+        if (!meta_str(next, "deletionTimestamp")) {
+            char now[32];
+            now_rfc3339(now, sizeof now);
+            json_object_set_new(meta_of(next), "deletionTimestamp", json_string(now));
+            json_object_set_new(meta_of(next), "deletionGracePeriodSeconds", json_integer(0));
+        }
+        if (json_array_size(nfin) > 0) {
+            json_object_set(meta_of(next), "finalizers", nfin);
+            if (!dry) commit(res, key, "MODIFIED", json_incref(next));
+            json_decref(nfin);
+            return next;
+        }
+        /* being deleted and the options took its last finalizer: it goes */
+        json_decref(next);
     }
+    json_decref(nfin);
     json_t *last = json_deep_copy(e->obj);
     if (res == T_NAMESPACES && !dry) {
         /* the namespace controller's job, done at once: delete its content */
@@ -1670,26 +1811,331 @@ static json_t *delete_locked(rq *r, int res, const char *key, const char *name, 
                      "details", d);
 }
 
+/* ---- garbage collection (kube-controller-manager's collector, in-process) ----
+ *
+ * pkg/controller/garbagecollector (v1.32): garbagecollector.go
+ * (attemptToDeleteItem, isDangling, classifyReferences,
+ * processDeletingDependentsItem, attemptToOrphanWorker) and
+ * graph_builder.go. The double runs it synchronously: after every write
+ * that changed the store, gc_run() repeats single collector steps until
+ * none applies, before the request's lock is released and before it is
+ * answered. Every step is an ordinary write (MODIFIED or DELETED event with
+ * its own resourceVersion), so watchers see the same sequence as from a real
+ * cluster once its collector ran; only the delay is gone. */
+
+/* The served type of an ownerReference's apiVersion and kind (the
+ * collector's RESTMapper), or -1 when the double does not serve it. */
+static int ref_type(const json_t *ref)
+{
+    const char *av = json_string_value(json_object_get(ref, "apiVersion")) ?: "";
+    const char *kind = json_string_value(json_object_get(ref, "kind")) ?: "";
+    char b[200];
+    for (size_t i = 0; i < NTYPES; i++)
+        if (!strcmp(DBL_TYPES[i].kind, kind) && !strcmp(api_version(&DBL_TYPES[i], b, sizeof b), av)) return (int)i;
+    return -1;
+}
+
+static int has_finalizer(const json_t *obj, const char *f)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "finalizers"), i, v)
+        if (!strcmp(json_string_value(v) ?: "", f)) return 1;
+    return 0;
+}
+
+/* The dependents of the object with uid `uid`: objects naming it in an
+ * ownerReference (the collector's graph links by uid). blocking: only
+ * those whose reference has blockOwnerDeletion: true. Returns 1 if any. */
+static int has_dependents(const char *uid, int blocking)
+{
+    for (size_t ti = 0; ti < NTYPES; ti++)
+        for (size_t i = 0; i < g_store[ti].n; i++) {
+            size_t j;
+            json_t *ref;
+            json_array_foreach(json_object_get(json_object_get(g_store[ti].v[i].obj, "metadata"), "ownerReferences"), j, ref)
+                if (!strcmp(json_string_value(json_object_get(ref, "uid")) ?: "", uid) &&
+                    (!blocking || json_is_true(json_object_get(ref, "blockOwnerDeletion")))) return 1;
+        }
+    return 0;
+}
+
+/* 1 when a dependent of `uid` is itself waiting on its foreground deletion
+ * (node.isDeletingDependents of one of the graph's dependents). */
+static int dependent_deleting_dependents(const char *uid)
+{
+    for (size_t ti = 0; ti < NTYPES; ti++)
+        for (size_t i = 0; i < g_store[ti].n; i++) {
+            const json_t *o = g_store[ti].v[i].obj;
+            if (!meta_str(o, "deletionTimestamp") || !has_finalizer(o, DBL_FINALIZER_FOREGROUND)) continue;
+            size_t j;
+            json_t *ref;
+            json_array_foreach(json_object_get(json_object_get(o, "metadata"), "ownerReferences"), j, ref)
+                if (!strcmp(json_string_value(json_object_get(ref, "uid")) ?: "", uid)) return 1;
+        }
+    return 0;
+}
+
+/* A copy of obj without the ownerReferences whose uid is a key of `uids`
+ * (the collector's delete-owner-reference patch); the field goes when empty. */
+static json_t *without_refs(const json_t *obj, const json_t *uids)
+{
+    json_t *next = json_deep_copy(obj), *m = meta_of(next), *keep = json_array();
+    size_t i;
+    json_t *ref;
+    json_array_foreach(json_object_get(m, "ownerReferences"), i, ref)
+        if (!json_object_get(uids, json_string_value(json_object_get(ref, "uid")) ?: "")) json_array_append(keep, ref);
+    if (json_array_size(keep)) json_object_set_new(m, "ownerReferences", keep);
+    else { json_decref(keep); json_object_del(m, "ownerReferences"); }
+    return next;
+}
+
+static json_t *g_gc_reported;   /* "dependent uid/owner uid" already reported */
+
+/* The graph builder's reportInvalidNamespaceOwnerRef: when the owner named
+ * by `ref` (a namespaced kind, type ot) exists under that uid in another
+ * namespace than the dependent `dep` (of type res), a Warning Event
+ * OwnerRefInvalidNamespace about the dependent, from
+ * garbage-collector-controller, in the dependent's namespace ("default"
+ * for a cluster-scoped one), once per dependent and owner. Returns 1 when
+ * it wrote one. Caller holds g_lock. */
+static int gc_report_namespace(int res, const json_t *dep, int ot, const json_t *ref)
+{
+    const char *ruid = json_string_value(json_object_get(ref, "uid")) ?: "";
+    const char *ns = meta_str(dep, "namespace") ?: "";
+    const char *duid = meta_str(dep, "uid") ?: "";
+    int elsewhere = 0;
+    for (size_t i = 0; i < g_store[ot].n && !elsewhere; i++) {
+        const json_t *o = g_store[ot].v[i].obj;
+        if (!strcmp(meta_str(o, "uid") ?: "", ruid) && strcmp(meta_str(o, "namespace") ?: "", ns)) elsewhere = 1;
+    }
+    if (!elsewhere) return 0;
+    char rk[200];
+    snprintf(rk, sizeof rk, "%.90s/%.90s", duid, ruid);
+    if (!g_gc_reported) g_gc_reported = json_object();
+    if (json_object_get(g_gc_reported, rk)) return 0;
+    json_object_set_new(g_gc_reported, rk, json_true());
+    const dbl_type *dt = &DBL_TYPES[res];
+    char av[160], now[32], name[400], msg[1200];
+    now_rfc3339(now, sizeof now);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(name, sizeof name, "%s.%llx", meta_str(dep, "name") ?: "",
+             (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    /* objectReference.String(): [apiVersion/kind, namespace: ns, name: n, uid: u], ns being the dependent's */
+    snprintf(msg, sizeof msg, "ownerRef [%s/%s, namespace: %s, name: %s, uid: %s] does not exist in namespace \"%s\"",
+             json_string_value(json_object_get(ref, "apiVersion")) ?: "", json_string_value(json_object_get(ref, "kind")) ?: "",
+             ns, json_string_value(json_object_get(ref, "name")) ?: "", ruid, ns);
+    const char *evns = *ns ? ns : "default";
+    json_t *inv = json_pack("{s:s,s:s,s:s,s:s}", "kind", dt->kind, "apiVersion", api_version(dt, av, sizeof av),
+                            "name", meta_str(dep, "name") ?: "", "uid", duid);
+    if (*ns) json_object_set_new(inv, "namespace", json_string(ns));
+    char uid[37];
+    new_uid(uid);
+    json_t *ev = json_pack("{s:s,s:s,s:{s:s,s:s,s:s,s:s},s:o,s:s,s:s,s:{s:s},s:s,s:s,s:i,s:s}",
+                           "apiVersion", "v1", "kind", "Event",
+                           "metadata", "name", name, "namespace", evns, "uid", uid, "creationTimestamp", now,
+                           "involvedObject", inv, "reason", "OwnerRefInvalidNamespace", "message", msg,
+                           "source", "component", "garbage-collector-controller",
+                           "firstTimestamp", now, "lastTimestamp", now, "count", 1, "type", "Warning");
+    char *key = make_key(evns, name);
+    commit(T_EVENTS, key, "ADDED", ev);
+    free(key);
+    return 1;
+}
+
+/* One collector step on the stored object (res, e); returns 1 when it wrote. */
+static int gc_step(int res, entry *e)
+{
+    const json_t *obj = e->obj, *m = json_object_get(obj, "metadata");
+    const char *uid = meta_str(obj, "uid") ?: "";
+    char *key = strdup(e->key);
+    int wrote = 0;
+    if (json_object_get(m, "deletionTimestamp")) {
+        if (has_finalizer(obj, DBL_FINALIZER_ORPHAN)) {
+            /* attemptToOrphanWorker: drop the reference from every dependent,
+             * then the owner's orphan finalizer */
+            json_t *uids = json_pack("{s:b}", uid, 1);
+            for (size_t ti = 0; ti < NTYPES; ti++)
+                for (size_t i = 0; i < g_store[ti].n; i++) {
+                    entry *d = &g_store[ti].v[i];
+                    int names = 0;
+                    size_t j;
+                    json_t *ref;
+                    json_array_foreach(json_object_get(json_object_get(d->obj, "metadata"), "ownerReferences"), j, ref)
+                        if (!strcmp(json_string_value(json_object_get(ref, "uid")) ?: "", uid)) names = 1;
+                    if (names) commit((int)ti, d->key, "MODIFIED", without_refs(d->obj, uids));
+                }
+            json_decref(uids);
+            e = store_find(res, key);
+            json_t *next = json_deep_copy(e->obj), *fin = json_array();
+            size_t i;
+            json_t *f;
+            json_array_foreach(json_object_get(meta_of(next), "finalizers"), i, f)
+                if (strcmp(json_string_value(f) ?: "", DBL_FINALIZER_ORPHAN)) json_array_append(fin, f);
+            write_finalizers(res, key, next, fin);
+            wrote = 1;
+        } else if (has_finalizer(obj, DBL_FINALIZER_FOREGROUND) && !has_dependents(uid, 1)) {
+            /* processDeletingDependentsItem: no blocking dependent is left */
+            json_t *next = json_deep_copy(obj), *fin = json_array();
+            size_t i;
+            json_t *f;
+            json_array_foreach(json_object_get(meta_of(next), "finalizers"), i, f)
+                if (strcmp(json_string_value(f) ?: "", DBL_FINALIZER_FOREGROUND)) json_array_append(fin, f);
+            write_finalizers(res, key, next, fin);
+            wrote = 1;
+        }
+        /* otherwise: being deleted is a one-way trip; nothing to collect */
+        free(key);
+        return wrote;
+    }
+    const json_t *refs = json_object_get(m, "ownerReferences");
+    if (!json_array_size(refs)) { free(key); return 0; }
+    const char *ns = meta_str(obj, "namespace");
+    int solid = 0, dangling = 0, waiting = 0;
+    json_t *drop = json_object();   /* uids of dangling and waiting owners */
+    size_t i;
+    json_t *ref;
+    json_array_foreach(refs, i, ref) {
+        int ot = ref_type(ref);
+        if (ot < 0) { json_decref(drop); free(key); return 0; }   /* restMappingError: retried forever */
+        if (DBL_TYPES[ot].namespaced && gc_report_namespace(res, obj, ot, ref)) {
+            json_decref(drop);                                     /* the store moved: start over */
+            free(key);
+            return 1;
+        }
+        if (DBL_TYPES[ot].namespaced && !DBL_TYPES[res].namespaced) {
+            json_decref(drop);                                     /* namespacedOwnerOfClusterScopedObjectErr */
+            free(key);
+            return 0;
+        }
+        char *ok = make_key(DBL_TYPES[ot].namespaced ? ns : NULL, json_string_value(json_object_get(ref, "name")) ?: "");
+        entry *owner = store_find(ot, ok);
+        free(ok);
+        const char *ruid = json_string_value(json_object_get(ref, "uid")) ?: "";
+        if (!owner || strcmp(meta_str(owner->obj, "uid") ?: "", ruid)) {
+            dangling++;
+            json_object_set_new(drop, ruid, json_true());
+        } else if (meta_str(owner->obj, "deletionTimestamp") && has_finalizer(owner->obj, DBL_FINALIZER_FOREGROUND)) {
+            waiting++;
+            json_object_set_new(drop, ruid, json_true());
+        } else {
+            solid++;
+        }
+    }
+    if (solid) {
+        if (dangling || waiting) {
+            commit(res, key, "MODIFIED", without_refs(obj, drop));
+            wrote = 1;
+        }
+    } else {
+        const char *policy;
+        if (waiting && has_dependents(uid, 0) && dependent_deleting_dependents(uid)) {
+            /* the collector's cycle guard: an owner and a dependent both wait
+             * on foreground deletion, so this object's blocking references
+             * become non-blocking (unblockOwnerReferences) before it goes */
+            json_t *next = json_deep_copy(obj);
+            size_t k;
+            json_t *r2;
+            json_array_foreach(json_object_get(meta_of(next), "ownerReferences"), k, r2)
+                if (json_is_true(json_object_get(r2, "blockOwnerDeletion")))
+                    json_object_set_new(r2, "blockOwnerDeletion", json_false());
+            if (!json_equal(next, obj)) {
+                commit(res, key, "MODIFIED", next);
+                json_decref(drop);
+                free(key);
+                return 1;
+            }
+            json_decref(next);
+        }
+        if (waiting && has_dependents(uid, 0)) policy = "Foreground";
+        else if (has_finalizer(obj, DBL_FINALIZER_ORPHAN)) policy = "Orphan";
+        else if (has_finalizer(obj, DBL_FINALIZER_FOREGROUND)) policy = "Foreground";
+        else policy = "Background";
+        json_t *opts = json_pack("{s:s,s:{s:s}}", "propagationPolicy", policy, "preconditions", "uid", uid);
+        int code;
+        json_decref(delete_locked(0, res, key, meta_str(obj, "name") ?: "", opts, &code));
+        json_decref(opts);
+        wrote = code == 200;
+    }
+    json_decref(drop);
+    free(key);
+    return wrote;
+}
+
+/* Runs collector steps until none applies (caller holds g_lock). */
+static void gc_run(void)
+{
+    for (long guard = 0; g_gc_objs > 0 && guard < 1000000; guard++) {
+        int wrote = 0;
+        for (size_t ti = 0; ti < NTYPES && !wrote; ti++)
+            for (size_t i = 0; i < g_store[ti].n && !wrote; i++)
+                if (gc_relevant(g_store[ti].v[i].obj)) wrote = gc_step((int)ti, &g_store[ti].v[i]);
+        if (!wrote) break;
+    }
+}
+
+static const dbl_type DELETE_OPTIONS = { "meta.k8s.io", "v1", "deleteoptions", "deleteoptions", "DeleteOptions", 0, "", 0, 0, 0, "" };
+
+/* The request's DeleteOptions: the body when there is one, else the query
+ * (handlers/delete.go decodes one or the other). Returns a new object, or
+ * NULL after answering 400/422 (*rc set). */
+static json_t *delete_options(rq *r, const char *body, size_t len, enum MHD_Result *rc)
+{
+    json_t *opts;
+    if (len) {
+        json_error_t je;
+        opts = json_loadb(body, len, 0, &je);
+        if (!json_is_object(opts)) {
+            json_decref(opts);
+            char m[300];
+            snprintf(m, sizeof m, "the object provided is unrecognized: %s", je.text);
+            *rc = respond_status(r, err_bad_request(m));
+            return NULL;
+        }
+    } else {
+        opts = json_object();
+        const char *pp = arg(r, "propagationPolicy"), *od = arg(r, "orphanDependents");
+        if (pp) json_object_set_new(opts, "propagationPolicy", json_string(pp));
+        if (od) json_object_set_new(opts, "orphanDependents", json_boolean(!strcmp(od, "true") || !strcmp(od, "1")));
+    }
+    json_t *causes = dbl_delete_options_validate(opts);
+    if (json_array_size(causes)) {
+        json_decref(opts);
+        *rc = respond_status(r, err_invalid_causes(&DELETE_OPTIONS, "", causes));
+        return NULL;
+    }
+    json_decref(causes);
+    return opts;
+}
+
 static enum MHD_Result serve_delete(rq *r, const route *rt, const char *body, size_t len)
 {
-    json_t *opts = len ? json_loadb(body, len, 0, NULL) : NULL;
+    enum MHD_Result rc;
+    json_t *opts = delete_options(r, body, len, &rc);
+    if (!opts) return rc;
     char *key = make_key(rt->ns, rt->name);
     int code;
     pthread_mutex_lock(&g_lock);
-    json_t *out = delete_locked(r, rt->res, key, rt->name, opts, &code);
+    json_t *out = delete_locked(is_dry_run(r), rt->res, key, rt->name, opts, &code);
+    if (code == 200 && !is_dry_run(r)) gc_run();
     pthread_mutex_unlock(&g_lock);
     free(key);
+    /* 202 when the object stays and orphanDependents=false was asked */
+    if (code == 200 && meta_str(out, "deletionTimestamp") && json_is_false(json_object_get(opts, "orphanDependents")))
+        code = 202;
     json_decref(opts);
-    const char *orphan = arg(r, "orphanDependents");
-    if (code == 200 && meta_str(out, "deletionTimestamp") && orphan && !strcmp(orphan, "false")) code = 202;
     return respond(r, code, out);
 }
 
-static enum MHD_Result serve_delete_collection(rq *r, const route *rt)
+static enum MHD_Result serve_delete_collection(rq *r, const route *rt, const char *body, size_t len)
 {
     const dbl_type *t = &DBL_TYPES[rt->res];
     dbl_selector *ls, *fs;
     if (selectors(r, t, &ls, &fs) < 0) return MHD_YES;
+    enum MHD_Result rc;
+    json_t *opts = delete_options(r, body, len, &rc);
+    if (!opts) { dbl_selector_free(ls); dbl_selector_free(fs); return rc; }
     json_t *items = json_array();
     pthread_mutex_lock(&g_lock);
     json_t *state = state_at(rt->res, 0);
@@ -1698,16 +2144,18 @@ static enum MHD_Result serve_delete_collection(rq *r, const route *rt)
     json_object_foreach(state, key, obj) {
         if (!in_scope(obj, rt->ns) || !dbl_selector_match(ls, obj) || !dbl_selector_match(fs, obj)) continue;
         int code;
-        json_t *res = delete_locked(r, rt->res, key, meta_str(obj, "name"), NULL, &code);
+        json_t *res = delete_locked(is_dry_run(r), rt->res, key, meta_str(obj, "name"), opts, &code);
         if (code == 200 && json_is_object(res) && json_object_get(res, "metadata") &&
             !json_object_get(res, "status")) json_array_append_new(items, list_item(t, res));
         else if (code == 200 && t->return_deleted) json_array_append_new(items, list_item(t, res));
         json_decref(res);
     }
+    if (!is_dry_run(r)) gc_run();
     char rvb[32];
     snprintf(rvb, sizeof rvb, "%llu", g_rv);
     pthread_mutex_unlock(&g_lock);
     json_decref(state);
+    json_decref(opts);
     dbl_selector_free(ls);
     dbl_selector_free(fs);
     char av[160], kind[160];
@@ -2211,7 +2659,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (!strcmp(method, "PATCH") && !collection) return serve_patch(&r, &rt, body, blen);
     if (!strcmp(method, "DELETE")) {
-        if (collection) return serve_delete_collection(&r, &rt);
+        if (collection) return serve_delete_collection(&r, &rt, body, blen);
         if (*rt.sub) goto not_allowed;
         return serve_delete(&r, &rt, body, blen);
     }

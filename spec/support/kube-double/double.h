@@ -106,4 +106,35 @@ json_t *dbl_pod_validate_update(const json_t *newp, const json_t *oldp);
  * omitempty, so an emptied list (the last gate removed) is not stored. */
 void dbl_pod_normalize(json_t *pod);
 
+/* ---- owner references and deletion options (gc.c) ------------------------ */
+
+#define DBL_FINALIZER_ORPHAN "orphan"                 /* metav1.FinalizerOrphanDependents */
+#define DBL_FINALIZER_FOREGROUND "foregroundDeletion" /* metav1.FinalizerDeleteDependents */
+
+/* The part of ValidateObjectMetaAccessor(Update) the double checks, for
+ * every kind on create and update: each of metadata.ownerReferences needs
+ * apiVersion (with a version), kind, name and uid, no core/v1 Event owner,
+ * at most one with controller: true; metadata.finalizers may not hold both
+ * orphan and foregroundDeletion. Field paths are the real ones (not
+ * indexed: `metadata.ownerReferences.uid`). Returns a new JSON array of
+ * StatusCauses ({reason, message, field}) in the real order, empty when
+ * valid. Whether an owner exists, or sits in the dependent's namespace, is
+ * not checked here: the API server never checks it (the collector does). */
+json_t *dbl_meta_validate(const json_t *obj);
+
+/* ValidateDeleteOptions: propagationPolicy one of Foreground, Background,
+ * Orphan, and not together with orphanDependents. Returns a new JSON array
+ * of StatusCauses, empty when valid (the caller answers 422 Invalid for
+ * kind DeleteOptions, group meta.k8s.io, name ""). */
+json_t *dbl_delete_options_validate(const json_t *opts);
+
+/* deletionFinalizersForGarbageCollection: the finalizers an object keeps
+ * when a DELETE with options `opts` (DeleteOptions as JSON, may be NULL)
+ * reaches it: `orphan` and `foregroundDeletion` are removed, then `orphan`
+ * added when orphanDependents is true, or propagationPolicy is Orphan, or
+ * neither is given and the object already had `orphan` first;
+ * `foregroundDeletion` likewise for Foreground. The default policy is
+ * Background for every kind the double serves. Returns a new array. */
+json_t *dbl_gc_finalizers(const json_t *finalizers, const json_t *opts);
+
 #endif

@@ -15,7 +15,7 @@ WARN   ?= -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
 DOUBLE_DIR  := spec/support/kube-double
 DOUBLE_BIN  := $(BUILD)/bin/kube-double
 DOUBLE_SRC  := $(DOUBLE_DIR)/double.c $(DOUBLE_DIR)/select.c $(DOUBLE_DIR)/patch.c $(DOUBLE_DIR)/schema.c \
-               $(DOUBLE_DIR)/pods.c
+               $(DOUBLE_DIR)/pods.c $(DOUBLE_DIR)/gc.c
 DOUBLE_PKGS := libmicrohttpd jansson gnutls
 DOUBLE_CFLAGS = $(shell pkg-config --cflags $(DOUBLE_PKGS))
 DOUBLE_LIBS   = $(shell pkg-config --libs $(DOUBLE_PKGS)) -lpthread
