@@ -402,8 +402,8 @@ static void run_doc(const char *file, const char *label_of_file, const json_t *d
         }
     }
     const char *cfg = json_string_value(json_object_get(doc, "config"));
-    if(!file) {
-        settings = json_deep_copy(mem_settings);
+    if(!file || (!cfg && mem_settings)) {
+        settings = json_deep_copy(mem_settings); /* a ConfigMap test, or --config */
     } else if(cfg) {
         char p[PATH_MAX];
         resolve(file, cfg, p, sizeof p);
@@ -561,7 +561,8 @@ out:
     json_decref(file_objects);
 }
 
-static void run_file(const char *file, const engine_options *base_opt, FILE *out, policytest_counts *c)
+static void run_file(const char *file, const engine_options *base_opt, const json_t *settings, long timeout_ms,
+                     FILE *out, policytest_counts *c)
 {
     cozy_err err = {{0}};
     json_t *recs = json_array();
@@ -569,7 +570,8 @@ static void run_file(const char *file, const engine_options *base_opt, FILE *out
         fprintf(out, "ERROR %s: %s\n", file, err.msg[0] ? err.msg : "expected one test document");
         c->errors++;
     } else {
-        run_doc(file, NULL, json_object_get(json_array_get(recs, 0), "object"), NULL, 0, base_opt, out, c);
+        run_doc(file, NULL, json_object_get(json_array_get(recs, 0), "object"), settings, timeout_ms, base_opt, out,
+                c);
     }
     json_decref(recs);
 }
@@ -590,7 +592,8 @@ policytest_counts policytest_run_memory(const char *name, const char *text, size
     return c;
 }
 
-policytest_counts policytest_run(const char *const *paths, int npaths, const engine_options *opt, FILE *out)
+policytest_counts policytest_run(const char *const *paths, int npaths, const engine_options *opt,
+                                 const json_t *settings, long timeout_ms, FILE *out)
 {
     policytest_counts c = {0, 0, 0};
     for(int i = 0; i < npaths; i++) {
@@ -603,7 +606,7 @@ policytest_counts policytest_run(const char *const *paths, int npaths, const eng
         }
         size_t k;
         json_t *f;
-        json_array_foreach(files, k, f) run_file(json_string_value(f), opt, out, &c);
+        json_array_foreach(files, k, f) run_file(json_string_value(f), opt, settings, timeout_ms, out, &c);
         json_decref(files);
     }
     return c;

@@ -45,9 +45,14 @@ typedef struct policytest_counts {
 } policytest_counts;
 
 /* Runs every test file under `paths` (files or directories) with policies
- * from `opt` (bundle and override; budgets come from each file's config).
- * Prints "PASS|FAIL file: case" lines and reasons to `out`; returns counts. */
-policytest_counts policytest_run(const char *const *paths, int npaths, const engine_options *opt, FILE *out);
+ * from `opt` (bundle and override). Settings (and so budgets): each file's
+ * `config:`, else `settings` (config.h shape; `policy test --config`),
+ * else the defaults. timeout_ms > 0: each review runs under that
+ * wall-clock deadline (`--review-timeout`, as the controller's reviews and
+ * its reload gate do); 0: none. Prints "PASS|FAIL file: case" lines and
+ * reasons to `out`; returns counts. */
+policytest_counts policytest_run(const char *const *paths, int npaths, const engine_options *opt,
+                                 const json_t *settings, long timeout_ms, FILE *out);
 
 /* Runs one test document held in memory (`len` bytes of YAML or JSON:
  * a `*.test.yaml` key of the policies ConfigMap, docs/decisions/0018),

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "agent/agent.h"
+#include "base/duration.h"
 #include "format/config.h"
 #include "controller/controller.h"
 #include "engine/engine.h"
@@ -282,18 +283,29 @@ out:
     return status;
 }
 
+#define POLICY_TEST_USAGE                                                                                      \
+    "usage: cozygpu policy test [--policies DIR] [--override DIR] [--library DIR] [--config FILE]\n"             \
+    "                           [--review-timeout DURATION] PATH...\n"
+
 static int cmd_policy(int argc, char **argv)
 {
     if(argc < 2 || strcmp(argv[1], "test") != 0) {
-        fprintf(stderr, "usage: cozygpu policy test [--policies DIR] [--override DIR] [--library DIR] PATH...\n");
+        if(argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+            fputs(POLICY_TEST_USAGE, stdout);
+            return 0;
+        }
+        fputs(POLICY_TEST_USAGE, stderr);
         return 2;
     }
     static const struct option opts[] = {
         {"policies", required_argument, 0, 'p'}, {"override", required_argument, 0, 'O'},
-        {"library", required_argument, 0, 'L'},  {"help", no_argument, 0, 'h'},
+        {"library", required_argument, 0, 'L'},  {"config", required_argument, 0, 'c'},
+        {"review-timeout", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     engine_options eo = {0};
+    const char *config = NULL;
+    long timeout_ms = 0;
     int c;
     optind = 1;
     argc--, argv++;
@@ -302,9 +314,21 @@ static int cmd_policy(int argc, char **argv)
         case 'p': eo.bundle_dir = optarg; break;
         case 'O': eo.override_dir = optarg; break;
         case 'L': eo.library_dir = optarg; break;
+        case 'c': config = optarg; break;
+        case 't':
+            if(cozy_parse_duration(optarg, &timeout_ms) != 0 || timeout_ms < 1) {
+                fprintf(stderr, "cozygpu policy test: --review-timeout: not a positive duration (like 8s): %s\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'h':
-            puts("usage: cozygpu policy test [--policies DIR] [--override DIR] [--library DIR] PATH...\n"
-                 "Runs every test file (YAML) under PATH; see docs/policy-api.md for the format.\n"
+            fputs(POLICY_TEST_USAGE, stdout);
+            puts("Runs every test file (YAML) under PATH; see docs/policy-api.md for the format.\n"
+                 "  --config FILE            settings (DESIGN.md §10) for the files without config:,\n"
+                 "                           as the controller's reload gate uses its own settings\n"
+                 "  --review-timeout DURATION  a wall-clock deadline per review, as in the\n"
+                 "                           controller (default: none; the instruction budget only)\n"
                  "exit status: 0 all passed, 1 any failed, 2 a test file could not be read");
             return 0;
         default: return 2;
@@ -314,7 +338,17 @@ static int cmd_policy(int argc, char **argv)
         fprintf(stderr, "cozygpu policy test: no test files\n");
         return 2;
     }
-    policytest_counts n = policytest_run((const char *const *)argv + optind, argc - optind, &eo, stdout);
+    json_t *settings = NULL;
+    if(config) {
+        cozy_err err = {{0}};
+        if(config_load_file(config, &settings, &err) != COZY_OK) {
+            fprintf(stderr, "cozygpu policy test: --config: %s\n", err.msg);
+            return 2;
+        }
+    }
+    policytest_counts n =
+        policytest_run((const char *const *)argv + optind, argc - optind, &eo, settings, timeout_ms, stdout);
+    json_decref(settings);
     printf("%d passed, %d failed%s\n", n.passed, n.failed, n.errors ? " (and unreadable test files)" : "");
     if(n.errors)
         return 2;

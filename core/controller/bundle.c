@@ -399,7 +399,7 @@ static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
                                                     &b->sources[b->n_sources], b->modules[b->n_sources],
                                                     sizeof b->modules[0], &kerr);
             if(krc == COZY_ERR_INPUT) {
-                log_write(LOG_WARN, "reload", "ignoring a key that is not a policy file name (NAME.lua of letters, digits, - _ .)", "configmap", cm_name,
+                log_write(LOG_WARN, "reload", "ignoring a key that is neither a policy file (NAME.lua of letters, digits, - _ .) nor a policy test (NAME.test.yaml)", "configmap", cm_name,
                           "key", k, NULL);
                 continue;
             }

@@ -6,7 +6,7 @@
 -- first; a denial or a failure stops the mutate phase, so the mutating
 -- rules of a refused review did not run ("skipped"); a rule whose match
 -- does not take the kind did not run either.
-local function run(cases, override)
+local function run(cases, override, flags)
   local dir = H.tmpdir()
   local root = io.popen("pwd"):read("l")
   local head = ("cluster: [%s/examples/classes, %s/examples/cluster]\n"):format(root, root)
@@ -17,7 +17,15 @@ local function run(cases, override)
   end
   os.execute("mkdir -p " .. H.q(dir .. "/tests"))
   H.write(dir .. "/tests/t.yaml", head:gsub("override: site", "override: ../site") .. "cases:\n" .. cases:gsub("@", root))
-  return H.run { "policy", "test", dir .. "/tests" }
+  local args = { "policy", "test" }
+  for _, f in ipairs(flags or {}) do args[#args + 1] = (f:gsub("@dir", dir)) end
+  args[#args + 1] = dir .. "/tests"
+  if flags then
+    for _, f in ipairs(flags) do
+      if f:match("^@dir/") then H.write(f:gsub("@dir", dir), flags[f]) end
+    end
+  end
+  return H.run(args)
 end
 
 describe("cozygpu policy test, per-rule results", function()
@@ -88,6 +96,29 @@ describe("cozygpu policy test, per-rule results", function()
 ]])
     assert.equal(1, code, out)
     assert.truthy(out:find('expect.rules: the bundle has no rule "gpu/vmi-entrie"', 1, true), out)
+  end)
+
+  it("runs files without config: under --config, and each review under --review-timeout, as the controller does", function()
+    local loop = { ["loop.lua"] = [[return rule "site/loop" {
+  match = { kind = "VirtualMachineInstance", operations = { "CREATE" } },
+  validate = function(req) while true do end end }]] }
+    local case = [[
+- name: a rule that loops
+  input: @/examples/reviews/01-vmi-l40s-and-connectx-vf.yaml
+  expect:
+    allowed: false
+    rules: {site/loop: %s}
+]]
+    -- the default budget (10,000,000 instructions) stops it: budget
+    local out, _, code = run(case:format("budget"), loop)
+    assert.equal(0, code, out)
+    -- a budget no review reaches and a 300 ms deadline: deadline, as the
+    -- controller's reload gate would answer under those settings
+    local flags = { "--config", "@dir/settings.yaml", "--review-timeout", "300ms",
+      ["@dir/settings.yaml"] = "policyBudget: {instructions: 100000000000, memoryBytes: 67108864}\n" }
+    out, _, code = run(case:format("deadline"), loop, flags)
+    assert.equal(0, code, out)
+    assert.truthy(out:find("1 passed, 0 failed", 1, true), out)
   end)
 
   it("refuses a result word it does not know, naming the rule", function()
