@@ -132,10 +132,26 @@ static cozy_result load_cluster(const char *testfile, const json_t *list, json_t
         const json_t *items = json_object_get(list, "items");
         const char *kind = json_string_value(json_object_get(list, "kind"));
         size_t kl = kind ? strlen(kind) : 0;
-        if(kl >= 4 && strcmp(kind + kl - 4, "List") == 0 && json_is_array(items)) {
+        if(kl >= 4 && strcmp(kind + kl - 4, "List") == 0) {
+            /* as kubectl reads a List: items a list of objects, each with
+               apiVersion and kind, none of them a List itself */
+            if(!json_is_array(items))
+                return cozy_fail(err, COZY_ERR_INPUT, "%s%scluster: %s: items must be a list of objects",
+                                 testfile ? testfile : "", testfile ? ": " : "", kind);
             size_t i;
             json_t *o;
-            json_array_foreach(items, i, o) if(json_is_object(o)) json_array_append(objects, o);
+            json_array_foreach(items, i, o) {
+                const char *ik = json_string_value(json_object_get(o, "kind"));
+                size_t ikl = ik ? strlen(ik) : 0;
+                if(!json_is_object(o) || !ik || !json_is_string(json_object_get(o, "apiVersion")))
+                    return cozy_fail(err, COZY_ERR_INPUT,
+                                     "%s%scluster: %s: items[%zu] is not an object with apiVersion and kind",
+                                     testfile ? testfile : "", testfile ? ": " : "", kind, i);
+                if(ikl >= 4 && strcmp(ik + ikl - 4, "List") == 0)
+                    return cozy_fail(err, COZY_ERR_INPUT, "%s%scluster: %s: items[%zu] is a %s (a List in a List)",
+                                     testfile ? testfile : "", testfile ? ": " : "", kind, i, ik);
+                json_array_append(objects, o);
+            }
         } else if(kind && json_is_string(json_object_get(list, "apiVersion"))) {
             json_array_append(objects, (json_t *)list);
         } else {
@@ -203,7 +219,11 @@ static const char *check(engine *e, const json_t *expect, const json_t *review, 
             json_array_foreach(got, j, g) if(json_string_value(w) && strstr(json_string_value(g), json_string_value(w)))
                 found = 1;
             if(!found) {
-                snprintf(why, n, "no warning contains \"%s\"", json_string_value(w) ? json_string_value(w) : "?");
+                /* and what the warnings were, so the mismatch can be seen */
+                char *list = json_dumps(got ? got : json_array(), JSON_COMPACT | JSON_ENCODE_ANY);
+                snprintf(why, n, "no warning contains \"%s\"; the warnings: %.1200s",
+                         json_string_value(w) ? json_string_value(w) : "?", list ? list : "[]");
+                free(list);
                 return why;
             }
         }
@@ -458,15 +478,22 @@ static void run_doc(const char *file, const char *label_of_file, const json_t *d
     json_t *tc;
     json_array_foreach(cases, i, tc) {
         char label[512], why[2048];
-        const char *name = json_string_value(json_object_get(tc, "name"));
-        snprintf(label, sizeof label, "%s: %s", label_file, name ? name : "(unnamed case)");
+        const json_t *name_v = json_object_get(tc, "name");
+        const char *name = json_string_value(name_v);
+        int bad_name = (name_v && !name) || (name && strpbrk(name, "\r\n"));
+        snprintf(label, sizeof label, "%s: %s", label_file,
+                 bad_name ? "(case with a bad name)" : name ? name : "(unnamed case)");
         const char *reason = NULL;
+        if(bad_name) /* one line per case in the output, and in the gate's Event */
+            reason = "name must be a single-line string";
         int ran = 0; /* the case was reviewed: engine_last_rules is its */
         json_t *objects = NULL, *input = NULL, *r1 = NULL, *r2 = NULL, *req = NULL;
         json_t *inrecs = json_array();
         /* input */
         const char *inpath = json_string_value(json_object_get(tc, "input"));
-        if(inpath && !file) {
+        if(reason) {
+            /* the name is already wrong: nothing else of the case is read */
+        } else if(inpath && !file) {
             reason = "input: names a file, and a test in a ConfigMap has none: give the object inline (object:)";
         } else if(inpath) {
             char p[PATH_MAX];

@@ -102,3 +102,54 @@ cases:
     assert.truthy(out:find("override: must be a folder path (relative to the test file)", 1, true), out)
   end)
 end)
+
+-- A new user's findings (issue 12 review): inline snapshots read as
+-- strictly as kubectl reads a List (items a list of objects with
+-- apiVersion and kind, no List in a List), one line per case, and a
+-- warning mismatch that shows the warnings there were.
+describe("cozygpu policy test, inline snapshots and case names", function()
+  local function file(text)
+    local dir = H.tmpdir()
+    H.write(dir .. "/t.yaml", text)
+    return H.run { "policy", "test", dir .. "/t.yaml" }
+  end
+  local case = "cases:\n- name: x\n  object: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: a}}\n  expect: {allowed: true}\n"
+
+  for _, c in ipairs {
+    { "cluster: [{apiVersion: v1, kind: List, items: [{apiVersion: v1, kind: Namespace, metadata: {name: a}}, 1]}]\n",
+      "cluster: List: items[1] is not an object with apiVersion and kind" },
+    { "cluster: [{apiVersion: v1, kind: List, items: 3}]\n", "cluster: List: items must be a list of objects" },
+    { "cluster: [{apiVersion: v1, kind: List, items: [{apiVersion: v1, kind: List, items: []}]}]\n",
+      "cluster: List: items[0] is a List (a List in a List)" },
+  } do
+    it("refuses an inline snapshot " .. c[2]:match(": ([^:]+)$"), function()
+      local out, _, code = file(c[1] .. case)
+      assert.equal(2, code, out)
+      assert.truthy(out:find(c[2], 1, true), out)
+    end)
+  end
+
+  it("takes a NamespaceList inline, item by item", function()
+    local out, _, code = file("cluster: [{apiVersion: v1, kind: NamespaceList, items: [{apiVersion: v1, kind: Namespace, metadata: {name: a}}]}]\n" .. case)
+    assert.equal(0, code, out)
+  end)
+
+  it("fails a case whose name is not a single-line string", function()
+    for _, name in ipairs { "42", "{a: b}", '"two\\nlines"' } do
+      local out, _, code = file(case:gsub("name: x", "name: " .. name))
+      assert.equal(1, code, out)
+      assert.truthy(out:find("FAIL [^\n]*: %(case with a bad name%)\n     name must be a single%-line string"), out)
+    end
+  end)
+
+  it("shows the warnings there were when none contains the expected text", function()
+    local dir = H.tmpdir()
+    os.execute("mkdir -p '" .. dir .. "/site'")
+    H.write(dir .. "/site/w.lua", [[return rule "site/w" { match = { kind = "Pod" },
+      validate = function() return { warn("first"), warn("second") } end }]])
+    H.write(dir .. "/t.yaml", "override: site\n" .. case:gsub("allowed: true}", "allowed: true, warnings: [third]}"))
+    local out, _, code = H.run { "policy", "test", dir .. "/t.yaml" }
+    assert.equal(1, code, out)
+    assert.truthy(out:find('no warning contains "third"; the warnings: ["first","second"]', 1, true), out)
+  end)
+end)
