@@ -298,6 +298,26 @@ describe("cozygpu.capacity.of: vGPU on SR-IOV VFs (vendor-specific VFIO)", funct
     end)
   end)
 
+  it("counts MIG-backed H200 profiles by their name (fixtures/sysfs/creatable_vgpu_types/h200-readme-cat-output.txt)", function()
+    -- H200 SXM (10de:2335) PF 0000:41:00.0 on nvidia, the catalog of
+    -- NVIDIA's plugin README (1428 NVIDIA H200X-141C, 1414 NVIDIA
+    -- H200X-1-18C); VF 0-2 carry 1414, VF 3 none: 3 under NVIDIA's name
+    -- nvidia.com/NVIDIA_H200X-1-18C; the passthrough class of the card
+    -- (gpu-passthrough-defaults.yaml: GH100_H200_SXM_141GB) gets 0, its PF
+    -- being on nvidia
+    local H200, H200_18C = "nvidia.com/GH100_H200_SXM_141GB", "nvidia.com/NVIDIA_H200X-1-18C"
+    local g = gpunode("h200-1", { functions = { {
+      address = "0000:41:00.0", device = "2335", driver = "nvidia", iommu = 45,
+      sriov = { total = 16, vfs = 4, offset = 4, stride = 1, iommu = 46,
+        vgpu = { creatable = "h200-readme-cat-output.txt", current = { [0] = 1414, [1] = 1414, [2] = 1414 } } },
+    } } })
+    local kv = defaults_plus { { pciVendorSelector = "10DE:2335", resourceName = H200_18C, externalResourceProvider = true } }
+    local offers, problems = capacity.of(node("h200-1", { [H200_18C] = "3" }), g, kv,
+      { class("h200-1-18c", "VGPU", H200_18C, "H200X-1-18C"), class("h200", "Passthrough", H200) })
+    assert.are.same({ ["h200-1-18c"] = 3, h200 = 0 }, offers)
+    assert.are.same({}, problems)
+  end)
+
   it("cannot count a VF whose type no list names (a full card, names not kept)", function()
     -- every function lists only the header: typeName unknown on VF 0 and 1
     local g = gpunode("l40s-1", l40s(nil, {}))
@@ -355,6 +375,43 @@ describe("cozygpu.capacity.of: mediated devices (Ampere)", function()
     assert.are.same({ ["a2-4q"] = 1 }, offers)
     assert.are.same({ "a2-4q:Excluded", "a2-4q:InventoryBelowAllocatable" }, reasons(problems))
     assert.matches("0000:08:01.6/" .. H.pat(U2) .. " does not count .*parent 0000:08:01.6 not Healthy %(DriverUnbound%)", problems[1].message)
+  end)
+end)
+
+describe("cozygpu.capacity.of: the A10 node of fixtures/lspci/a10-vgpu-node-allocatable-and-sandbox-plugin-log.txt", function()
+  -- An A10 (10de:2236) PF 0000:3b:00.0 on nvidia with the 8 VFs the plugin
+  -- log lists (0000:3b:00.4 ... 0000:3b:01.3); 6 of them hold one created
+  -- "NVIDIA A10-8Q" mdev. The kubelet there reports
+  -- nvidia.com/NVIDIA_A10-8Q: 6 and nvidia.com/A10-12Q: 0. The type's
+  -- directory name is not in the fixtures and plays no part (KubeVirt and
+  -- NVIDIA's plugin match the `name` file).
+  local TYPES = { { type = "nvidia-a10-8q", name = "NVIDIA A10-8Q", available = 0 } }
+  local vf = {}
+  for i = 0, 7 do
+    vf[i] = { mdev = { types = TYPES, devices = i < 6 and { ["nvidia-a10-8q"] = { ("00000000-0000-4000-8000-%012d"):format(i) } } or nil } }
+  end
+  local DESC = { functions = { { address = "0000:3b:00.0", device = "2236", subsystem = "10de:1482", driver = "nvidia", iommu = 70,
+    sriov = { total = 16, vfs = 8, offset = 4, stride = 1, iommu = 71, vf = vf } } } }
+  local ALLOC = { ["nvidia.com/NVIDIA_A10-8Q"] = "6", ["nvidia.com/A10-12Q"] = "0", ["nvidia.com/GA102GL_A10"] = "0" }
+
+  it("offers the 6 mdevs under the name NVIDIA's plugin advertises", function()
+    local kv = kubevirt({}, { { mdevNameSelector = "NVIDIA A10-8Q", resourceName = "nvidia.com/NVIDIA_A10-8Q", externalResourceProvider = true } })
+    local offers, problems = capacity.of(node("node-1", ALLOC), gpunode("node-1", DESC), kv,
+      { class("a10-8q", "VGPU", "nvidia.com/NVIDIA_A10-8Q", "A10-8Q") })
+    assert.are.same({ ["a10-8q"] = 6 }, offers)
+    assert.are.same({}, problems)
+  end)
+
+  it("offers nothing under a Cozystack-style name the plugin does not advertise", function()
+    -- gpu-vgpu-defaults.yaml maps "NVIDIA A10-24Q" to nvidia.com/A10-24Q; the
+    -- same style for 8Q names nvidia.com/A10-8Q, which no kubelet reports:
+    -- min(6, 0) = 0
+    local kv = kubevirt({}, { { mdevNameSelector = "NVIDIA A10-8Q", resourceName = "nvidia.com/A10-8Q", externalResourceProvider = true } })
+    local offers, problems = capacity.of(node("node-1", ALLOC), gpunode("node-1", DESC), kv,
+      { class("a10-8q", "VGPU", "nvidia.com/A10-8Q", "A10-8Q") })
+    assert.are.same({ ["a10-8q"] = 0 }, offers)
+    assert.are.same({ "a10-8q:AllocatableBelowInventory" }, reasons(problems))
+    assert.matches("the GPUNode shows 6 of nvidia.com/A10%-8Q, status.allocatable 0", problems[1].message)
   end)
 end)
 
