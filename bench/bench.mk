@@ -69,12 +69,13 @@ BENCH_ARGS ?=
 BINDER_BENCH := $(BUILD)/bin/cozygpu-binder-bench
 BINDER_BENCH_ARGS ?=
 
-$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h core/base/result.h
+$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h core/binder/binder.c core/binder/binder.h \
+		core/base/result.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c core/binder/binder.c
 
 bench-binder: $(BINDER_BENCH)
-	@echo "the binder's index alone (no API, no Lua): placement and events, medians of repeated runs:"
+	@echo "the binder's index alone, then its state machine (no API, no Lua): placement and events, medians of repeated runs:"
 	$(BINDER_BENCH) $(BINDER_BENCH_ARGS)
 
 bench: bench-tools $(ENGINE_BENCH)
