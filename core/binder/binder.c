@@ -1,10 +1,14 @@
 /* binder.c — the binder's rules as a state machine over the index
  * (binder.h says what each rule is and where it comes from).
  *
- * Objects are kept in arrays in creation order (claims, sets, classes,
- * nodes), looked up by a linear scan: O(objects) per lookup, which is what
- * `cozygpu simulate` and the checks need; the leader's event path will
- * key them in hash tables (the index already does for placement).
+ * Objects (claims, sets, classes, nodes) are kept in uthash tables (Debian's
+ * uthash-dev, header-only, as the index): claims and sets keyed by
+ * "ns\0name", nodes and classes by name, so every lookup on an event's
+ * path is O(1) expected. A table's iteration order is its insertion order
+ * and a deletion keeps the others' order, so walking `claims` is creation
+ * order (the order binder.h promises), and a node replaced in place keeps
+ * its place (binder_state_restore gives the index the nodes in the order
+ * they were first given, as before).
  */
 #include "binder/binder.h"
 
@@ -13,7 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* uthash: report a failed allocation instead of exit(): the element is not
+ * added and its hh.tbl is NULL, which the callers check. */
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
+
 #define MAX_TOLS 32
+/* "ns\0name" of a claim or set, with its terminating NUL */
+#define KEY_MAX (BINDER_MAX_NAMESPACE + 1 + BINDER_MAX_NAME + 1)
 #define MSG_MAX 256
 
 typedef struct sm_class {
@@ -22,6 +33,7 @@ typedef struct sm_class {
     int deleting;
     binder_toleration *tols; /* strings owned */
     size_t n_tols;
+    UT_hash_handle hh; /* binder_state.classes, by name */
 } sm_class;
 
 typedef struct sm_node {
@@ -31,6 +43,7 @@ typedef struct sm_node {
     size_t n_offers;
     binder_taint *taints; /* strings owned */
     size_t n_taints;
+    UT_hash_handle hh; /* binder_state.nodes, by name */
 } sm_node;
 
 struct sm_set;
@@ -46,6 +59,10 @@ typedef struct sm_claim {
     char msg[MSG_MAX];
     uint64_t seq;
     struct sm_set *set;
+    size_t gi;   /* its group in the current pass (scratch) */
+    char *key;   /* "ns\0name" */
+    size_t keylen;
+    UT_hash_handle hh; /* binder_state.claims, by key, creation order */
 } sm_claim;
 
 typedef struct sm_set {
@@ -55,18 +72,17 @@ typedef struct sm_set {
     binder_vmi_phase phase;
     char *node;
     uint64_t seq;
+    char *key; /* "ns\0name" */
+    size_t keylen;
+    UT_hash_handle hh; /* binder_state.sets, by key, creation order */
 } sm_set;
 
 struct binder_state {
     binder_index *ix;
-    sm_class **classes;
-    size_t n_classes;
-    sm_node **nodes;
-    size_t n_nodes;
-    sm_claim **claims;
-    size_t n_claims;
-    sm_set **sets;
-    size_t n_sets;
+    sm_class *classes; /* uthash heads */
+    sm_node *nodes;
+    sm_claim *claims;
+    sm_set *sets;
     uint64_t seq;
 };
 
@@ -163,46 +179,65 @@ static int name_ok(const char *s, size_t max)
 
 static sm_class *class_find(const binder_state *st, const char *name)
 {
-    for(size_t i = 0; i < st->n_classes; i++)
-        if(strcmp(st->classes[i]->name, name) == 0)
-            return st->classes[i];
-    return NULL;
+    sm_class *c = NULL;
+    if(name)
+        HASH_FIND_STR(st->classes, name, c);
+    return c;
 }
 
 static sm_node *node_find(const binder_state *st, const char *name)
 {
-    if(!name)
+    sm_node *n = NULL;
+    if(name)
+        HASH_FIND_STR(st->nodes, name, n);
+    return n;
+}
+
+/* "ns\0name" into buf (KEY_MAX bytes); its length, or 0 when a part is
+ * missing or too long (no object has such a key). */
+static size_t key_of(const char *ns, const char *name, char *buf)
+{
+    if(!ns || !name)
+        return 0;
+    size_t a = strlen(ns), b = strlen(name);
+    if(a > BINDER_MAX_NAMESPACE || b > BINDER_MAX_NAME)
+        return 0;
+    memcpy(buf, ns, a);
+    buf[a] = 0;
+    memcpy(buf + a + 1, name, b + 1);
+    return a + 1 + b;
+}
+
+static char *key_dup(const char *ns, const char *name, size_t *len)
+{
+    char buf[KEY_MAX];
+    *len = key_of(ns, name, buf);
+    if(!*len)
         return NULL;
-    for(size_t i = 0; i < st->n_nodes; i++)
-        if(strcmp(st->nodes[i]->name, name) == 0)
-            return st->nodes[i];
-    return NULL;
+    char *k = malloc(*len + 1);
+    if(k)
+        memcpy(k, buf, *len + 1);
+    return k;
 }
 
 static sm_claim *claim_find(const binder_state *st, const char *ns, const char *name)
 {
-    for(size_t i = 0; i < st->n_claims; i++)
-        if(strcmp(st->claims[i]->ns, ns) == 0 && strcmp(st->claims[i]->name, name) == 0)
-            return st->claims[i];
-    return NULL;
+    char buf[KEY_MAX];
+    size_t len = key_of(ns, name, buf);
+    sm_claim *c = NULL;
+    if(len)
+        HASH_FIND(hh, st->claims, buf, len, c);
+    return c;
 }
 
 static sm_set *set_find(const binder_state *st, const char *ns, const char *name)
 {
-    for(size_t i = 0; i < st->n_sets; i++)
-        if(strcmp(st->sets[i]->ns, ns) == 0 && strcmp(st->sets[i]->name, name) == 0)
-            return st->sets[i];
-    return NULL;
-}
-
-static int grow(void *arrp, size_t n, size_t elem)
-{
-    void **arr = arrp;
-    void *p = realloc(*arr, (n + 1) * elem);
-    if(!p)
-        return -1;
-    *arr = p;
-    return 0;
+    char buf[KEY_MAX];
+    size_t len = key_of(ns, name, buf);
+    sm_set *s = NULL;
+    if(len)
+        HASH_FIND(hh, st->sets, buf, len, s);
+    return s;
 }
 
 static void free_tols(binder_toleration *t, size_t n)
@@ -242,6 +277,7 @@ static void claim_free(sm_claim *c)
     free(c->class_name);
     free(c->node);
     free(c->attached_to);
+    free(c->key);
     free(c);
 }
 
@@ -253,6 +289,7 @@ static void set_free(sm_set *s)
     free(s->name);
     free(s->claims);
     free(s->node);
+    free(s->key);
     free(s);
 }
 
@@ -289,21 +326,28 @@ void binder_state_free(binder_state *st)
 {
     if(!st)
         return;
-    for(size_t i = 0; i < st->n_classes; i++) {
-        free_tols(st->classes[i]->tols, st->classes[i]->n_tols);
-        free(st->classes[i]->name);
-        free(st->classes[i]);
+    sm_class *k, *ktmp;
+    HASH_ITER(hh, st->classes, k, ktmp) {
+        HASH_DEL(st->classes, k);
+        free_tols(k->tols, k->n_tols);
+        free(k->name);
+        free(k);
     }
-    free(st->classes);
-    for(size_t i = 0; i < st->n_nodes; i++)
-        node_free(st->nodes[i]);
-    free(st->nodes);
-    for(size_t i = 0; i < st->n_claims; i++)
-        claim_free(st->claims[i]);
-    free(st->claims);
-    for(size_t i = 0; i < st->n_sets; i++)
-        set_free(st->sets[i]);
-    free(st->sets);
+    sm_node *n, *ntmp;
+    HASH_ITER(hh, st->nodes, n, ntmp) {
+        HASH_DEL(st->nodes, n);
+        node_free(n);
+    }
+    sm_claim *c, *ctmp;
+    HASH_ITER(hh, st->claims, c, ctmp) {
+        HASH_DEL(st->claims, c);
+        claim_free(c);
+    }
+    sm_set *s, *stmp;
+    HASH_ITER(hh, st->sets, s, stmp) {
+        HASH_DEL(st->sets, s);
+        set_free(s);
+    }
     binder_free(st->ix);
     free(st);
 }
@@ -341,14 +385,15 @@ binder_rc binder_state_class_set(binder_state *st, const char *name, binder_on_c
             free(c);
             c = NULL;
         }
-        if(!c || grow(&st->classes, st->n_classes, sizeof *st->classes)) {
+        if(c)
+            HASH_ADD_KEYPTR(hh, st->classes, c->name, strlen(c->name), c);
+        if(!c || !c->hh.tbl) {
             if(c)
                 free(c->name);
             free(c);
             c = NULL;
             oom = 1;
-        } else
-            st->classes[st->n_classes++] = c;
+        }
     }
     if(oom) {
         free_tols(copy, n_tols);
@@ -364,16 +409,14 @@ binder_rc binder_state_class_set(binder_state *st, const char *name, binder_on_c
 
 binder_rc binder_state_class_delete(binder_state *st, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_classes; i++)
-        if(strcmp(st->classes[i]->name, name) == 0) {
-            free_tols(st->classes[i]->tols, st->classes[i]->n_tols);
-            free(st->classes[i]->name);
-            free(st->classes[i]);
-            memmove(st->classes + i, st->classes + i + 1, (st->n_classes - i - 1) * sizeof *st->classes);
-            st->n_classes--;
-            return BINDER_OK;
-        }
-    return fail(err, BINDER_ERR_INPUT, "class %s: not known", name);
+    sm_class *c = class_find(st, name);
+    if(!c)
+        return fail(err, BINDER_ERR_INPUT, "class %s: not known", name);
+    HASH_DEL(st->classes, c);
+    free_tols(c->tols, c->n_tols);
+    free(c->name);
+    free(c);
+    return BINDER_OK;
 }
 
 /* ------------------------------------------------------------- nodes */
@@ -426,22 +469,34 @@ binder_rc binder_state_node_set(binder_state *st, const char *name, const binder
     if(!copy)
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     sm_node *old = node_find(st, name);
-    if(!old && grow(&st->nodes, st->n_nodes, sizeof *st->nodes)) {
-        node_free(copy);
-        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    if(!old) {
+        HASH_ADD_KEYPTR(hh, st->nodes, copy->name, strlen(copy->name), copy);
+        if(!copy->hh.tbl) {
+            node_free(copy);
+            return fail(err, BINDER_ERR_MEMORY, "out of memory");
+        }
     }
     binder_rc rc = binder_node_upsert(st->ix, name, spec, NULL, err);
     if(rc) {
+        if(!old)
+            HASH_DEL(st->nodes, copy);
         node_free(copy);
         return rc;
     }
     if(old) {
-        for(size_t i = 0; i < st->n_nodes; i++)
-            if(st->nodes[i] == old)
-                st->nodes[i] = copy;
-        node_free(old);
-    } else
-        st->nodes[st->n_nodes++] = copy;
+        /* replaced in place: the node keeps its place in the table's order */
+        sm_node tmp = *old;
+        old->flags = copy->flags;
+        old->offers = copy->offers;
+        old->n_offers = copy->n_offers;
+        old->taints = copy->taints;
+        old->n_taints = copy->n_taints;
+        copy->offers = tmp.offers;
+        copy->n_offers = tmp.n_offers;
+        copy->taints = tmp.taints;
+        copy->n_taints = tmp.n_taints;
+        node_free(copy);
+    }
     return BINDER_OK;
 }
 
@@ -459,17 +514,15 @@ binder_rc binder_state_node_flags(binder_state *st, const char *name, uint32_t f
 
 binder_rc binder_state_node_delete(binder_state *st, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_nodes; i++)
-        if(strcmp(st->nodes[i]->name, name) == 0) {
-            binder_rc rc = binder_node_delete(st->ix, name, NULL, NULL);
-            if(rc)
-                return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
-            node_free(st->nodes[i]);
-            memmove(st->nodes + i, st->nodes + i + 1, (st->n_nodes - i - 1) * sizeof *st->nodes);
-            st->n_nodes--;
-            return BINDER_OK;
-        }
-    return fail(err, BINDER_ERR_NO_NODE, "node %s: not known", name);
+    sm_node *n = node_find(st, name);
+    if(!n)
+        return fail(err, BINDER_ERR_NO_NODE, "node %s: not known", name);
+    binder_rc rc = binder_node_delete(st->ix, name, NULL, NULL);
+    if(rc)
+        return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
+    HASH_DEL(st->nodes, n);
+    node_free(n);
+    return BINDER_OK;
 }
 
 /* ------------------------------------------------------------ claims */
@@ -487,7 +540,7 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
         return fail(err, BINDER_ERR_BOUND, "claim %s/%s: known already", ns, name);
     sm_claim *c = calloc(1, sizeof *c);
     if(!c || !(c->ns = strdup(ns)) || !(c->name = strdup(name)) || !(c->class_name = strdup(class_name)) ||
-       grow(&st->claims, st->n_claims, sizeof *st->claims)) {
+       !(c->key = key_dup(ns, name, &c->keylen))) {
         claim_free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
@@ -496,11 +549,16 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
         claim_free(c);
         return rc;
     }
+    HASH_ADD_KEYPTR(hh, st->claims, c->key, c->keylen, c);
+    if(!c->hh.tbl) {
+        binder_claim_delete(st->ix, ns, name);
+        claim_free(c);
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    }
     c->count = count;
     c->tmpl = !!tmpl;
     c->phase = BINDER_PENDING;
     c->seq = ++st->seq;
-    st->claims[st->n_claims++] = c;
     *out = c;
     return BINDER_OK;
 }
@@ -552,19 +610,15 @@ static void set_drop_claim(sm_set *s, sm_claim *c)
 
 binder_rc binder_state_claim_delete(binder_state *st, const char *ns, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_claims; i++) {
-        sm_claim *c = st->claims[i];
-        if(strcmp(c->ns, ns) || strcmp(c->name, name))
-            continue;
-        binder_claim_delete(st->ix, ns, name);
-        if(c->set)
-            set_drop_claim(c->set, c);
-        claim_free(c);
-        memmove(st->claims + i, st->claims + i + 1, (st->n_claims - i - 1) * sizeof *st->claims);
-        st->n_claims--;
-        return BINDER_OK;
-    }
-    return fail(err, BINDER_ERR_NO_CLAIM, "claim %s/%s: not known", ns, name);
+    sm_claim *c = claim_find(st, ns, name);
+    if(!c)
+        return fail(err, BINDER_ERR_NO_CLAIM, "claim %s/%s: not known", ns, name);
+    binder_claim_delete(st->ix, ns, name);
+    if(c->set)
+        set_drop_claim(c->set, c);
+    HASH_DEL(st->claims, c);
+    claim_free(c);
+    return BINDER_OK;
 }
 
 binder_rc binder_state_claim_get(const binder_state *st, const char *ns, const char *name, binder_claim_status *out)
@@ -578,9 +632,9 @@ binder_rc binder_state_claim_get(const binder_state *st, const char *ns, const c
 
 void binder_state_claims(const binder_state *st, void (*fn)(void *ud, const binder_claim_status *c), void *ud)
 {
-    for(size_t i = 0; i < st->n_claims; i++) {
+    for(const sm_claim *c = st->claims; c; c = c->hh.next) {
         binder_claim_status v;
-        view_of(st->claims[i], &v);
+        view_of(c, &v);
         fn(ud, &v);
     }
 }
@@ -639,15 +693,23 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
     sm_set *s = old;
     if(!s) {
         s = calloc(1, sizeof *s);
-        if(!s || !(s->ns = strdup(ns)) || !(s->name = strdup(name)) ||
-           grow(&st->sets, st->n_sets, sizeof *st->sets)) {
+        if(!s || !(s->ns = strdup(ns)) || !(s->name = strdup(name)) || !(s->key = key_dup(ns, name, &s->keylen))) {
             set_free(s);
             s = NULL;
         }
+        if(s) {
+            HASH_ADD_KEYPTR(hh, st->sets, s->key, s->keylen, s);
+            if(!s->hh.tbl) {
+                set_free(s);
+                s = NULL;
+            }
+        }
     }
     if(!s || (node && !nodecopy)) {
-        if(s != old)
+        if(s && s != old) {
+            HASH_DEL(st->sets, s);
             set_free(s);
+        }
         free(nodecopy);
         free(list);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
@@ -655,10 +717,8 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
     if(old)
         for(size_t i = 0; i < old->n; i++)
             old->claims[i]->set = NULL;
-    else {
+    else
         s->seq = ++st->seq;
-        st->sets[st->n_sets++] = s;
-    }
     free(s->claims);
     s->claims = list;
     s->n = n_claims;
@@ -690,18 +750,14 @@ binder_rc binder_state_set_vmi(binder_state *st, const char *ns, const char *nam
 
 binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_sets; i++) {
-        sm_set *s = st->sets[i];
-        if(strcmp(s->ns, ns) || strcmp(s->name, name))
-            continue;
-        for(size_t k = 0; k < s->n; k++)
-            s->claims[k]->set = NULL;
-        set_free(s);
-        memmove(st->sets + i, st->sets + i + 1, (st->n_sets - i - 1) * sizeof *st->sets);
-        st->n_sets--;
-        return BINDER_OK;
-    }
-    return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+    sm_set *s = set_find(st, ns, name);
+    if(!s)
+        return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+    for(size_t k = 0; k < s->n; k++)
+        s->claims[k]->set = NULL;
+    HASH_DEL(st->sets, s);
+    set_free(s);
+    return BINDER_OK;
 }
 
 binder_rc binder_state_set_get(const binder_state *st, const char *ns, const char *name, binder_vmi_phase *phase,
@@ -1065,17 +1121,20 @@ static int group_cmp(const void *a, const void *b)
 /* Every set, then every claim no set names, ordered by creation. */
 static group *groups_of(const binder_state *st, size_t *n_out)
 {
-    group *gs = calloc(st->n_sets + st->n_claims + 1, sizeof *gs);
+    group *gs = calloc(HASH_COUNT(st->sets) + HASH_COUNT(st->claims) + 1, sizeof *gs);
     size_t n = 0;
     if(!gs)
         return NULL;
-    for(size_t i = 0; i < st->n_sets; i++)
-        if(st->sets[i]->n)
-            group_of_set(&gs[n++], st->sets[i]);
-    for(size_t i = 0; i < st->n_claims; i++)
-        if(!st->claims[i]->set)
-            group_of_claim(&gs[n++], st->claims[i]);
+    for(sm_set *s = st->sets; s; s = s->hh.next)
+        if(s->n)
+            group_of_set(&gs[n++], s);
+    for(sm_claim *c = st->claims; c; c = c->hh.next)
+        if(!c->set)
+            group_of_claim(&gs[n++], c);
     qsort(gs, n, sizeof *gs, group_cmp);
+    for(size_t i = 0; i < n; i++)
+        for(size_t m = 0; m < gs[i].n; m++)
+            gs[i].m[m]->gi = i;
     *n_out = n;
     return gs;
 }
@@ -1099,6 +1158,16 @@ static void cap_collect(void *ud, const binder_claim_view *v)
     }
 }
 
+/* Whether c is among g's members (a set past BINDER_MAX_SET_CLAIMS is cut
+ * in its group). */
+static int in_group(const group *g, const sm_claim *c)
+{
+    for(size_t m = 0; m < g->n; m++)
+        if(g->m[m] == c)
+            return 1;
+    return 0;
+}
+
 static int movable(const sm_claim *c)
 {
     return c->phase == BINDER_BOUND && !vmi_live(vmi_of(c));
@@ -1106,8 +1175,8 @@ static int movable(const sm_claim *c)
 
 static void mark_capacity(binder_state *st, group *gs, size_t ng, enum move_cause *causes)
 {
-    for(size_t ni = 0; ni < st->n_nodes; ni++) {
-        const sm_node *n = st->nodes[ni];
+    (void)ng;
+    for(const sm_node *n = st->nodes; n; n = n->hh.next) {
         cap_walk w = {st, n->name, {0}, 0};
         binder_node_claims(st->ix, n->name, cap_collect, &w);
         for(size_t i = 0; i < w.n; i++) {
@@ -1121,18 +1190,13 @@ static void mark_capacity(binder_state *st, group *gs, size_t ng, enum move_caus
                 sm_claim *o = w.list[k];
                 if(strcmp(o->class_name, c->class_name))
                     continue;
-                for(size_t gi = 0; gi < ng; gi++)
-                    if(causes[gi] == MOVE_CAPACITY)
-                        for(size_t m = 0; m < gs[gi].n; m++)
-                            if(gs[gi].m[m] == o)
-                                leaving += o->count;
+                if(causes[o->gi] == MOVE_CAPACITY && in_group(&gs[o->gi], o))
+                    leaving += o->count;
             }
             if(sl.bound - leaving <= sl.offered || !movable(c))
                 continue;
-            for(size_t gi = 0; gi < ng; gi++)
-                for(size_t m = 0; m < gs[gi].n; m++)
-                    if(gs[gi].m[m] == c && causes[gi] != MOVE_GONE)
-                        causes[gi] = MOVE_CAPACITY; /* stronger than a pending layout: no hold past the offer */
+            if(in_group(&gs[c->gi], c) && causes[c->gi] != MOVE_GONE)
+                causes[c->gi] = MOVE_CAPACITY; /* stronger than a pending layout: no hold past the offer */
         }
     }
 }
@@ -1288,11 +1352,11 @@ static void rebook(pass *p, sm_claim *c)
 size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
 {
     pass p = {st, hooks, 0};
-    for(size_t i = 0; i < st->n_claims; i++)
-        rebook(&p, st->claims[i]);
+    for(sm_claim *c = st->claims; c; c = c->hh.next)
+        rebook(&p, c);
     /* 1. status upkeep */
-    for(size_t i = 0; i < st->n_claims; i++)
-        upkeep(&p, st->claims[i]);
+    for(sm_claim *c = st->claims; c; c = c->hh.next)
+        upkeep(&p, c);
 
     size_t ng = 0;
     group *gs = groups_of(st, &ng);
@@ -1372,12 +1436,11 @@ binder_rc binder_state_restore(binder_state *st, cozy_err *err)
     if(!ix)
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     binder_rc rc = BINDER_OK;
-    for(size_t i = 0; i < st->n_nodes && !rc; i++) {
-        binder_node_spec s = spec_of(st->nodes[i]);
-        rc = binder_node_upsert(ix, st->nodes[i]->name, &s, NULL, err);
+    for(const sm_node *n = st->nodes; n && !rc; n = n->hh.next) {
+        binder_node_spec s = spec_of(n);
+        rc = binder_node_upsert(ix, n->name, &s, NULL, err);
     }
-    for(size_t i = 0; i < st->n_claims && !rc; i++) {
-        sm_claim *c = st->claims[i];
+    for(sm_claim *c = st->claims; c && !rc; c = c->hh.next) {
         rc = binder_claim_upsert(ix, c->ns, c->name, c->class_name, c->count, err);
         int book = c->node && (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
         if(!rc && book && node_find(st, c->node))
@@ -1399,8 +1462,7 @@ binder_rc binder_state_verify(const binder_state *st, cozy_err *err)
     binder_rc rc = binder_verify(st->ix, err);
     if(rc)
         return rc;
-    for(size_t i = 0; i < st->n_claims; i++) {
-        const sm_claim *c = st->claims[i];
+    for(const sm_claim *c = st->claims; c; c = c->hh.next) {
         const char *b = booked(st, c);
         int should = c->node && node_find(st, c->node) &&
                      (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
@@ -1414,8 +1476,7 @@ binder_rc binder_state_verify(const binder_state *st, cozy_err *err)
             return fail(err, BINDER_ERR_INPUT, "claim %s/%s: %s without a reason", c->ns, c->name,
                         binder_phase_name(c->phase));
     }
-    for(size_t ni = 0; ni < st->n_nodes; ni++) {
-        const sm_node *n = st->nodes[ni];
+    for(const sm_node *n = st->nodes; n; n = n->hh.next) {
         cap_walk w = {st, n->name, {0}, 0};
         binder_node_claims(st->ix, n->name, cap_collect, &w);
         for(size_t i = 0; i < w.n; i++) {
