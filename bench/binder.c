@@ -430,7 +430,8 @@ static void run_size(size_t nnodes, size_t nclaims, int runs, int events, result
  *     sets move or go Lost, in the same reconcile;
  *   - a VMI ending (a running VMI Succeeded): its claims leave Attached.
  * Each is undone after it (not timed): the claim deleted, the node given
- * again, the VMI running again. */
+ * again, the VMI running again, and the state settled (reconciled until
+ * nothing changes), so every timed event meets a settled state. */
 typedef struct smrun {
     binder_state *st;
     char (*vm)[32];   /* per set: the VM's name */
@@ -442,6 +443,14 @@ static void sm_die(binder_rc rc, const cozy_err *err, const char *what)
 {
     fprintf(stderr, "binder bench (state): %s: %s: %s\n", what, binder_strerror(rc), err ? err->msg : "");
     exit(2);
+}
+
+/* Reconciles until nothing changes (not timed: the state an event meets
+ * is a settled one, as the leader's loop leaves it). */
+static void sm_settle(binder_state *st)
+{
+    for(int i = 0; i < 16 && binder_reconcile(st, NULL); i++)
+        ;
 }
 
 static void sm_count(void *ud, const binder_event *ev)
@@ -513,6 +522,7 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
     }
     binder_reconcile(r.st, &hk);
     double t3 = now();
+    sm_settle(r.st);
     size_t built_bytes = heap_bytes() - heap0;
     if((rc = binder_state_verify(r.st, &err)))
         sm_die(rc, &err, "verify after build");
@@ -536,7 +546,7 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
         add[e] = (now() - a) * 1e6;
         if((rc = binder_state_claim_delete(r.st, ns, name, &err)))
             sm_die(rc, &err, "event claim delete");
-        binder_reconcile(r.st, NULL);
+        sm_settle(r.st);
         /* a node lost with its claims: a node that holds a placed set */
         size_t si = rnd((uint32_t)c->nsets);
         for(size_t k = 0; k < c->nsets && !r.node[si][0]; k++)
@@ -558,7 +568,7 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
                                      d->tainted ? 1u : 0u};
             if((rc = binder_state_node_set(r.st, d->name, &spec, &err)))
                 sm_die(rc, &err, "event node back");
-            binder_reconcile(r.st, NULL);
+            sm_settle(r.st);
             /* the sets it held are elsewhere (or Lost) now: forget where */
             for(size_t k = 0; k < c->nsets; k++)
                 if(!strcmp(r.node[k], d->name))
@@ -580,11 +590,12 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
                 if((rc = binder_state_set_vmi(r.st, s->refs[0].ns, r.vm[vi], BINDER_VMI_RUNNING, cs.node, &err)))
                     sm_die(rc, &err, "event vmi again");
                 snprintf(r.node[vi], sizeof r.node[vi], "%s", cs.node);
-                binder_reconcile(r.st, NULL);
+                sm_settle(r.st);
             } else {
                 if((rc = binder_state_set_vmi(r.st, s->refs[0].ns, r.vm[vi], BINDER_VMI_NONE, NULL, &err)))
                     sm_die(rc, &err, "event vmi removed");
                 r.running[vi] = 0;
+                sm_settle(r.st);
             }
         }
     }

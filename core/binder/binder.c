@@ -21,6 +21,7 @@
  * added and its hh.tbl is NULL, which the callers check. */
 #define HASH_NONFATAL_OOM 1
 #include <uthash.h>
+#include <utlist.h>
 
 #define MAX_TOLS 32
 /* "ns\0name" of a claim or set, with its terminating NUL */
@@ -43,10 +44,12 @@ typedef struct sm_node {
     size_t n_offers;
     binder_taint *taints; /* strings owned */
     size_t n_taints;
+    unsigned stamp;    /* pass that looked at it (scratch) */
     UT_hash_handle hh; /* binder_state.nodes, by name */
 } sm_node;
 
 struct sm_set;
+struct wbucket;
 
 typedef struct sm_claim {
     char *ns, *name, *class_name;
@@ -60,6 +63,12 @@ typedef struct sm_claim {
     uint64_t seq;
     struct sm_set *set;
     size_t gi;   /* its group in the current pass (scratch) */
+    unsigned stamp; /* pass that took it as a lone group (scratch) */
+    int dirty;      /* on binder_state.dirty */
+    int vol;        /* waits on a hook's answer (budget, chooser), not on room */
+    struct sm_claim *dnext, *dprev;
+    struct wbucket *wb; /* the waiting bucket it is in, NULL: none */
+    struct sm_claim *wnext, *wprev;
     char *key;   /* "ns\0name" */
     size_t keylen;
     UT_hash_handle hh; /* binder_state.claims, by key, creation order */
@@ -74,8 +83,21 @@ typedef struct sm_set {
     uint64_t seq;
     char *key; /* "ns\0name" */
     size_t keylen;
+    unsigned stamp; /* pass that took it as a group (scratch) */
     UT_hash_handle hh; /* binder_state.sets, by key, creation order */
 } sm_set;
+
+/* Waiting claims of one class (the claims whose sets a gain of room in
+ * that class may let move or be placed); class "" holds the claims that
+ * wait on a hook's answer (OverBudget, a chooser's refusal), retried by
+ * every pass as a full pass would. */
+typedef struct wbucket {
+    char *cls;
+    sm_claim *head; /* utlist, wnext/wprev */
+    UT_hash_handle hh;
+} wbucket;
+
+#define MAX_GAINED 64
 
 struct binder_state {
     binder_index *ix;
@@ -84,6 +106,15 @@ struct binder_state {
     sm_claim *claims;
     sm_set *sets;
     uint64_t seq;
+    /* incremental reconcile (binder_reconcile) */
+    sm_claim *dirty;     /* utlist, dnext/dprev: claims whose set must be looked at */
+    wbucket *waits;      /* by class name */
+    char *gained[MAX_GAINED]; /* classes that gained room on a usable node since they were last retried */
+    size_t n_gained;
+    size_t gained_floor; /* during a pass: gained[0..floor) are being retried now; a gain
+                            after that point is a new one, for the next pass */
+    int full;            /* the next binder_reconcile runs a full pass */
+    unsigned stamp;
 };
 
 /* ------------------------------------------------------------- names */
@@ -240,6 +271,106 @@ static sm_set *set_find(const binder_state *st, const char *ns, const char *name
     return s;
 }
 
+/* ------------------------------------------------- dirty and waiting */
+
+static void mark(binder_state *st, sm_claim *c)
+{
+    if(c && !c->dirty) {
+        c->dirty = 1;
+        DL_APPEND2(st->dirty, c, dprev, dnext);
+    }
+}
+
+static void mark_set(binder_state *st, sm_set *s)
+{
+    for(size_t i = 0; s && i < s->n; i++)
+        mark(st, s->claims[i]);
+}
+
+static int node_usable(const sm_node *n);
+
+/* Class `cls` gained room (or may have) on a usable node: its waiting
+ * claims' sets are retried by the next pass. Past MAX_GAINED classes,
+ * or out of memory, the next pass is a full one. */
+static void gain(binder_state *st, const char *cls)
+{
+    for(size_t i = st->gained_floor; i < st->n_gained; i++)
+        if(!strcmp(st->gained[i], cls))
+            return;
+    char *c = st->n_gained < MAX_GAINED ? strdup(cls) : NULL;
+    if(!c) {
+        st->full = 1;
+        return;
+    }
+    st->gained[st->n_gained++] = c;
+}
+
+static void gain_node(binder_state *st, const sm_node *n)
+{
+    if(!node_usable(n))
+        return;
+    for(size_t i = 0; i < n->n_offers; i++)
+        gain(st, n->offers[i].class_name);
+}
+
+static void wait_remove(binder_state *st, sm_claim *c)
+{
+    (void)st;
+    if(c->wb) {
+        DL_DELETE2(c->wb->head, c, wprev, wnext);
+        c->wb = NULL;
+    }
+}
+
+/* Puts c in the waiting bucket it belongs in after a pass, or none. */
+static void wait_update(binder_state *st, sm_claim *c)
+{
+    int waiting = c->vol || (c->reason != BINDER_R_PLACED && c->reason != BINDER_R_ATTACHED);
+    const char *cls = c->vol || c->reason == BINDER_R_OVER_BUDGET ? "" : c->class_name;
+    if(c->wb && (!waiting || strcmp(c->wb->cls, cls)))
+        wait_remove(st, c);
+    if(!waiting || c->wb)
+        return;
+    wbucket *b = NULL;
+    HASH_FIND_STR(st->waits, cls, b);
+    if(!b) {
+        b = calloc(1, sizeof *b);
+        if(!b || !(b->cls = strdup(cls))) {
+            free(b);
+            st->full = 1; /* out of memory: the next pass looks at everything */
+            return;
+        }
+        HASH_ADD_KEYPTR(hh, st->waits, b->cls, strlen(b->cls), b);
+        if(!b->hh.tbl) {
+            free(b->cls);
+            free(b);
+            st->full = 1;
+            return;
+        }
+    }
+    DL_APPEND2(b->head, c, wprev, wnext);
+    c->wb = b;
+}
+
+/* The claims booked on node `name`, for marking (index walk: O(claims there)). */
+typedef struct mark_walk {
+    binder_state *st;
+} mark_walk;
+
+static sm_claim *claim_find(const binder_state *st, const char *ns, const char *name);
+
+static void mark_booked(void *ud, const binder_claim_view *v)
+{
+    mark_walk *w = ud;
+    mark(w->st, claim_find(w->st, v->ns, v->name));
+}
+
+static void mark_node(binder_state *st, const char *name)
+{
+    mark_walk w = {st};
+    binder_node_claims(st->ix, name, mark_booked, &w);
+}
+
 static void free_tols(binder_toleration *t, size_t n)
 {
     for(size_t i = 0; i < n; i++) {
@@ -348,6 +479,14 @@ void binder_state_free(binder_state *st)
         HASH_DEL(st->sets, s);
         set_free(s);
     }
+    wbucket *b, *btmp;
+    HASH_ITER(hh, st->waits, b, btmp) {
+        HASH_DEL(st->waits, b);
+        free(b->cls);
+        free(b);
+    }
+    for(size_t i = 0; i < st->n_gained; i++)
+        free(st->gained[i]);
     binder_free(st->ix);
     free(st);
 }
@@ -404,6 +543,7 @@ binder_rc binder_state_class_set(binder_state *st, const char *name, binder_on_c
     c->n_tols = n_tols;
     c->on_cordon = on_cordon;
     c->deleting = !!deleting;
+    st->full = 1; /* a class change: the next pass looks at every claim */
     return BINDER_OK;
 }
 
@@ -416,6 +556,7 @@ binder_rc binder_state_class_delete(binder_state *st, const char *name, cozy_err
     free_tols(c->tols, c->n_tols);
     free(c->name);
     free(c);
+    st->full = 1;
     return BINDER_OK;
 }
 
@@ -497,6 +638,8 @@ binder_rc binder_state_node_set(binder_state *st, const char *name, const binder
         copy->n_taints = tmp.n_taints;
         node_free(copy);
     }
+    mark_node(st, name);
+    gain_node(st, node_find(st, name));
     return BINDER_OK;
 }
 
@@ -509,6 +652,8 @@ binder_rc binder_state_node_flags(binder_state *st, const char *name, uint32_t f
     if(rc)
         return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
     n->flags = flags;
+    mark_node(st, name);
+    gain_node(st, n);
     return BINDER_OK;
 }
 
@@ -517,6 +662,7 @@ binder_rc binder_state_node_delete(binder_state *st, const char *name, cozy_err 
     sm_node *n = node_find(st, name);
     if(!n)
         return fail(err, BINDER_ERR_NO_NODE, "node %s: not known", name);
+    mark_node(st, name);
     binder_rc rc = binder_node_delete(st->ix, name, NULL, NULL);
     if(rc)
         return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
@@ -559,6 +705,7 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
     c->tmpl = !!tmpl;
     c->phase = BINDER_PENDING;
     c->seq = ++st->seq;
+    mark(st, c);
     *out = c;
     return BINDER_OK;
 }
@@ -613,9 +760,17 @@ binder_rc binder_state_claim_delete(binder_state *st, const char *ns, const char
     sm_claim *c = claim_find(st, ns, name);
     if(!c)
         return fail(err, BINDER_ERR_NO_CLAIM, "claim %s/%s: not known", ns, name);
+    binder_claim_view v;
+    if(!binder_claim_get(st->ix, ns, name, &v) && v.node)
+        gain_node(st, node_find(st, v.node));
     binder_claim_delete(st->ix, ns, name);
-    if(c->set)
+    if(c->set) {
         set_drop_claim(c->set, c);
+        mark_set(st, c->set);
+    }
+    if(c->dirty)
+        DL_DELETE2(st->dirty, c, dprev, dnext);
+    wait_remove(st, c);
     HASH_DEL(st->claims, c);
     claim_free(c);
     return BINDER_OK;
@@ -714,16 +869,18 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
         free(list);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
-    if(old)
+    if(old) {
+        mark_set(st, old);
         for(size_t i = 0; i < old->n; i++)
             old->claims[i]->set = NULL;
-    else
+    } else
         s->seq = ++st->seq;
     free(s->claims);
     s->claims = list;
     s->n = n_claims;
     for(size_t i = 0; i < n_claims; i++)
         list[i]->set = s;
+    mark_set(st, s);
     free(s->node);
     s->node = nodecopy;
     s->phase = phase;
@@ -745,6 +902,7 @@ binder_rc binder_state_set_vmi(binder_state *st, const char *ns, const char *nam
     free(s->node);
     s->node = copy;
     s->phase = phase;
+    mark_set(st, s);
     return BINDER_OK;
 }
 
@@ -753,6 +911,7 @@ binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *
     sm_set *s = set_find(st, ns, name);
     if(!s)
         return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+    mark_set(st, s);
     for(size_t k = 0; k < s->n; k++)
         s->claims[k]->set = NULL;
     HASH_DEL(st->sets, s);
@@ -779,6 +938,7 @@ typedef struct pass {
     binder_state *st;
     const binder_hooks *h;
     size_t events;
+    int refused; /* the last choose() had candidates and the hook took none */
 } pass;
 
 /* Sets a claim's status, emitting an event when phase, node or reason
@@ -794,6 +954,8 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     int changed = c->phase != phase || !same(c->node, node) || c->reason != reason;
+    if(changed || strcmp(c->msg, msg))
+        mark(p->st, c); /* what changed is looked at again by the next pass */
     char *old_node = NULL; /* kept until the event is delivered */
     binder_phase old_phase = c->phase;
     int moved = !same(c->node, node);
@@ -830,6 +992,18 @@ static const char *booked(const binder_state *st, const sm_claim *c)
     return v.node;
 }
 
+/* Releases a booked claim's units; a usable node's room is a gain. */
+static void unbind_claim(binder_state *st, const sm_claim *c)
+{
+    const char *at = booked(st, c);
+    if(!at)
+        return;
+    const sm_node *n = node_find(st, at);
+    binder_unbind(st->ix, c->ns, c->name);
+    if(node_usable(n))
+        gain(st, c->class_name);
+}
+
 static binder_vmi_phase vmi_of(const sm_claim *c)
 {
     return c->set ? c->set->phase : BINDER_VMI_NONE;
@@ -842,6 +1016,8 @@ static int vmi_live(binder_vmi_phase ph)
 
 static int node_usable(const sm_node *n)
 {
+    if(!n)
+        return 0;
     return n && (n->flags & BINDER_NODE_READY) && (n->flags & BINDER_NODE_SCHEDULABLE) &&
            !(n->flags & BINDER_NODE_LAYOUT_PENDING);
 }
@@ -884,8 +1060,7 @@ static void upkeep(pass *p, sm_claim *c)
         if(c->reason != BINDER_R_WAITING_FOR_VMI_END)
             break;
         if(!vmi_live(vp)) {
-            if(booked(st, c))
-                binder_unbind(st->ix, c->ns, c->name);
+            unbind_claim(st, c);
             set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
                        "its VMI ended and its node was lost; waiting for a node with room");
         } else if(!n && c->node) {
@@ -921,6 +1096,13 @@ static void group_of_claim(group *g, sm_claim *c)
     g->set = NULL;
     g->n = 1;
     g->m[0] = c;
+}
+
+/* g waits on a hook's answer: retried by every pass (wait_update). */
+static void group_vol(const group *g)
+{
+    for(size_t i = 0; i < g->n; i++)
+        g->m[i]->vol = 1;
 }
 
 /* Needs of the claims in g that `pick` selects, and their tolerations. */
@@ -970,6 +1152,7 @@ static void set_view_of(const group *g, binder_claim_status *views, binder_set_v
  * (borrowed from the index) or NULL. */
 static const char *choose(pass *p, const group *g, const needs *nd)
 {
+    p->refused = 0;
     binder_candidate cands[BINDER_MAX_CANDIDATES];
     size_t nc = 0;
     binder_query q = {nd->need, nd->n, nd->tols, nd->n_tols, 0};
@@ -982,8 +1165,10 @@ static const char *choose(pass *p, const group *g, const needs *nd)
         set_view_of(g, views, &sv);
         pick = p->h->choose(p->h->ud, &sv, cands, nc);
     }
-    if(pick < 0 || (size_t)pick >= nc)
+    if(pick < 0 || (size_t)pick >= nc) {
+        p->refused = 1; /* candidates were there: the hook's answer, not room, keeps the set waiting */
         return NULL;
+    }
     return cands[pick].node;
 }
 
@@ -1038,6 +1223,8 @@ static void move_group(pass *p, group *g, enum move_cause cause)
     if(needs_of(st, g, is_bound, &nd))
         return;
     const char *to = choose(p, g, &nd);
+    if(p->refused)
+        group_vol(g);
     if(to && !strcmp(to, from))
         to = NULL;
     /* DESIGN §6: a set that must move while its VMI exists but is not yet
@@ -1055,8 +1242,8 @@ static void move_group(pass *p, group *g, enum move_cause cause)
          * set, so the bind cannot fail for room; release, bind, and on any
          * failure book the old node again (RESTORE) before anything else runs */
         for(size_t i = 0; i < g->n; i++)
-            if(is_bound(g->m[i]) && booked(st, g->m[i]))
-                binder_unbind(st->ix, g->m[i]->ns, g->m[i]->name);
+            if(is_bound(g->m[i]))
+                unbind_claim(st, g->m[i]);
         if(bind_group(st, g, is_bound, tocopy, 0) == BINDER_OK) {
             for(size_t i = 0; i < g->n; i++)
                 if(is_bound(g->m[i]))
@@ -1077,8 +1264,7 @@ static void move_group(pass *p, group *g, enum move_cause cause)
                        "node %s was deleted and no other node has room; waiting for room", from);
             break;
         case MOVE_CAPACITY:
-            if(booked(st, c))
-                binder_unbind(st->ix, c->ns, c->name);
+            unbind_claim(st, c);
             set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
                        "node %s lost the capacity of class %s and no other node has room; waiting for room", from,
                        c->class_name);
@@ -1118,25 +1304,42 @@ static int group_cmp(const void *a, const void *b)
     return sx < sy ? -1 : sx > sy;
 }
 
-/* Every set, then every claim no set names, ordered by creation. */
-static group *groups_of(const binder_state *st, size_t *n_out)
+/* The groups a pass looks at: a growing array, each set or lone claim
+ * once (stamps of the pass). */
+typedef struct glist {
+    group *g;
+    size_t n, cap;
+    int oom;
+} glist;
+
+/* Adds c's group (its set's, or c alone) unless the pass has it. */
+static void gl_add(binder_state *st, glist *gl, sm_claim *c)
 {
-    group *gs = calloc(HASH_COUNT(st->sets) + HASH_COUNT(st->claims) + 1, sizeof *gs);
-    size_t n = 0;
-    if(!gs)
-        return NULL;
-    for(sm_set *s = st->sets; s; s = s->hh.next)
-        if(s->n)
-            group_of_set(&gs[n++], s);
-    for(sm_claim *c = st->claims; c; c = c->hh.next)
-        if(!c->set)
-            group_of_claim(&gs[n++], c);
-    qsort(gs, n, sizeof *gs, group_cmp);
-    for(size_t i = 0; i < n; i++)
-        for(size_t m = 0; m < gs[i].n; m++)
-            gs[i].m[m]->gi = i;
-    *n_out = n;
-    return gs;
+    if(c->set ? c->set->stamp == st->stamp : c->stamp == st->stamp)
+        return;
+    if(gl->n == gl->cap) {
+        size_t cap = gl->cap ? gl->cap * 2 : 64;
+        group *g = realloc(gl->g, cap * sizeof *g);
+        if(!g) {
+            gl->oom = 1;
+            return;
+        }
+        gl->g = g;
+        gl->cap = cap;
+    }
+    if(c->set) {
+        c->set->stamp = st->stamp;
+        group_of_set(&gl->g[gl->n++], c->set);
+    } else {
+        c->stamp = st->stamp;
+        group_of_claim(&gl->g[gl->n++], c);
+    }
+}
+
+static int claim_seq_cmp(const void *a, const void *b)
+{
+    const sm_claim *x = *(sm_claim *const *)a, *y = *(sm_claim *const *)b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 /* Capacity drops: per node, per class bound above offered, mark the most
@@ -1173,10 +1376,10 @@ static int movable(const sm_claim *c)
     return c->phase == BINDER_BOUND && !vmi_live(vmi_of(c));
 }
 
-static void mark_capacity(binder_state *st, group *gs, size_t ng, enum move_cause *causes)
+static void mark_capacity(binder_state *st, group *gs, sm_node *const *nodes, size_t nn, enum move_cause *causes)
 {
-    (void)ng;
-    for(const sm_node *n = st->nodes; n; n = n->hh.next) {
+    for(size_t ni = 0; ni < nn; ni++) {
+        const sm_node *n = nodes[ni];
         cap_walk w = {st, n->name, {0}, 0};
         binder_node_claims(st->ix, n->name, cap_collect, &w);
         for(size_t i = 0; i < w.n; i++) {
@@ -1284,6 +1487,8 @@ static void place_group(pass *p, group *g)
         snprintf(target, sizeof target, "%s", anchor);
     } else {
         const char *to = choose(p, g, &nd);
+        if(p->refused)
+            group_vol(g);
         if(!to) {
             snprintf(msg, sizeof msg, "no node has room for %s%s (class %s)", g->set ? "the claims of VM " : "claim ",
                      g->set ? g->set->name : g->m[0]->name, nd.need[0].class_name);
@@ -1349,22 +1554,137 @@ static void rebook(pass *p, sm_claim *c)
                    "node %s came back without room for the claim; waiting for a node with room", c->node);
 }
 
-size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
+/* Whether a class of node n holds more than it offers; when so, its
+ * booked claims are in w. */
+static int node_over(binder_state *st, const sm_node *n, cap_walk *w)
 {
-    pass p = {st, hooks, 0};
-    for(sm_claim *c = st->claims; c; c = c->hh.next)
-        rebook(&p, c);
-    /* 1. status upkeep */
-    for(sm_claim *c = st->claims; c; c = c->hh.next)
-        upkeep(&p, c);
+    w->st = st;
+    w->node = n->name;
+    w->n = 0;
+    binder_node_claims(st->ix, n->name, cap_collect, w);
+    for(size_t i = 0; i < w->n; i++) {
+        binder_slot_view sl;
+        if(!binder_node_slot(st->ix, n->name, w->list[i]->class_name, &sl) && sl.bound > sl.offered)
+            return 1;
+    }
+    return 0;
+}
 
-    size_t ng = 0;
-    group *gs = groups_of(st, &ng);
-    if(!gs)
-        return p.events;
+/* One pass over the groups in gl (all of them, or the incremental
+ * selection): the steps binder.h lists, in the same order for the groups
+ * it has as a full pass. */
+static size_t run_pass(binder_state *st, const binder_hooks *hooks, glist *gl, int full)
+{
+    pass p = {st, hooks, 0, 0};
+    /* 0-1. rebook, then status upkeep, claim by claim in creation order */
+    size_t nc = 0;
+    for(size_t gi = 0; gi < gl->n; gi++)
+        nc += gl->g[gi].n;
+    sm_claim **cl = malloc((nc + 1) * sizeof *cl);
+    if(!cl) {
+        st->full = 1;
+        return 0;
+    }
+    nc = 0;
+    for(size_t gi = 0; gi < gl->n; gi++)
+        for(size_t m = 0; m < gl->g[gi].n; m++)
+            cl[nc++] = gl->g[gi].m[m];
+    qsort(cl, nc, sizeof *cl, claim_seq_cmp);
+    for(size_t i = 0; i < nc; i++)
+        rebook(&p, cl[i]);
+    for(size_t i = 0; i < nc; i++)
+        upkeep(&p, cl[i]);
+    free(cl);
+
+    /* the incremental pass widens its selection before the moves: every
+     * set on an over-committed node it touches (their classes gain room as
+     * the most recent leave), and the waiting sets of each class that
+     * gained room since it was last retried, and those waiting on a hook;
+     * until nothing is added. A full pass has them all. */
+    sm_node **nodes = NULL;
+    size_t nn = 0, ncap = 0;
+    cap_walk w;
+    if(full) {
+        ncap = HASH_COUNT(st->nodes) + 1;
+        nodes = malloc(ncap * sizeof *nodes);
+        if(!nodes) {
+            st->full = 1;
+            return p.events;
+        }
+        for(sm_node *n = st->nodes; n; n = n->hh.next)
+            nodes[nn++] = n;
+    } else {
+        size_t scanned = 0, applied = 0;
+        int vol_done = 0;
+        for(;;) {
+            for(; scanned < gl->n; scanned++) {
+                group *g = &gl->g[scanned];
+                for(size_t m = 0; m < g->n; m++) {
+                    sm_node *n = node_find(st, booked(st, g->m[m]));
+                    if(!n || n->stamp == st->stamp)
+                        continue;
+                    n->stamp = st->stamp;
+                    if(nn == ncap) {
+                        size_t cap = ncap ? ncap * 2 : 32;
+                        sm_node **q = realloc(nodes, cap * sizeof *q);
+                        if(!q) {
+                            free(nodes);
+                            st->full = 1;
+                            return p.events;
+                        }
+                        nodes = q;
+                        ncap = cap;
+                    }
+                    nodes[nn++] = n;
+                    if(node_over(st, n, &w))
+                        for(size_t k = 0; k < w.n; k++) {
+                            gain(st, w.list[k]->class_name);
+                            gl_add(st, gl, w.list[k]);
+                        }
+                }
+            }
+            size_t before = gl->n;
+            for(; applied < st->n_gained; applied++) {
+                wbucket *b = NULL;
+                HASH_FIND_STR(st->waits, st->gained[applied], b);
+                for(sm_claim *c = b ? b->head : NULL; c; c = c->wnext)
+                    gl_add(st, gl, c);
+            }
+            if(!vol_done) {
+                vol_done = 1;
+                wbucket *b = NULL;
+                HASH_FIND_STR(st->waits, "", b);
+                for(sm_claim *c = b ? b->head : NULL; c; c = c->wnext)
+                    gl_add(st, gl, c);
+            }
+            if(gl->oom) {
+                free(nodes);
+                st->full = 1;
+                return p.events;
+            }
+            if(gl->n == before && scanned == gl->n)
+                break;
+        }
+    }
+    /* the gains retried now are consumed; later ones (a move below
+     * freeing room) wait for the next pass */
+    size_t consumed = st->n_gained;
+    st->gained_floor = consumed;
+
+    group *gs = gl->g;
+    size_t ng = gl->n;
+    if(ng)
+        qsort(gs, ng, sizeof *gs, group_cmp);
+    for(size_t i = 0; i < ng; i++)
+        for(size_t m = 0; m < gs[i].n; m++) {
+            gs[i].m[m]->gi = i;
+            gs[i].m[m]->vol = 0;
+        }
     enum move_cause *causes = calloc(ng + 1, sizeof *causes);
     if(!causes) {
-        free(gs);
+        free(nodes);
+        st->full = 1;
+        st->gained_floor = 0;
         return p.events;
     }
     /* 2. sets that must move */
@@ -1382,7 +1702,8 @@ size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
             break;
         }
     }
-    mark_capacity(st, gs, ng, causes);
+    mark_capacity(st, gs, nodes, nn, causes);
+    free(nodes);
     for(size_t gi = 0; gi < ng; gi++) {
         group *g = &gs[gi];
         if(causes[gi] != MOVE_NONE)
@@ -1424,8 +1745,62 @@ size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
             place_group(&p, g);
         }
     free(causes);
-    free(gs);
+    for(size_t gi = 0; gi < ng; gi++)
+        for(size_t m = 0; m < gs[gi].n; m++)
+            wait_update(st, gs[gi].m[m]);
+    for(size_t i = 0; i < consumed; i++)
+        free(st->gained[i]);
+    memmove(st->gained, st->gained + consumed, (st->n_gained - consumed) * sizeof *st->gained);
+    st->n_gained -= consumed;
+    st->gained_floor = 0;
     return p.events;
+}
+
+
+/* Takes the dirty list (claims marked since the last pass). */
+static void take_dirty(binder_state *st, glist *gl, int add)
+{
+    sm_claim *c, *tmp;
+    DL_FOREACH_SAFE2(st->dirty, c, tmp, dnext) {
+        DL_DELETE2(st->dirty, c, dprev, dnext);
+        c->dirty = 0;
+        if(add)
+            gl_add(st, gl, c);
+    }
+}
+
+size_t binder_reconcile_all(binder_state *st, const binder_hooks *hooks)
+{
+    glist gl = {0};
+    st->stamp++;
+    st->full = 0;
+    take_dirty(st, &gl, 0);
+    for(sm_claim *c = st->claims; c; c = c->hh.next)
+        gl_add(st, &gl, c);
+    if(gl.oom) {
+        free(gl.g);
+        st->full = 1;
+        return 0;
+    }
+    size_t n = run_pass(st, hooks, &gl, 1);
+    free(gl.g);
+    return n;
+}
+
+size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
+{
+    if(st->full)
+        return binder_reconcile_all(st, hooks);
+    glist gl = {0};
+    st->stamp++;
+    take_dirty(st, &gl, 1);
+    if(gl.oom) {
+        free(gl.g);
+        return binder_reconcile_all(st, hooks);
+    }
+    size_t n = run_pass(st, hooks, &gl, 0);
+    free(gl.g);
+    return n;
 }
 
 /* ------------------------------------------------------------ restore */
@@ -1452,6 +1827,7 @@ binder_rc binder_state_restore(binder_state *st, cozy_err *err)
     }
     binder_free(st->ix);
     st->ix = ix;
+    st->full = 1; /* a new leader's first pass looks at every claim */
     return BINDER_OK;
 }
 

@@ -654,11 +654,16 @@ static void count_phase(void *ud, const binder_claim_status *c)
     seen[c->phase]++;
 }
 
+/* The pass the random run drives: binder_reconcile (incremental) for the
+ * state under test, binder_reconcile_all (every claim) for its twin. */
+static size_t (*RECONCILE)(binder_state *, const binder_hooks *) = binder_reconcile;
+
 static int settle_random(binder_state *st, binder_hooks *h)
 {
     for(int round = 0; round < 16; round++) {
-        size_t n = binder_reconcile(st, h);
-        transitions += n;
+        size_t n = RECONCILE(st, h);
+        if(RECONCILE == binder_reconcile)
+            transitions += n;
         int ran = 0;
         for(int v = 0; v < 4; v++) {
             binder_vmi_phase ph;
@@ -707,21 +712,117 @@ static void rand_set(binder_state *st, int v, binder_vmi_phase ph, const char *n
         binder_state_set_delete(st, "t", VMS[v], NULL);
 }
 
+/* Every claim's status (phase, node, attachedTo, reason, message) and
+ * every VM's VMI alike in a and b; else 0 with the first difference in d. */
+typedef struct rows {
+    char r[16][600];
+    int n;
+} rows;
+
+static void full_row(void *ud, const binder_claim_status *c)
+{
+    rows *s = ud;
+    if(s->n < 16)
+        snprintf(s->r[s->n++], sizeof s->r[0], "%s %s %s att=%s %s \"%s\"", c->name, binder_phase_name(c->phase),
+                 c->node ? c->node : "-", c->attached_to ? c->attached_to : "-", binder_reason_name(c->reason),
+                 c->message);
+}
+
+static int same_states(const binder_state *a, const binder_state *b, char *d, size_t dn)
+{
+    static rows ra, rb;
+    ra.n = rb.n = 0;
+    binder_state_claims(a, full_row, &ra);
+    binder_state_claims(b, full_row, &rb);
+    if(ra.n != rb.n) {
+        snprintf(d, dn, "%d claims against %d", ra.n, rb.n);
+        return 0;
+    }
+    for(int i = 0; i < ra.n; i++)
+        if(strcmp(ra.r[i], rb.r[i])) {
+            snprintf(d, dn, "incremental: %.600s; full pass: %.600s", ra.r[i], rb.r[i]);
+            return 0;
+        }
+    for(int v = 0; v < 4; v++) {
+        binder_vmi_phase pa = BINDER_VMI_NONE, pb = BINDER_VMI_NONE;
+        const char *na = NULL, *nb = NULL;
+        int ea = binder_state_set_get(a, "t", VMS[v], &pa, &na), eb = binder_state_set_get(b, "t", VMS[v], &pb, &nb);
+        if(ea != eb || pa != pb || (na && nb ? strcmp(na, nb) != 0 : na != nb)) {
+            snprintf(d, dn, "VM %s: VMI %s on %s against %s on %s", VMS[v], binder_vmi_phase_name(pa), na ? na : "-",
+                     binder_vmi_phase_name(pb), nb ? nb : "-");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int rand_step(binder_state *st, binder_hooks *h_, unsigned long step, int twin);
+
 static void t_random(unsigned long steps, unsigned long long seed)
 {
     char name[80];
     snprintf(name, sizeof name, "random run, seed %llu, %lu steps", seed, steps);
     current = name;
     rng_state = seed;
-    binder_state *st = binder_state_new();
-    RS = st;
-    binder_state_class_set(st, "a", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
-    binder_state_class_set(st, "b", BINDER_CORDON_STAY, 0, NULL, 0, NULL);
+    binder_state *st = binder_state_new(), *twin = binder_state_new();
     binder_hooks h = {NULL, NULL, NULL, NULL, rand_delete};
-    for(int i = 0; i < 4; i++)
-        rand_node(st, NODES[i]);
+    for(int k = 0; k < 2; k++) {
+        binder_state *s = k ? twin : st;
+        binder_state_class_set(s, "a", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
+        binder_state_class_set(s, "b", BINDER_CORDON_STAY, 0, NULL, 0, NULL);
+        unsigned long long saved = rng_state;
+        for(int i = 0; i < 4; i++)
+            rand_node(s, NODES[i]);
+        if(!k)
+            rng_state = saved;
+    }
     int bad = 0;
     for(unsigned long step = 0; step < steps && !bad; step++) {
+        /* the step on the state under test (incremental passes), then the
+         * same draws on its twin (full passes): both must end alike */
+        unsigned long long saved = rng_state, after = 0;
+        for(int k = 0; k < 2 && !bad; k++) {
+            if(k) {
+                after = rng_state;
+                rng_state = saved;
+            }
+            bad = rand_step(k ? twin : st, &h, step, k);
+        }
+        if(bad)
+            break;
+        if(rng_state != after) {
+            ok(0, "the twin replays the same draws", NULL);
+            bad = 1;
+            break;
+        }
+        RECONCILE = binder_reconcile;
+        char d[1400];
+        if(!same_states(st, twin, d, sizeof d)) {
+            char m[1500];
+            snprintf(m, sizeof m, "step %lu: %s", step, d);
+            ok(0, "incremental reconcile = a full pass after every step", m);
+            bad = 1;
+        }
+    }
+    if(!bad)
+        ok(1, "random run", NULL);
+    printf("random run: seed %llu, %lu steps, %lu transitions; claim-steps Pending %lu, Bound %lu, Attached %lu, "
+           "Lost %lu%s\n",
+           seed, steps, transitions, seen[BINDER_PENDING], seen[BINDER_BOUND], seen[BINDER_ATTACHED], seen[BINDER_LOST],
+           bad ? " (failed: rerun with these to replay)" : "");
+    binder_state_free(st);
+    binder_state_free(twin);
+}
+
+/* One step of the random run on st (twin: 1 for the full-pass twin, whose
+ * counts are not kept), settled and verified; 1 when a check failed. */
+static int rand_step(binder_state *st, binder_hooks *h_, unsigned long step, int twin)
+{
+    binder_hooks h = *h_;
+    int bad = 0;
+    RS = st;
+    RECONCILE = twin ? binder_reconcile_all : binder_reconcile;
+    {
         unsigned op = rnd(12);
         const char *nd = NODES[rnd(4)];
         int ci = (int)rnd(12), v = (int)rnd(4);
@@ -786,7 +887,7 @@ static void t_random(unsigned long steps, unsigned long long seed)
                 bad = 1;
                 break;
             }
-            size_t n = binder_reconcile(st, &h);
+            size_t n = RECONCILE(st, &h);
             binder_state_claims(st, snap_row, &after);
             int same = before.n == after.n && n == 0;
             for(int i = 0; same && i < before.n; i++)
@@ -810,30 +911,24 @@ static void t_random(unsigned long steps, unsigned long long seed)
             break;
         }
         if(bad)
-            break;
+            return 1;
         if(settle_random(st, &h)) {
             char d[80];
             snprintf(d, sizeof d, "step %lu (op %u) did not settle", step, op);
             ok(0, "the world settles", d);
-            bad = 1;
-            break;
+            return 1;
         }
-        binder_state_claims(st, count_phase, NULL);
+        if(!twin)
+            binder_state_claims(st, count_phase, NULL);
         cozy_err err = {{0}};
         if(binder_state_verify(st, &err)) {
             char d[1200];
-            snprintf(d, sizeof d, "step %lu (op %u): %s", step, op, err.msg);
+            snprintf(d, sizeof d, "step %lu (op %u)%s: %s", step, op, twin ? " (full-pass twin)" : "", err.msg);
             ok(0, "state verifies", d);
             bad = 1;
         }
     }
-    if(!bad)
-        ok(1, "random run", NULL);
-    printf("random run: seed %llu, %lu steps, %lu transitions; claim-steps Pending %lu, Bound %lu, Attached %lu, "
-           "Lost %lu%s\n",
-           seed, steps, transitions, seen[BINDER_PENDING], seen[BINDER_BOUND], seen[BINDER_ATTACHED], seen[BINDER_LOST],
-           bad ? " (failed: rerun with these to replay)" : "");
-    binder_state_free(st);
+    return bad;
 }
 
 int main(int argc, char **argv)
