@@ -428,7 +428,10 @@ static void run_size(size_t nnodes, size_t nclaims, int runs, int events, result
  *   - a claim created (a lone order of one vGPU) and placed;
  *   - a node deleted with its claims (a random node holding claims): its
  *     sets move or go Lost, in the same reconcile;
- *   - a VMI ending (a running VMI Succeeded): its claims leave Attached.
+ *   - a VMI ending (a running VMI Succeeded): its claims leave Attached;
+ *   - the lost node given back (not against the target: room returning
+ *     retries every waiting set of the node's classes, a candidate query
+ *     each, so it grows with the sets waiting).
  * Each is undone after it (not timed): the claim deleted, the node given
  * again, the VMI running again, and the state settled (reconciled until
  * nothing changes), so every timed event meets a settled state. */
@@ -532,8 +535,8 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
            (double)built_bytes / 1e6);
     fflush(stdout);
     double *add = calloc((size_t)events, sizeof *add), *lost = calloc((size_t)events, sizeof *lost),
-           *end = calloc((size_t)events, sizeof *end);
-    size_t lost_tr = 0, n_lost = 0, n_end = 0;
+           *end = calloc((size_t)events, sizeof *end), *back = calloc((size_t)events, sizeof *back);
+    size_t lost_tr = 0, back_tr = 0, n_lost = 0, n_end = 0;
     for(int e = 0; e < events; e++) {
         /* a claim created and placed */
         char ns[16], name[32];
@@ -566,8 +569,13 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
             lost_tr += tr;
             binder_node_spec spec = {d->flags, d->offers, d->n_offers, d->tainted ? &dedicated : NULL,
                                      d->tainted ? 1u : 0u};
+            a = now();
             if((rc = binder_state_node_set(r.st, d->name, &spec, &err)))
                 sm_die(rc, &err, "event node back");
+            tr = 0;
+            binder_reconcile(r.st, &h2);
+            back[n_lost - 1] = (now() - a) * 1e6;
+            back_tr += tr;
             sm_settle(r.st);
             /* the sets it held are elsewhere (or Lost) now: forget where */
             for(size_t k = 0; k < c->nsets; k++)
@@ -604,9 +612,13 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
     double am = median(add, (size_t)events), ap = pct(add, (size_t)events, 0.99);
     double lm = n_lost ? median(lost, n_lost) : 0, lp = n_lost ? pct(lost, n_lost, 0.99) : 0;
     double em = n_end ? median(end, n_end) : 0, ep = n_end ? pct(end, n_end, 0.99) : 0;
+    double bm = n_lost ? median(back, n_lost) : 0, bp = n_lost ? pct(back, n_lost, 0.99) : 0;
     printf("        one event + binder_reconcile on the full state (median / p99 of %d): claim created %.1f / %.1f us; "
            "node lost with its claims %.1f / %.1f us (%.1f transitions); VMI ended %.1f / %.1f us (%zu)\n",
            events, am, ap, lm, lp, n_lost ? (double)lost_tr / (double)n_lost : 0.0, em, ep, n_end);
+    printf("        and the node given back (its room a gain: the waiting sets of its classes are retried) %.1f / %.1f us "
+           "(%.1f transitions)\n",
+           bm, bp, n_lost ? (double)back_tr / (double)n_lost : 0.0);
     if(nnodes == 10000)
         printf("target at 100k claims on 10k nodes, one event (with its reconcile) under 1 ms: %s (p99: claim created "
                "%.1f us, node lost %.1f us, VMI ended %.1f us)\n",
@@ -615,6 +627,7 @@ static void sm_run_size(size_t nnodes, size_t nclaims, int events)
     free(add);
     free(lost);
     free(end);
+    free(back);
     free(r.vm);
     free(r.node);
     free(r.running);

@@ -9,6 +9,17 @@
  * order (the order binder.h promises), and a node replaced in place keeps
  * its place (binder_state_restore gives the index the nodes in the order
  * they were first given, as before).
+ *
+ * binder_reconcile is incremental (binder.h says what it looks at): the
+ * inputs mark claims on a dirty list (`mark`), classes that gained room on
+ * a usable node are listed (`gain`), and waiting claims sit in a bucket per
+ * class (`wait_update`, after each pass) so that a gain retries only the
+ * sets waiting on that class. A pass (`run_pass`) takes its groups, widens
+ * them (over-committed nodes, gains, sets waiting on a hook) and runs the
+ * same steps as the full pass (binder_reconcile_all) on them, in the same
+ * order; a group left out is one whose full-pass steps would change
+ * nothing (the random run in spec/core/binder_rules_check.c checks that
+ * against a twin driven by full passes after every step).
  */
 #include "binder/binder.h"
 
