@@ -5,7 +5,8 @@
  * Every expected value is read off the rule text quoted above its case,
  * not off the code's output; binder_state_verify runs after every pass.
  *
- * Usage: binder_rules_check [STEPS [SEED]]   (the random run: default 20000 steps, seed 12)
+ * Usage: binder_rules_check [STEPS [SEED]]   (the random runs, without and with hooks, each
+ *   against its full-pass twin: default 20000 steps, seed 12)
  *   Prints "N passed, N failed", exit 1 on failure.
  */
 #ifndef _GNU_SOURCE
@@ -606,7 +607,14 @@ static void t_bad_input(void)
  * binder_state_verify (index consistent, no node over what it offers unless
  * what holds it cannot move, booked iff Bound/Attached/Lost-with-node, no
  * claim Attached to a VMI that is not live, every waiting claim with a
- * reason), and a leader change on a settled state changes nothing. */
+ * reason), and a leader change on a settled state changes nothing.
+ * The state under test reconciles incrementally (binder_reconcile); a twin
+ * replays the same draws with full passes (binder_reconcile_all), and after
+ * every step both must hold the same status for every claim (phase, node,
+ * attachedTo, reason, message) and the same VMI for every VM: the proof
+ * that the incremental pass changes no answer. The run is made twice, the
+ * second time with a budget hook and a chooser that refuses some sets
+ * (answering from their arguments, as binder.h assumes). */
 static unsigned long long rng_state;
 static unsigned rnd(unsigned n)
 {
@@ -633,6 +641,24 @@ static void snap_row(void *ud, const binder_claim_status *c)
     if(s->n < 16)
         snprintf(s->rows[s->n++], sizeof s->rows[0], "%s %s %s %s", c->name, binder_phase_name(c->phase),
                  c->node ? c->node : "-", binder_reason_name(c->reason));
+}
+
+/* Hooks of the random run, answering from their arguments alone (as
+ * binder.h assumes): claim c3 is always over budget; a set of VM v1 takes
+ * the last candidate and refuses a lone one; others take the first. */
+static int rand_budget(void *ud, const binder_claim_status *c)
+{
+    (void)ud;
+    return strcmp(c->name, "c3") != 0;
+}
+
+static int rand_choose(void *ud, const binder_set_view *s, const binder_candidate *c, size_t n)
+{
+    (void)ud;
+    (void)c;
+    if(s->vm && !strcmp(s->vm, "v1"))
+        return n == 1 ? -1 : (int)n - 1;
+    return 0;
 }
 
 static const char *const NODES[4] = {"n0", "n1", "n2", "n3"};
@@ -758,14 +784,17 @@ static int same_states(const binder_state *a, const binder_state *b, char *d, si
 
 static int rand_step(binder_state *st, binder_hooks *h_, unsigned long step, int twin);
 
-static void t_random(unsigned long steps, unsigned long long seed)
+static void t_random(unsigned long steps, unsigned long long seed, int hooks)
 {
-    char name[80];
-    snprintf(name, sizeof name, "random run, seed %llu, %lu steps", seed, steps);
+    char name[120];
+    snprintf(name, sizeof name, "random run, seed %llu, %lu steps%s", seed, steps,
+             hooks ? ", budget and chooser hooks" : "");
     current = name;
     rng_state = seed;
     binder_state *st = binder_state_new(), *twin = binder_state_new();
-    binder_hooks h = {NULL, NULL, NULL, NULL, rand_delete};
+    binder_hooks h = {NULL, hooks ? rand_choose : NULL, hooks ? rand_budget : NULL, NULL, rand_delete};
+    transitions = 0;
+    memset(seen, 0, sizeof seen);
     for(int k = 0; k < 2; k++) {
         binder_state *s = k ? twin : st;
         binder_state_class_set(s, "a", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
@@ -806,9 +835,9 @@ static void t_random(unsigned long steps, unsigned long long seed)
     }
     if(!bad)
         ok(1, "random run", NULL);
-    printf("random run: seed %llu, %lu steps, %lu transitions; claim-steps Pending %lu, Bound %lu, Attached %lu, "
+    printf("random run%s: seed %llu, %lu steps, %lu transitions; claim-steps Pending %lu, Bound %lu, Attached %lu, "
            "Lost %lu%s\n",
-           seed, steps, transitions, seen[BINDER_PENDING], seen[BINDER_BOUND], seen[BINDER_ATTACHED], seen[BINDER_LOST],
+           hooks ? " with hooks" : "", seed, steps, transitions, seen[BINDER_PENDING], seen[BINDER_BOUND], seen[BINDER_ATTACHED], seen[BINDER_LOST],
            bad ? " (failed: rerun with these to replay)" : "");
     binder_state_free(st);
     binder_state_free(twin);
@@ -948,7 +977,8 @@ int main(int argc, char **argv)
     t_chooser();
     t_bad_input();
     t_taints();
-    t_random(steps, seed);
+    t_random(steps, seed, 0);
+    t_random(steps, seed, 1);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
