@@ -15,6 +15,7 @@
 
 #include "binder/binder.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -623,11 +624,34 @@ static unsigned rnd(unsigned n)
 }
 
 static binder_state *RS;
+/* What each state emitted in a step (events and VMI deletions, in order):
+ * [0] the state under test, [1] its twin; cut at the buffer's end. */
+static char LOG[2][8192];
+static int LOGK;
+
+static void log_add(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_add(const char *fmt, ...)
+{
+    size_t at = strlen(LOG[LOGK]);
+    va_list ap;
+    va_start(ap, fmt);
+    if(at < sizeof LOG[0] - 1)
+        vsnprintf(LOG[LOGK] + at, sizeof LOG[0] - at, fmt, ap);
+    va_end(ap);
+}
+
 static void rand_delete(void *ud, const char *ns, const char *vmi, const char *why)
 {
     (void)ud;
-    (void)why;
+    log_add("delete %s/%s (%s); ", ns, vmi, why);
     binder_state_set_vmi(RS, ns, vmi, BINDER_VMI_NONE, NULL, NULL);
+}
+
+static void rand_event(void *ud, const binder_event *e)
+{
+    (void)ud;
+    log_add("%s %s->%s %s->%s %s; ", e->name, binder_phase_name(e->from), binder_phase_name(e->to),
+            e->from_node ? e->from_node : "-", e->to_node ? e->to_node : "-", binder_reason_name(e->reason));
 }
 
 typedef struct snap {
@@ -792,7 +816,7 @@ static void t_random(unsigned long steps, unsigned long long seed, int hooks)
     current = name;
     rng_state = seed;
     binder_state *st = binder_state_new(), *twin = binder_state_new();
-    binder_hooks h = {NULL, hooks ? rand_choose : NULL, hooks ? rand_budget : NULL, NULL, rand_delete};
+    binder_hooks h = {NULL, hooks ? rand_choose : NULL, hooks ? rand_budget : NULL, rand_event, rand_delete};
     transitions = 0;
     memset(seen, 0, sizeof seen);
     for(int k = 0; k < 2; k++) {
@@ -810,7 +834,9 @@ static void t_random(unsigned long steps, unsigned long long seed, int hooks)
         /* the step on the state under test (incremental passes), then the
          * same draws on its twin (full passes): both must end alike */
         unsigned long long saved = rng_state, after = 0;
+        LOG[0][0] = LOG[1][0] = 0;
         for(int k = 0; k < 2 && !bad; k++) {
+            LOGK = k;
             if(k) {
                 after = rng_state;
                 rng_state = saved;
@@ -826,7 +852,12 @@ static void t_random(unsigned long steps, unsigned long long seed, int hooks)
         }
         RECONCILE = binder_reconcile;
         char d[1400];
-        if(!same_states(st, twin, d, sizeof d)) {
+        if(strcmp(LOG[0], LOG[1])) {
+            char m[1500];
+            snprintf(m, sizeof m, "step %lu: incremental: %.600s / full: %.600s", step, LOG[0], LOG[1]);
+            ok(0, "incremental reconcile emits what a full pass emits, in order", m);
+            bad = 1;
+        } else if(!same_states(st, twin, d, sizeof d)) {
             char m[1500];
             snprintf(m, sizeof m, "step %lu: %s", step, d);
             ok(0, "incremental reconcile = a full pass after every step", m);
