@@ -336,7 +336,10 @@ static void wait_remove(binder_state *st, sm_claim *c)
 /* Puts c in the waiting bucket it belongs in after a pass, or none. */
 static void wait_update(binder_state *st, sm_claim *c)
 {
-    int waiting = c->vol || (c->reason != BINDER_R_PLACED && c->reason != BINDER_R_ATTACHED);
+    /* a claim waiting for its VMI to end waits on the VMI (its set is
+     * marked when that changes), not on room */
+    int waiting = c->vol || (c->reason != BINDER_R_PLACED && c->reason != BINDER_R_ATTACHED &&
+                             c->reason != BINDER_R_WAITING_FOR_VMI_END);
     const char *cls = c->vol || c->reason == BINDER_R_OVER_BUDGET ? "" : c->class_name;
     if(c->wb && (!waiting || strcmp(c->wb->cls, cls)))
         wait_remove(st, c);

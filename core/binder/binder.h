@@ -274,9 +274,9 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
  *     deleted or its VMI changed marks its claims; a claim whose status
  *     changed in a pass is looked at again by the next;
  *   - the sets on an over-committed node one of those touches;
- *   - the waiting sets (a claim whose reason is neither Placed nor
- *     Attached: Pending, Lost, held on a cordoned, NotReady or
- *     layout-pending node) of each class that gained room on a usable
+ *   - the waiting sets (a claim whose reason is neither Placed,
+ *     Attached nor WaitingForVMIEnd: Pending, Lost, held on a cordoned,
+ *     NotReady or layout-pending node) of each class that gained room on a usable
  *     node (Ready, schedulable, no layout pending) since it was last
  *     retried: a node set or its flags set usable, a claim released there
  *     (deleted, moved away, Lost); room freed by a move in this pass is
