@@ -6,13 +6,16 @@
 #   $(BUILD)/bin/cozygpu-bare     bare libmicrohttpd TLS server, fixed answer
 #   $(BUILD)/tests/webhook_check  core/server/ with a toy review callback
 #                                 (specs in spec/webhook/, bench stand-in)
-#   $(BUILD)/bin/cozygpu-binder-bench  the binder's index alone (bench/binder.c)
+#   $(BUILD)/bin/cozygpu-binder-bench  the binder's index, then its state machine (bench/binder.c)
 #   make bench                    bench/bench.sh against the controller
 #                                 (BENCH_TARGET_CMD / BENCH_ARGS to adjust),
 #                                 the policy engine alone, then bench-binder
 #   make bench-binder             the binder's index: 1k claims on 100 nodes,
 #                                 10k on 1k, 100k on 10k, events on the full
-#                                 state (BINDER_BENCH_ARGS, e.g. --seed N)
+#                                 state; then the same through the state
+#                                 machine, one event + reconcile against the
+#                                 1 ms target (BINDER_BENCH_ARGS, e.g. --seed N,
+#                                 --state-max-nodes N, --state-events N)
 
 CC      ?= gcc
 WARN    ?= -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
@@ -65,16 +68,17 @@ $(WEBHOOK_CHECK): spec/webhook/webhook_check.c $(WEBHOOK_SRC) $(WEBHOOK_HDR)
 BENCH_TARGET_CMD ?= $(WEBHOOK_CHECK) --cert {cert} --key {key} --port 0 --port-file {port_file} --workers 4 --log-level warn
 BENCH_ARGS ?=
 
-# the binder's index (core/binder/, header-only uthash) with its bench
+# the binder's index and state machine (core/binder/, header-only uthash) with its bench
 BINDER_BENCH := $(BUILD)/bin/cozygpu-binder-bench
 BINDER_BENCH_ARGS ?=
 
-$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h core/base/result.h
+$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h core/binder/binder.c core/binder/binder.h \
+		core/base/result.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c core/binder/binder.c
 
 bench-binder: $(BINDER_BENCH)
-	@echo "the binder's index alone (no API, no Lua): placement and events, medians of repeated runs:"
+	@echo "the binder's index alone, then its state machine (no API, no Lua): placement and events, medians of repeated runs:"
 	$(BINDER_BENCH) $(BINDER_BENCH_ARGS)
 
 bench: bench-tools $(ENGINE_BENCH)

@@ -1,10 +1,25 @@
 /* binder.c — the binder's rules as a state machine over the index
  * (binder.h says what each rule is and where it comes from).
  *
- * Objects are kept in arrays in creation order (claims, sets, classes,
- * nodes), looked up by a linear scan: O(objects) per lookup, which is what
- * `cozygpu simulate` and the checks need; the leader's event path will
- * key them in hash tables (the index already does for placement).
+ * Objects (claims, sets, classes, nodes) are kept in uthash tables (Debian's
+ * uthash-dev, header-only, as the index): claims and sets keyed by
+ * "ns\0name", nodes and classes by name, so every lookup on an event's
+ * path is O(1) expected. A table's iteration order is its insertion order
+ * and a deletion keeps the others' order, so walking `claims` is creation
+ * order (the order binder.h promises), and a node replaced in place keeps
+ * its place (binder_state_restore gives the index the nodes in the order
+ * they were first given, as before).
+ *
+ * binder_reconcile is incremental (binder.h says what it looks at): the
+ * inputs mark claims on a dirty list (`mark`), classes that gained room on
+ * a usable node are listed (`gain`), and waiting claims sit in a bucket per
+ * class (`wait_update`, after each pass) so that a gain retries only the
+ * sets waiting on that class. A pass (`run_pass`) takes its groups, widens
+ * them (over-committed nodes, gains, sets waiting on a hook) and runs the
+ * same steps as the full pass (binder_reconcile_all) on them, in the same
+ * order; a group left out is one whose full-pass steps would change
+ * nothing (the random run in spec/core/binder_rules_check.c checks that
+ * against a twin driven by full passes after every step).
  */
 #include "binder/binder.h"
 
@@ -13,7 +28,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* uthash: report a failed allocation instead of exit(): the element is not
+ * added and its hh.tbl is NULL, which the callers check. */
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
+#include <utlist.h>
+
 #define MAX_TOLS 32
+/* "ns\0name" of a claim or set, with its terminating NUL */
+#define KEY_MAX (BINDER_MAX_NAMESPACE + 1 + BINDER_MAX_NAME + 1)
 #define MSG_MAX 256
 
 typedef struct sm_class {
@@ -22,6 +45,7 @@ typedef struct sm_class {
     int deleting;
     binder_toleration *tols; /* strings owned */
     size_t n_tols;
+    UT_hash_handle hh; /* binder_state.classes, by name */
 } sm_class;
 
 typedef struct sm_node {
@@ -31,9 +55,12 @@ typedef struct sm_node {
     size_t n_offers;
     binder_taint *taints; /* strings owned */
     size_t n_taints;
+    unsigned stamp;    /* pass that looked at it (scratch) */
+    UT_hash_handle hh; /* binder_state.nodes, by name */
 } sm_node;
 
 struct sm_set;
+struct wbucket;
 
 typedef struct sm_claim {
     char *ns, *name, *class_name;
@@ -46,6 +73,16 @@ typedef struct sm_claim {
     char msg[MSG_MAX];
     uint64_t seq;
     struct sm_set *set;
+    size_t gi;   /* its group in the current pass (scratch) */
+    unsigned stamp; /* pass that took it as a lone group (scratch) */
+    int dirty;      /* on binder_state.dirty */
+    int vol;        /* waits on a hook's answer (budget, chooser), not on room */
+    struct sm_claim *dnext, *dprev;
+    struct wbucket *wb; /* the waiting bucket it is in, NULL: none */
+    struct sm_claim *wnext, *wprev;
+    char *key;   /* "ns\0name" */
+    size_t keylen;
+    UT_hash_handle hh; /* binder_state.claims, by key, creation order */
 } sm_claim;
 
 typedef struct sm_set {
@@ -55,19 +92,40 @@ typedef struct sm_set {
     binder_vmi_phase phase;
     char *node;
     uint64_t seq;
+    char *key; /* "ns\0name" */
+    size_t keylen;
+    unsigned stamp; /* pass that took it as a group (scratch) */
+    UT_hash_handle hh; /* binder_state.sets, by key, creation order */
 } sm_set;
+
+/* Waiting claims of one class (the claims whose sets a gain of room in
+ * that class may let move or be placed); class "" holds the claims that
+ * wait on a hook's answer (OverBudget, a chooser's refusal), retried by
+ * every pass as a full pass would. */
+typedef struct wbucket {
+    char *cls;
+    sm_claim *head; /* utlist, wnext/wprev */
+    UT_hash_handle hh;
+} wbucket;
+
+#define MAX_GAINED 64
 
 struct binder_state {
     binder_index *ix;
-    sm_class **classes;
-    size_t n_classes;
-    sm_node **nodes;
-    size_t n_nodes;
-    sm_claim **claims;
-    size_t n_claims;
-    sm_set **sets;
-    size_t n_sets;
+    sm_class *classes; /* uthash heads */
+    sm_node *nodes;
+    sm_claim *claims;
+    sm_set *sets;
     uint64_t seq;
+    /* incremental reconcile (binder_reconcile) */
+    sm_claim *dirty;     /* utlist, dnext/dprev: claims whose set must be looked at */
+    wbucket *waits;      /* by class name */
+    char *gained[MAX_GAINED]; /* classes that gained room on a usable node since they were last retried */
+    size_t n_gained;
+    size_t gained_floor; /* during a pass: gained[0..floor) are being retried now; a gain
+                            after that point is a new one, for the next pass */
+    int full;            /* the next binder_reconcile runs a full pass */
+    unsigned stamp;
 };
 
 /* ------------------------------------------------------------- names */
@@ -163,46 +221,168 @@ static int name_ok(const char *s, size_t max)
 
 static sm_class *class_find(const binder_state *st, const char *name)
 {
-    for(size_t i = 0; i < st->n_classes; i++)
-        if(strcmp(st->classes[i]->name, name) == 0)
-            return st->classes[i];
-    return NULL;
+    sm_class *c = NULL;
+    if(name)
+        HASH_FIND_STR(st->classes, name, c);
+    return c;
 }
 
 static sm_node *node_find(const binder_state *st, const char *name)
 {
-    if(!name)
+    sm_node *n = NULL;
+    if(name)
+        HASH_FIND_STR(st->nodes, name, n);
+    return n;
+}
+
+/* "ns\0name" into buf (KEY_MAX bytes); its length, or 0 when a part is
+ * missing or too long (no object has such a key). */
+static size_t key_of(const char *ns, const char *name, char *buf)
+{
+    if(!ns || !name)
+        return 0;
+    size_t a = strlen(ns), b = strlen(name);
+    if(a > BINDER_MAX_NAMESPACE || b > BINDER_MAX_NAME)
+        return 0;
+    memcpy(buf, ns, a);
+    buf[a] = 0;
+    memcpy(buf + a + 1, name, b + 1);
+    return a + 1 + b;
+}
+
+static char *key_dup(const char *ns, const char *name, size_t *len)
+{
+    char buf[KEY_MAX];
+    *len = key_of(ns, name, buf);
+    if(!*len)
         return NULL;
-    for(size_t i = 0; i < st->n_nodes; i++)
-        if(strcmp(st->nodes[i]->name, name) == 0)
-            return st->nodes[i];
-    return NULL;
+    char *k = malloc(*len + 1);
+    if(k)
+        memcpy(k, buf, *len + 1);
+    return k;
 }
 
 static sm_claim *claim_find(const binder_state *st, const char *ns, const char *name)
 {
-    for(size_t i = 0; i < st->n_claims; i++)
-        if(strcmp(st->claims[i]->ns, ns) == 0 && strcmp(st->claims[i]->name, name) == 0)
-            return st->claims[i];
-    return NULL;
+    char buf[KEY_MAX];
+    size_t len = key_of(ns, name, buf);
+    sm_claim *c = NULL;
+    if(len)
+        HASH_FIND(hh, st->claims, buf, len, c);
+    return c;
 }
 
 static sm_set *set_find(const binder_state *st, const char *ns, const char *name)
 {
-    for(size_t i = 0; i < st->n_sets; i++)
-        if(strcmp(st->sets[i]->ns, ns) == 0 && strcmp(st->sets[i]->name, name) == 0)
-            return st->sets[i];
-    return NULL;
+    char buf[KEY_MAX];
+    size_t len = key_of(ns, name, buf);
+    sm_set *s = NULL;
+    if(len)
+        HASH_FIND(hh, st->sets, buf, len, s);
+    return s;
 }
 
-static int grow(void *arrp, size_t n, size_t elem)
+/* ------------------------------------------------- dirty and waiting */
+
+static void mark(binder_state *st, sm_claim *c)
 {
-    void **arr = arrp;
-    void *p = realloc(*arr, (n + 1) * elem);
-    if(!p)
-        return -1;
-    *arr = p;
-    return 0;
+    if(c && !c->dirty) {
+        c->dirty = 1;
+        DL_APPEND2(st->dirty, c, dprev, dnext);
+    }
+}
+
+static void mark_set(binder_state *st, sm_set *s)
+{
+    for(size_t i = 0; s && i < s->n; i++)
+        mark(st, s->claims[i]);
+}
+
+static int node_usable(const sm_node *n);
+
+/* Class `cls` gained room (or may have) on a usable node: its waiting
+ * claims' sets are retried by the next pass. Past MAX_GAINED classes,
+ * or out of memory, the next pass is a full one. */
+static void gain(binder_state *st, const char *cls)
+{
+    for(size_t i = st->gained_floor; i < st->n_gained; i++)
+        if(!strcmp(st->gained[i], cls))
+            return;
+    char *c = st->n_gained < MAX_GAINED ? strdup(cls) : NULL;
+    if(!c) {
+        st->full = 1;
+        return;
+    }
+    st->gained[st->n_gained++] = c;
+}
+
+static void gain_node(binder_state *st, const sm_node *n)
+{
+    if(!node_usable(n))
+        return;
+    for(size_t i = 0; i < n->n_offers; i++)
+        gain(st, n->offers[i].class_name);
+}
+
+static void wait_remove(binder_state *st, sm_claim *c)
+{
+    (void)st;
+    if(c->wb) {
+        DL_DELETE2(c->wb->head, c, wprev, wnext);
+        c->wb = NULL;
+    }
+}
+
+/* Puts c in the waiting bucket it belongs in after a pass, or none. */
+static void wait_update(binder_state *st, sm_claim *c)
+{
+    /* a claim waiting for its VMI to end waits on the VMI (its set is
+     * marked when that changes), not on room */
+    int waiting = c->vol || (c->reason != BINDER_R_PLACED && c->reason != BINDER_R_ATTACHED &&
+                             c->reason != BINDER_R_WAITING_FOR_VMI_END);
+    const char *cls = c->vol || c->reason == BINDER_R_OVER_BUDGET ? "" : c->class_name;
+    if(c->wb && (!waiting || strcmp(c->wb->cls, cls)))
+        wait_remove(st, c);
+    if(!waiting || c->wb)
+        return;
+    wbucket *b = NULL;
+    HASH_FIND_STR(st->waits, cls, b);
+    if(!b) {
+        b = calloc(1, sizeof *b);
+        if(!b || !(b->cls = strdup(cls))) {
+            free(b);
+            st->full = 1; /* out of memory: the next pass looks at everything */
+            return;
+        }
+        HASH_ADD_KEYPTR(hh, st->waits, b->cls, strlen(b->cls), b);
+        if(!b->hh.tbl) {
+            free(b->cls);
+            free(b);
+            st->full = 1;
+            return;
+        }
+    }
+    DL_APPEND2(b->head, c, wprev, wnext);
+    c->wb = b;
+}
+
+/* The claims booked on node `name`, for marking (index walk: O(claims there)). */
+typedef struct mark_walk {
+    binder_state *st;
+} mark_walk;
+
+static sm_claim *claim_find(const binder_state *st, const char *ns, const char *name);
+
+static void mark_booked(void *ud, const binder_claim_view *v)
+{
+    mark_walk *w = ud;
+    mark(w->st, claim_find(w->st, v->ns, v->name));
+}
+
+static void mark_node(binder_state *st, const char *name)
+{
+    mark_walk w = {st};
+    binder_node_claims(st->ix, name, mark_booked, &w);
 }
 
 static void free_tols(binder_toleration *t, size_t n)
@@ -242,6 +422,7 @@ static void claim_free(sm_claim *c)
     free(c->class_name);
     free(c->node);
     free(c->attached_to);
+    free(c->key);
     free(c);
 }
 
@@ -253,6 +434,7 @@ static void set_free(sm_set *s)
     free(s->name);
     free(s->claims);
     free(s->node);
+    free(s->key);
     free(s);
 }
 
@@ -289,21 +471,36 @@ void binder_state_free(binder_state *st)
 {
     if(!st)
         return;
-    for(size_t i = 0; i < st->n_classes; i++) {
-        free_tols(st->classes[i]->tols, st->classes[i]->n_tols);
-        free(st->classes[i]->name);
-        free(st->classes[i]);
+    sm_class *k, *ktmp;
+    HASH_ITER(hh, st->classes, k, ktmp) {
+        HASH_DEL(st->classes, k);
+        free_tols(k->tols, k->n_tols);
+        free(k->name);
+        free(k);
     }
-    free(st->classes);
-    for(size_t i = 0; i < st->n_nodes; i++)
-        node_free(st->nodes[i]);
-    free(st->nodes);
-    for(size_t i = 0; i < st->n_claims; i++)
-        claim_free(st->claims[i]);
-    free(st->claims);
-    for(size_t i = 0; i < st->n_sets; i++)
-        set_free(st->sets[i]);
-    free(st->sets);
+    sm_node *n, *ntmp;
+    HASH_ITER(hh, st->nodes, n, ntmp) {
+        HASH_DEL(st->nodes, n);
+        node_free(n);
+    }
+    sm_claim *c, *ctmp;
+    HASH_ITER(hh, st->claims, c, ctmp) {
+        HASH_DEL(st->claims, c);
+        claim_free(c);
+    }
+    sm_set *s, *stmp;
+    HASH_ITER(hh, st->sets, s, stmp) {
+        HASH_DEL(st->sets, s);
+        set_free(s);
+    }
+    wbucket *b, *btmp;
+    HASH_ITER(hh, st->waits, b, btmp) {
+        HASH_DEL(st->waits, b);
+        free(b->cls);
+        free(b);
+    }
+    for(size_t i = 0; i < st->n_gained; i++)
+        free(st->gained[i]);
     binder_free(st->ix);
     free(st);
 }
@@ -341,14 +538,15 @@ binder_rc binder_state_class_set(binder_state *st, const char *name, binder_on_c
             free(c);
             c = NULL;
         }
-        if(!c || grow(&st->classes, st->n_classes, sizeof *st->classes)) {
+        if(c)
+            HASH_ADD_KEYPTR(hh, st->classes, c->name, strlen(c->name), c);
+        if(!c || !c->hh.tbl) {
             if(c)
                 free(c->name);
             free(c);
             c = NULL;
             oom = 1;
-        } else
-            st->classes[st->n_classes++] = c;
+        }
     }
     if(oom) {
         free_tols(copy, n_tols);
@@ -359,21 +557,21 @@ binder_rc binder_state_class_set(binder_state *st, const char *name, binder_on_c
     c->n_tols = n_tols;
     c->on_cordon = on_cordon;
     c->deleting = !!deleting;
+    st->full = 1; /* a class change: the next pass looks at every claim */
     return BINDER_OK;
 }
 
 binder_rc binder_state_class_delete(binder_state *st, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_classes; i++)
-        if(strcmp(st->classes[i]->name, name) == 0) {
-            free_tols(st->classes[i]->tols, st->classes[i]->n_tols);
-            free(st->classes[i]->name);
-            free(st->classes[i]);
-            memmove(st->classes + i, st->classes + i + 1, (st->n_classes - i - 1) * sizeof *st->classes);
-            st->n_classes--;
-            return BINDER_OK;
-        }
-    return fail(err, BINDER_ERR_INPUT, "class %s: not known", name);
+    sm_class *c = class_find(st, name);
+    if(!c)
+        return fail(err, BINDER_ERR_INPUT, "class %s: not known", name);
+    HASH_DEL(st->classes, c);
+    free_tols(c->tols, c->n_tols);
+    free(c->name);
+    free(c);
+    st->full = 1;
+    return BINDER_OK;
 }
 
 /* ------------------------------------------------------------- nodes */
@@ -426,22 +624,36 @@ binder_rc binder_state_node_set(binder_state *st, const char *name, const binder
     if(!copy)
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     sm_node *old = node_find(st, name);
-    if(!old && grow(&st->nodes, st->n_nodes, sizeof *st->nodes)) {
-        node_free(copy);
-        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    if(!old) {
+        HASH_ADD_KEYPTR(hh, st->nodes, copy->name, strlen(copy->name), copy);
+        if(!copy->hh.tbl) {
+            node_free(copy);
+            return fail(err, BINDER_ERR_MEMORY, "out of memory");
+        }
     }
     binder_rc rc = binder_node_upsert(st->ix, name, spec, NULL, err);
     if(rc) {
+        if(!old)
+            HASH_DEL(st->nodes, copy);
         node_free(copy);
         return rc;
     }
     if(old) {
-        for(size_t i = 0; i < st->n_nodes; i++)
-            if(st->nodes[i] == old)
-                st->nodes[i] = copy;
-        node_free(old);
-    } else
-        st->nodes[st->n_nodes++] = copy;
+        /* replaced in place: the node keeps its place in the table's order */
+        sm_node tmp = *old;
+        old->flags = copy->flags;
+        old->offers = copy->offers;
+        old->n_offers = copy->n_offers;
+        old->taints = copy->taints;
+        old->n_taints = copy->n_taints;
+        copy->offers = tmp.offers;
+        copy->n_offers = tmp.n_offers;
+        copy->taints = tmp.taints;
+        copy->n_taints = tmp.n_taints;
+        node_free(copy);
+    }
+    mark_node(st, name);
+    gain_node(st, node_find(st, name));
     return BINDER_OK;
 }
 
@@ -454,22 +666,23 @@ binder_rc binder_state_node_flags(binder_state *st, const char *name, uint32_t f
     if(rc)
         return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
     n->flags = flags;
+    mark_node(st, name);
+    gain_node(st, n);
     return BINDER_OK;
 }
 
 binder_rc binder_state_node_delete(binder_state *st, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_nodes; i++)
-        if(strcmp(st->nodes[i]->name, name) == 0) {
-            binder_rc rc = binder_node_delete(st->ix, name, NULL, NULL);
-            if(rc)
-                return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
-            node_free(st->nodes[i]);
-            memmove(st->nodes + i, st->nodes + i + 1, (st->n_nodes - i - 1) * sizeof *st->nodes);
-            st->n_nodes--;
-            return BINDER_OK;
-        }
-    return fail(err, BINDER_ERR_NO_NODE, "node %s: not known", name);
+    sm_node *n = node_find(st, name);
+    if(!n)
+        return fail(err, BINDER_ERR_NO_NODE, "node %s: not known", name);
+    mark_node(st, name);
+    binder_rc rc = binder_node_delete(st->ix, name, NULL, NULL);
+    if(rc)
+        return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
+    HASH_DEL(st->nodes, n);
+    node_free(n);
+    return BINDER_OK;
 }
 
 /* ------------------------------------------------------------ claims */
@@ -487,7 +700,7 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
         return fail(err, BINDER_ERR_BOUND, "claim %s/%s: known already", ns, name);
     sm_claim *c = calloc(1, sizeof *c);
     if(!c || !(c->ns = strdup(ns)) || !(c->name = strdup(name)) || !(c->class_name = strdup(class_name)) ||
-       grow(&st->claims, st->n_claims, sizeof *st->claims)) {
+       !(c->key = key_dup(ns, name, &c->keylen))) {
         claim_free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
@@ -496,11 +709,17 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
         claim_free(c);
         return rc;
     }
+    HASH_ADD_KEYPTR(hh, st->claims, c->key, c->keylen, c);
+    if(!c->hh.tbl) {
+        binder_claim_delete(st->ix, ns, name);
+        claim_free(c);
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    }
     c->count = count;
     c->tmpl = !!tmpl;
     c->phase = BINDER_PENDING;
     c->seq = ++st->seq;
-    st->claims[st->n_claims++] = c;
+    mark(st, c);
     *out = c;
     return BINDER_OK;
 }
@@ -552,19 +771,23 @@ static void set_drop_claim(sm_set *s, sm_claim *c)
 
 binder_rc binder_state_claim_delete(binder_state *st, const char *ns, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_claims; i++) {
-        sm_claim *c = st->claims[i];
-        if(strcmp(c->ns, ns) || strcmp(c->name, name))
-            continue;
-        binder_claim_delete(st->ix, ns, name);
-        if(c->set)
-            set_drop_claim(c->set, c);
-        claim_free(c);
-        memmove(st->claims + i, st->claims + i + 1, (st->n_claims - i - 1) * sizeof *st->claims);
-        st->n_claims--;
-        return BINDER_OK;
+    sm_claim *c = claim_find(st, ns, name);
+    if(!c)
+        return fail(err, BINDER_ERR_NO_CLAIM, "claim %s/%s: not known", ns, name);
+    binder_claim_view v;
+    if(!binder_claim_get(st->ix, ns, name, &v) && v.node)
+        gain_node(st, node_find(st, v.node));
+    binder_claim_delete(st->ix, ns, name);
+    if(c->set) {
+        set_drop_claim(c->set, c);
+        mark_set(st, c->set);
     }
-    return fail(err, BINDER_ERR_NO_CLAIM, "claim %s/%s: not known", ns, name);
+    if(c->dirty)
+        DL_DELETE2(st->dirty, c, dprev, dnext);
+    wait_remove(st, c);
+    HASH_DEL(st->claims, c);
+    claim_free(c);
+    return BINDER_OK;
 }
 
 binder_rc binder_state_claim_get(const binder_state *st, const char *ns, const char *name, binder_claim_status *out)
@@ -578,9 +801,9 @@ binder_rc binder_state_claim_get(const binder_state *st, const char *ns, const c
 
 void binder_state_claims(const binder_state *st, void (*fn)(void *ud, const binder_claim_status *c), void *ud)
 {
-    for(size_t i = 0; i < st->n_claims; i++) {
+    for(const sm_claim *c = st->claims; c; c = c->hh.next) {
         binder_claim_status v;
-        view_of(st->claims[i], &v);
+        view_of(c, &v);
         fn(ud, &v);
     }
 }
@@ -639,31 +862,39 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
     sm_set *s = old;
     if(!s) {
         s = calloc(1, sizeof *s);
-        if(!s || !(s->ns = strdup(ns)) || !(s->name = strdup(name)) ||
-           grow(&st->sets, st->n_sets, sizeof *st->sets)) {
+        if(!s || !(s->ns = strdup(ns)) || !(s->name = strdup(name)) || !(s->key = key_dup(ns, name, &s->keylen))) {
             set_free(s);
             s = NULL;
         }
+        if(s) {
+            HASH_ADD_KEYPTR(hh, st->sets, s->key, s->keylen, s);
+            if(!s->hh.tbl) {
+                set_free(s);
+                s = NULL;
+            }
+        }
     }
     if(!s || (node && !nodecopy)) {
-        if(s != old)
+        if(s && s != old) {
+            HASH_DEL(st->sets, s);
             set_free(s);
+        }
         free(nodecopy);
         free(list);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
-    if(old)
+    if(old) {
+        mark_set(st, old);
         for(size_t i = 0; i < old->n; i++)
             old->claims[i]->set = NULL;
-    else {
+    } else
         s->seq = ++st->seq;
-        st->sets[st->n_sets++] = s;
-    }
     free(s->claims);
     s->claims = list;
     s->n = n_claims;
     for(size_t i = 0; i < n_claims; i++)
         list[i]->set = s;
+    mark_set(st, s);
     free(s->node);
     s->node = nodecopy;
     s->phase = phase;
@@ -685,23 +916,21 @@ binder_rc binder_state_set_vmi(binder_state *st, const char *ns, const char *nam
     free(s->node);
     s->node = copy;
     s->phase = phase;
+    mark_set(st, s);
     return BINDER_OK;
 }
 
 binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *name, cozy_err *err)
 {
-    for(size_t i = 0; i < st->n_sets; i++) {
-        sm_set *s = st->sets[i];
-        if(strcmp(s->ns, ns) || strcmp(s->name, name))
-            continue;
-        for(size_t k = 0; k < s->n; k++)
-            s->claims[k]->set = NULL;
-        set_free(s);
-        memmove(st->sets + i, st->sets + i + 1, (st->n_sets - i - 1) * sizeof *st->sets);
-        st->n_sets--;
-        return BINDER_OK;
-    }
-    return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+    sm_set *s = set_find(st, ns, name);
+    if(!s)
+        return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+    mark_set(st, s);
+    for(size_t k = 0; k < s->n; k++)
+        s->claims[k]->set = NULL;
+    HASH_DEL(st->sets, s);
+    set_free(s);
+    return BINDER_OK;
 }
 
 binder_rc binder_state_set_get(const binder_state *st, const char *ns, const char *name, binder_vmi_phase *phase,
@@ -723,6 +952,7 @@ typedef struct pass {
     binder_state *st;
     const binder_hooks *h;
     size_t events;
+    int refused; /* the last choose() had candidates and the hook took none */
 } pass;
 
 /* Sets a claim's status, emitting an event when phase, node or reason
@@ -738,6 +968,8 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     int changed = c->phase != phase || !same(c->node, node) || c->reason != reason;
+    if(changed || strcmp(c->msg, msg))
+        mark(p->st, c); /* what changed is looked at again by the next pass */
     char *old_node = NULL; /* kept until the event is delivered */
     binder_phase old_phase = c->phase;
     int moved = !same(c->node, node);
@@ -774,6 +1006,18 @@ static const char *booked(const binder_state *st, const sm_claim *c)
     return v.node;
 }
 
+/* Releases a booked claim's units; a usable node's room is a gain. */
+static void unbind_claim(binder_state *st, const sm_claim *c)
+{
+    const char *at = booked(st, c);
+    if(!at)
+        return;
+    const sm_node *n = node_find(st, at);
+    binder_unbind(st->ix, c->ns, c->name);
+    if(node_usable(n))
+        gain(st, c->class_name);
+}
+
 static binder_vmi_phase vmi_of(const sm_claim *c)
 {
     return c->set ? c->set->phase : BINDER_VMI_NONE;
@@ -786,6 +1030,8 @@ static int vmi_live(binder_vmi_phase ph)
 
 static int node_usable(const sm_node *n)
 {
+    if(!n)
+        return 0;
     return n && (n->flags & BINDER_NODE_READY) && (n->flags & BINDER_NODE_SCHEDULABLE) &&
            !(n->flags & BINDER_NODE_LAYOUT_PENDING);
 }
@@ -828,8 +1074,7 @@ static void upkeep(pass *p, sm_claim *c)
         if(c->reason != BINDER_R_WAITING_FOR_VMI_END)
             break;
         if(!vmi_live(vp)) {
-            if(booked(st, c))
-                binder_unbind(st->ix, c->ns, c->name);
+            unbind_claim(st, c);
             set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
                        "its VMI ended and its node was lost; waiting for a node with room");
         } else if(!n && c->node) {
@@ -865,6 +1110,13 @@ static void group_of_claim(group *g, sm_claim *c)
     g->set = NULL;
     g->n = 1;
     g->m[0] = c;
+}
+
+/* g waits on a hook's answer: retried by every pass (wait_update). */
+static void group_vol(const group *g)
+{
+    for(size_t i = 0; i < g->n; i++)
+        g->m[i]->vol = 1;
 }
 
 /* Needs of the claims in g that `pick` selects, and their tolerations. */
@@ -914,6 +1166,7 @@ static void set_view_of(const group *g, binder_claim_status *views, binder_set_v
  * (borrowed from the index) or NULL. */
 static const char *choose(pass *p, const group *g, const needs *nd)
 {
+    p->refused = 0;
     binder_candidate cands[BINDER_MAX_CANDIDATES];
     size_t nc = 0;
     binder_query q = {nd->need, nd->n, nd->tols, nd->n_tols, 0};
@@ -926,8 +1179,10 @@ static const char *choose(pass *p, const group *g, const needs *nd)
         set_view_of(g, views, &sv);
         pick = p->h->choose(p->h->ud, &sv, cands, nc);
     }
-    if(pick < 0 || (size_t)pick >= nc)
+    if(pick < 0 || (size_t)pick >= nc) {
+        p->refused = 1; /* candidates were there: the hook's answer, not room, keeps the set waiting */
         return NULL;
+    }
     return cands[pick].node;
 }
 
@@ -982,6 +1237,8 @@ static void move_group(pass *p, group *g, enum move_cause cause)
     if(needs_of(st, g, is_bound, &nd))
         return;
     const char *to = choose(p, g, &nd);
+    if(p->refused)
+        group_vol(g);
     if(to && !strcmp(to, from))
         to = NULL;
     /* DESIGN §6: a set that must move while its VMI exists but is not yet
@@ -999,8 +1256,8 @@ static void move_group(pass *p, group *g, enum move_cause cause)
          * set, so the bind cannot fail for room; release, bind, and on any
          * failure book the old node again (RESTORE) before anything else runs */
         for(size_t i = 0; i < g->n; i++)
-            if(is_bound(g->m[i]) && booked(st, g->m[i]))
-                binder_unbind(st->ix, g->m[i]->ns, g->m[i]->name);
+            if(is_bound(g->m[i]))
+                unbind_claim(st, g->m[i]);
         if(bind_group(st, g, is_bound, tocopy, 0) == BINDER_OK) {
             for(size_t i = 0; i < g->n; i++)
                 if(is_bound(g->m[i]))
@@ -1021,8 +1278,7 @@ static void move_group(pass *p, group *g, enum move_cause cause)
                        "node %s was deleted and no other node has room; waiting for room", from);
             break;
         case MOVE_CAPACITY:
-            if(booked(st, c))
-                binder_unbind(st->ix, c->ns, c->name);
+            unbind_claim(st, c);
             set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
                        "node %s lost the capacity of class %s and no other node has room; waiting for room", from,
                        c->class_name);
@@ -1062,22 +1318,42 @@ static int group_cmp(const void *a, const void *b)
     return sx < sy ? -1 : sx > sy;
 }
 
-/* Every set, then every claim no set names, ordered by creation. */
-static group *groups_of(const binder_state *st, size_t *n_out)
+/* The groups a pass looks at: a growing array, each set or lone claim
+ * once (stamps of the pass). */
+typedef struct glist {
+    group *g;
+    size_t n, cap;
+    int oom;
+} glist;
+
+/* Adds c's group (its set's, or c alone) unless the pass has it. */
+static void gl_add(binder_state *st, glist *gl, sm_claim *c)
 {
-    group *gs = calloc(st->n_sets + st->n_claims + 1, sizeof *gs);
-    size_t n = 0;
-    if(!gs)
-        return NULL;
-    for(size_t i = 0; i < st->n_sets; i++)
-        if(st->sets[i]->n)
-            group_of_set(&gs[n++], st->sets[i]);
-    for(size_t i = 0; i < st->n_claims; i++)
-        if(!st->claims[i]->set)
-            group_of_claim(&gs[n++], st->claims[i]);
-    qsort(gs, n, sizeof *gs, group_cmp);
-    *n_out = n;
-    return gs;
+    if(c->set ? c->set->stamp == st->stamp : c->stamp == st->stamp)
+        return;
+    if(gl->n == gl->cap) {
+        size_t cap = gl->cap ? gl->cap * 2 : 64;
+        group *g = realloc(gl->g, cap * sizeof *g);
+        if(!g) {
+            gl->oom = 1;
+            return;
+        }
+        gl->g = g;
+        gl->cap = cap;
+    }
+    if(c->set) {
+        c->set->stamp = st->stamp;
+        group_of_set(&gl->g[gl->n++], c->set);
+    } else {
+        c->stamp = st->stamp;
+        group_of_claim(&gl->g[gl->n++], c);
+    }
+}
+
+static int claim_seq_cmp(const void *a, const void *b)
+{
+    const sm_claim *x = *(sm_claim *const *)a, *y = *(sm_claim *const *)b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 /* Capacity drops: per node, per class bound above offered, mark the most
@@ -1099,15 +1375,25 @@ static void cap_collect(void *ud, const binder_claim_view *v)
     }
 }
 
+/* Whether c is among g's members (a set past BINDER_MAX_SET_CLAIMS is cut
+ * in its group). */
+static int in_group(const group *g, const sm_claim *c)
+{
+    for(size_t m = 0; m < g->n; m++)
+        if(g->m[m] == c)
+            return 1;
+    return 0;
+}
+
 static int movable(const sm_claim *c)
 {
     return c->phase == BINDER_BOUND && !vmi_live(vmi_of(c));
 }
 
-static void mark_capacity(binder_state *st, group *gs, size_t ng, enum move_cause *causes)
+static void mark_capacity(binder_state *st, group *gs, sm_node *const *nodes, size_t nn, enum move_cause *causes)
 {
-    for(size_t ni = 0; ni < st->n_nodes; ni++) {
-        const sm_node *n = st->nodes[ni];
+    for(size_t ni = 0; ni < nn; ni++) {
+        const sm_node *n = nodes[ni];
         cap_walk w = {st, n->name, {0}, 0};
         binder_node_claims(st->ix, n->name, cap_collect, &w);
         for(size_t i = 0; i < w.n; i++) {
@@ -1121,18 +1407,13 @@ static void mark_capacity(binder_state *st, group *gs, size_t ng, enum move_caus
                 sm_claim *o = w.list[k];
                 if(strcmp(o->class_name, c->class_name))
                     continue;
-                for(size_t gi = 0; gi < ng; gi++)
-                    if(causes[gi] == MOVE_CAPACITY)
-                        for(size_t m = 0; m < gs[gi].n; m++)
-                            if(gs[gi].m[m] == o)
-                                leaving += o->count;
+                if(causes[o->gi] == MOVE_CAPACITY && in_group(&gs[o->gi], o))
+                    leaving += o->count;
             }
             if(sl.bound - leaving <= sl.offered || !movable(c))
                 continue;
-            for(size_t gi = 0; gi < ng; gi++)
-                for(size_t m = 0; m < gs[gi].n; m++)
-                    if(gs[gi].m[m] == c && causes[gi] != MOVE_GONE)
-                        causes[gi] = MOVE_CAPACITY; /* stronger than a pending layout: no hold past the offer */
+            if(in_group(&gs[c->gi], c) && causes[c->gi] != MOVE_GONE)
+                causes[c->gi] = MOVE_CAPACITY; /* stronger than a pending layout: no hold past the offer */
         }
     }
 }
@@ -1220,6 +1501,8 @@ static void place_group(pass *p, group *g)
         snprintf(target, sizeof target, "%s", anchor);
     } else {
         const char *to = choose(p, g, &nd);
+        if(p->refused)
+            group_vol(g);
         if(!to) {
             snprintf(msg, sizeof msg, "no node has room for %s%s (class %s)", g->set ? "the claims of VM " : "claim ",
                      g->set ? g->set->name : g->m[0]->name, nd.need[0].class_name);
@@ -1285,22 +1568,137 @@ static void rebook(pass *p, sm_claim *c)
                    "node %s came back without room for the claim; waiting for a node with room", c->node);
 }
 
-size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
+/* Whether a class of node n holds more than it offers; when so, its
+ * booked claims are in w. */
+static int node_over(binder_state *st, const sm_node *n, cap_walk *w)
 {
-    pass p = {st, hooks, 0};
-    for(size_t i = 0; i < st->n_claims; i++)
-        rebook(&p, st->claims[i]);
-    /* 1. status upkeep */
-    for(size_t i = 0; i < st->n_claims; i++)
-        upkeep(&p, st->claims[i]);
+    w->st = st;
+    w->node = n->name;
+    w->n = 0;
+    binder_node_claims(st->ix, n->name, cap_collect, w);
+    for(size_t i = 0; i < w->n; i++) {
+        binder_slot_view sl;
+        if(!binder_node_slot(st->ix, n->name, w->list[i]->class_name, &sl) && sl.bound > sl.offered)
+            return 1;
+    }
+    return 0;
+}
 
-    size_t ng = 0;
-    group *gs = groups_of(st, &ng);
-    if(!gs)
-        return p.events;
+/* One pass over the groups in gl (all of them, or the incremental
+ * selection): the steps binder.h lists, in the same order for the groups
+ * it has as a full pass. */
+static size_t run_pass(binder_state *st, const binder_hooks *hooks, glist *gl, int full)
+{
+    pass p = {st, hooks, 0, 0};
+    /* 0-1. rebook, then status upkeep, claim by claim in creation order */
+    size_t nc = 0;
+    for(size_t gi = 0; gi < gl->n; gi++)
+        nc += gl->g[gi].n;
+    sm_claim **cl = malloc((nc + 1) * sizeof *cl);
+    if(!cl) {
+        st->full = 1;
+        return 0;
+    }
+    nc = 0;
+    for(size_t gi = 0; gi < gl->n; gi++)
+        for(size_t m = 0; m < gl->g[gi].n; m++)
+            cl[nc++] = gl->g[gi].m[m];
+    qsort(cl, nc, sizeof *cl, claim_seq_cmp);
+    for(size_t i = 0; i < nc; i++)
+        rebook(&p, cl[i]);
+    for(size_t i = 0; i < nc; i++)
+        upkeep(&p, cl[i]);
+    free(cl);
+
+    /* the incremental pass widens its selection before the moves: every
+     * set on an over-committed node it touches (their classes gain room as
+     * the most recent leave), and the waiting sets of each class that
+     * gained room since it was last retried, and those waiting on a hook;
+     * until nothing is added. A full pass has them all. */
+    sm_node **nodes = NULL;
+    size_t nn = 0, ncap = 0;
+    cap_walk w;
+    if(full) {
+        ncap = HASH_COUNT(st->nodes) + 1;
+        nodes = malloc(ncap * sizeof *nodes);
+        if(!nodes) {
+            st->full = 1;
+            return p.events;
+        }
+        for(sm_node *n = st->nodes; n; n = n->hh.next)
+            nodes[nn++] = n;
+    } else {
+        size_t scanned = 0, applied = 0;
+        int vol_done = 0;
+        for(;;) {
+            for(; scanned < gl->n; scanned++) {
+                group *g = &gl->g[scanned];
+                for(size_t m = 0; m < g->n; m++) {
+                    sm_node *n = node_find(st, booked(st, g->m[m]));
+                    if(!n || n->stamp == st->stamp)
+                        continue;
+                    n->stamp = st->stamp;
+                    if(nn == ncap) {
+                        size_t cap = ncap ? ncap * 2 : 32;
+                        sm_node **q = realloc(nodes, cap * sizeof *q);
+                        if(!q) {
+                            free(nodes);
+                            st->full = 1;
+                            return p.events;
+                        }
+                        nodes = q;
+                        ncap = cap;
+                    }
+                    nodes[nn++] = n;
+                    if(node_over(st, n, &w))
+                        for(size_t k = 0; k < w.n; k++) {
+                            gain(st, w.list[k]->class_name);
+                            gl_add(st, gl, w.list[k]);
+                        }
+                }
+            }
+            size_t before = gl->n;
+            for(; applied < st->n_gained; applied++) {
+                wbucket *b = NULL;
+                HASH_FIND_STR(st->waits, st->gained[applied], b);
+                for(sm_claim *c = b ? b->head : NULL; c; c = c->wnext)
+                    gl_add(st, gl, c);
+            }
+            if(!vol_done) {
+                vol_done = 1;
+                wbucket *b = NULL;
+                HASH_FIND_STR(st->waits, "", b);
+                for(sm_claim *c = b ? b->head : NULL; c; c = c->wnext)
+                    gl_add(st, gl, c);
+            }
+            if(gl->oom) {
+                free(nodes);
+                st->full = 1;
+                return p.events;
+            }
+            if(gl->n == before && scanned == gl->n)
+                break;
+        }
+    }
+    /* the gains retried now are consumed; later ones (a move below
+     * freeing room) wait for the next pass */
+    size_t consumed = st->n_gained;
+    st->gained_floor = consumed;
+
+    group *gs = gl->g;
+    size_t ng = gl->n;
+    if(ng)
+        qsort(gs, ng, sizeof *gs, group_cmp);
+    for(size_t i = 0; i < ng; i++)
+        for(size_t m = 0; m < gs[i].n; m++) {
+            gs[i].m[m]->gi = i;
+            gs[i].m[m]->vol = 0;
+        }
     enum move_cause *causes = calloc(ng + 1, sizeof *causes);
     if(!causes) {
-        free(gs);
+        free(nodes);
+        st->full = 1;
+        st->gained_floor = 0;
         return p.events;
     }
     /* 2. sets that must move */
@@ -1318,7 +1716,8 @@ size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
             break;
         }
     }
-    mark_capacity(st, gs, ng, causes);
+    mark_capacity(st, gs, nodes, nn, causes);
+    free(nodes);
     for(size_t gi = 0; gi < ng; gi++) {
         group *g = &gs[gi];
         if(causes[gi] != MOVE_NONE)
@@ -1360,8 +1759,62 @@ size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
             place_group(&p, g);
         }
     free(causes);
-    free(gs);
+    for(size_t gi = 0; gi < ng; gi++)
+        for(size_t m = 0; m < gs[gi].n; m++)
+            wait_update(st, gs[gi].m[m]);
+    for(size_t i = 0; i < consumed; i++)
+        free(st->gained[i]);
+    memmove(st->gained, st->gained + consumed, (st->n_gained - consumed) * sizeof *st->gained);
+    st->n_gained -= consumed;
+    st->gained_floor = 0;
     return p.events;
+}
+
+
+/* Takes the dirty list (claims marked since the last pass). */
+static void take_dirty(binder_state *st, glist *gl, int add)
+{
+    sm_claim *c, *tmp;
+    DL_FOREACH_SAFE2(st->dirty, c, tmp, dnext) {
+        DL_DELETE2(st->dirty, c, dprev, dnext);
+        c->dirty = 0;
+        if(add)
+            gl_add(st, gl, c);
+    }
+}
+
+size_t binder_reconcile_all(binder_state *st, const binder_hooks *hooks)
+{
+    glist gl = {0};
+    st->stamp++;
+    st->full = 0;
+    take_dirty(st, &gl, 0);
+    for(sm_claim *c = st->claims; c; c = c->hh.next)
+        gl_add(st, &gl, c);
+    if(gl.oom) {
+        free(gl.g);
+        st->full = 1;
+        return 0;
+    }
+    size_t n = run_pass(st, hooks, &gl, 1);
+    free(gl.g);
+    return n;
+}
+
+size_t binder_reconcile(binder_state *st, const binder_hooks *hooks)
+{
+    if(st->full)
+        return binder_reconcile_all(st, hooks);
+    glist gl = {0};
+    st->stamp++;
+    take_dirty(st, &gl, 1);
+    if(gl.oom) {
+        free(gl.g);
+        return binder_reconcile_all(st, hooks);
+    }
+    size_t n = run_pass(st, hooks, &gl, 0);
+    free(gl.g);
+    return n;
 }
 
 /* ------------------------------------------------------------ restore */
@@ -1372,12 +1825,11 @@ binder_rc binder_state_restore(binder_state *st, cozy_err *err)
     if(!ix)
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     binder_rc rc = BINDER_OK;
-    for(size_t i = 0; i < st->n_nodes && !rc; i++) {
-        binder_node_spec s = spec_of(st->nodes[i]);
-        rc = binder_node_upsert(ix, st->nodes[i]->name, &s, NULL, err);
+    for(const sm_node *n = st->nodes; n && !rc; n = n->hh.next) {
+        binder_node_spec s = spec_of(n);
+        rc = binder_node_upsert(ix, n->name, &s, NULL, err);
     }
-    for(size_t i = 0; i < st->n_claims && !rc; i++) {
-        sm_claim *c = st->claims[i];
+    for(sm_claim *c = st->claims; c && !rc; c = c->hh.next) {
         rc = binder_claim_upsert(ix, c->ns, c->name, c->class_name, c->count, err);
         int book = c->node && (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
         if(!rc && book && node_find(st, c->node))
@@ -1389,6 +1841,7 @@ binder_rc binder_state_restore(binder_state *st, cozy_err *err)
     }
     binder_free(st->ix);
     st->ix = ix;
+    st->full = 1; /* a new leader's first pass looks at every claim */
     return BINDER_OK;
 }
 
@@ -1399,8 +1852,7 @@ binder_rc binder_state_verify(const binder_state *st, cozy_err *err)
     binder_rc rc = binder_verify(st->ix, err);
     if(rc)
         return rc;
-    for(size_t i = 0; i < st->n_claims; i++) {
-        const sm_claim *c = st->claims[i];
+    for(const sm_claim *c = st->claims; c; c = c->hh.next) {
         const char *b = booked(st, c);
         int should = c->node && node_find(st, c->node) &&
                      (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
@@ -1414,8 +1866,7 @@ binder_rc binder_state_verify(const binder_state *st, cozy_err *err)
             return fail(err, BINDER_ERR_INPUT, "claim %s/%s: %s without a reason", c->ns, c->name,
                         binder_phase_name(c->phase));
     }
-    for(size_t ni = 0; ni < st->n_nodes; ni++) {
-        const sm_node *n = st->nodes[ni];
+    for(const sm_node *n = st->nodes; n; n = n->hh.next) {
         cap_walk w = {st, n->name, {0}, 0};
         binder_node_claims(st->ix, n->name, cap_collect, &w);
         for(size_t i = 0; i < w.n; i++) {

@@ -264,7 +264,37 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
 
 /* ----------------------------------------------------------- reconcile */
 
-/* One pass of DESIGN.md §6 over every claim, in this order:
+/* One pass of DESIGN.md §6, incremental: it gives the same statuses,
+ * events (in the same order) and delete_vmi calls as binder_reconcile_all
+ * would on the same state, but looks only at the sets an input since the
+ * last pass can have changed:
+ *   - the sets of the claims marked by the calls above: a node set, its
+ *     flags set or deleted marks the claims booked there; a claim created
+ *     or put marks itself, deleted marks the rest of its set; a set put,
+ *     deleted or its VMI changed marks its claims; a claim whose status
+ *     changed in a pass is looked at again by the next;
+ *   - the sets on an over-committed node one of those touches;
+ *   - the waiting sets (a claim whose reason is neither Placed,
+ *     Attached nor WaitingForVMIEnd: Pending, Lost, held on a cordoned,
+ *     NotReady or layout-pending node) of each class that gained room on a usable
+ *     node (Ready, schedulable, no layout pending) since it was last
+ *     retried: a node set or its flags set usable, a claim released there
+ *     (deleted, moved away, Lost); room freed by a move in this pass is
+ *     retried by the next;
+ *   - every set waiting on a hook's answer (OverBudget, or a chooser that
+ *     took none of its candidates), as a full pass asks them again.
+ * A class set or deleted, binder_state_restore, or an allocation failure
+ * makes the next pass a full one. Hooks are assumed to answer from their
+ * arguments (and, for budget, from what they allowed): a chooser that
+ * changes its mind with no input changing is asked again only when the
+ * set is looked at. Cost: O(claims looked at x log) plus the index's
+ * candidate queries for those sets; an event touching one node or one set
+ * costs no walk of every claim. Returns what binder_reconcile_all returns. */
+size_t binder_reconcile(binder_state *st, const binder_hooks *hooks);
+
+/* One pass of DESIGN.md §6 over every claim (the reference the
+ * incremental binder_reconcile must equal; spec/core/binder_rules_check.c
+ * runs both side by side), in this order:
  *  1. status upkeep, claim by claim (creation order):
  *     - a claim whose set's VMI runs on the claim's node goes Attached
  *       (attachedTo the VMI); an Attached claim whose VMI is final or
@@ -300,8 +330,10 @@ binder_rc binder_state_set_get(const binder_state *st, const char *ns, const cha
  * A set binds all or nothing (binder_bind_set), never past what a node
  * offers. Where DESIGN.md §6 is silent, decision 0021 says what is done.
  * `hooks` may be NULL. Returns the number of events (claim
- * transitions) emitted; 0 means the state is settled for these inputs. */
-size_t binder_reconcile(binder_state *st, const binder_hooks *hooks);
+ * transitions) emitted; 0 means the state is settled for these inputs.
+ * O(claims + nodes) and a candidate query per waiting set: for
+ * `cozygpu simulate`, checks and a new leader's first pass. */
+size_t binder_reconcile_all(binder_state *st, const binder_hooks *hooks);
 
 /* A leader change (decision 0020 §1): forgets the index and rebuilds it
  * from the nodes as last given and the claims' status alone (phase, node):

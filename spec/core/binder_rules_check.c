@@ -5,7 +5,8 @@
  * Every expected value is read off the rule text quoted above its case,
  * not off the code's output; binder_state_verify runs after every pass.
  *
- * Usage: binder_rules_check [STEPS [SEED]]   (the random run: default 20000 steps, seed 12)
+ * Usage: binder_rules_check [STEPS [SEED]]   (the random runs, without and with hooks, each
+ *   against its full-pass twin: default 20000 steps, seed 12)
  *   Prints "N passed, N failed", exit 1 on failure.
  */
 #ifndef _GNU_SOURCE
@@ -14,6 +15,7 @@
 
 #include "binder/binder.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,7 +608,14 @@ static void t_bad_input(void)
  * binder_state_verify (index consistent, no node over what it offers unless
  * what holds it cannot move, booked iff Bound/Attached/Lost-with-node, no
  * claim Attached to a VMI that is not live, every waiting claim with a
- * reason), and a leader change on a settled state changes nothing. */
+ * reason), and a leader change on a settled state changes nothing.
+ * The state under test reconciles incrementally (binder_reconcile); a twin
+ * replays the same draws with full passes (binder_reconcile_all), and after
+ * every step both must hold the same status for every claim (phase, node,
+ * attachedTo, reason, message) and the same VMI for every VM: the proof
+ * that the incremental pass changes no answer. The run is made twice, the
+ * second time with a budget hook and a chooser that refuses some sets
+ * (answering from their arguments, as binder.h assumes). */
 static unsigned long long rng_state;
 static unsigned rnd(unsigned n)
 {
@@ -615,11 +624,34 @@ static unsigned rnd(unsigned n)
 }
 
 static binder_state *RS;
+/* What each state emitted in a step (events and VMI deletions, in order):
+ * [0] the state under test, [1] its twin; cut at the buffer's end. */
+static char LOG[2][8192];
+static int LOGK;
+
+static void log_add(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_add(const char *fmt, ...)
+{
+    size_t at = strlen(LOG[LOGK]);
+    va_list ap;
+    va_start(ap, fmt);
+    if(at < sizeof LOG[0] - 1)
+        vsnprintf(LOG[LOGK] + at, sizeof LOG[0] - at, fmt, ap);
+    va_end(ap);
+}
+
 static void rand_delete(void *ud, const char *ns, const char *vmi, const char *why)
 {
     (void)ud;
-    (void)why;
+    log_add("delete %s/%s (%s); ", ns, vmi, why);
     binder_state_set_vmi(RS, ns, vmi, BINDER_VMI_NONE, NULL, NULL);
+}
+
+static void rand_event(void *ud, const binder_event *e)
+{
+    (void)ud;
+    log_add("%s %s->%s %s->%s %s; ", e->name, binder_phase_name(e->from), binder_phase_name(e->to),
+            e->from_node ? e->from_node : "-", e->to_node ? e->to_node : "-", binder_reason_name(e->reason));
 }
 
 typedef struct snap {
@@ -633,6 +665,24 @@ static void snap_row(void *ud, const binder_claim_status *c)
     if(s->n < 16)
         snprintf(s->rows[s->n++], sizeof s->rows[0], "%s %s %s %s", c->name, binder_phase_name(c->phase),
                  c->node ? c->node : "-", binder_reason_name(c->reason));
+}
+
+/* Hooks of the random run, answering from their arguments alone (as
+ * binder.h assumes): claim c3 is always over budget; a set of VM v1 takes
+ * the last candidate and refuses a lone one; others take the first. */
+static int rand_budget(void *ud, const binder_claim_status *c)
+{
+    (void)ud;
+    return strcmp(c->name, "c3") != 0;
+}
+
+static int rand_choose(void *ud, const binder_set_view *s, const binder_candidate *c, size_t n)
+{
+    (void)ud;
+    (void)c;
+    if(s->vm && !strcmp(s->vm, "v1"))
+        return n == 1 ? -1 : (int)n - 1;
+    return 0;
 }
 
 static const char *const NODES[4] = {"n0", "n1", "n2", "n3"};
@@ -654,11 +704,16 @@ static void count_phase(void *ud, const binder_claim_status *c)
     seen[c->phase]++;
 }
 
+/* The pass the random run drives: binder_reconcile (incremental) for the
+ * state under test, binder_reconcile_all (every claim) for its twin. */
+static size_t (*RECONCILE)(binder_state *, const binder_hooks *) = binder_reconcile;
+
 static int settle_random(binder_state *st, binder_hooks *h)
 {
     for(int round = 0; round < 16; round++) {
-        size_t n = binder_reconcile(st, h);
-        transitions += n;
+        size_t n = RECONCILE(st, h);
+        if(RECONCILE == binder_reconcile)
+            transitions += n;
         int ran = 0;
         for(int v = 0; v < 4; v++) {
             binder_vmi_phase ph;
@@ -707,21 +762,127 @@ static void rand_set(binder_state *st, int v, binder_vmi_phase ph, const char *n
         binder_state_set_delete(st, "t", VMS[v], NULL);
 }
 
-static void t_random(unsigned long steps, unsigned long long seed)
+/* Every claim's status (phase, node, attachedTo, reason, message) and
+ * every VM's VMI alike in a and b; else 0 with the first difference in d. */
+typedef struct rows {
+    char r[16][600];
+    int n;
+} rows;
+
+static void full_row(void *ud, const binder_claim_status *c)
 {
-    char name[80];
-    snprintf(name, sizeof name, "random run, seed %llu, %lu steps", seed, steps);
+    rows *s = ud;
+    if(s->n < 16)
+        snprintf(s->r[s->n++], sizeof s->r[0], "%s %s %s att=%s %s \"%s\"", c->name, binder_phase_name(c->phase),
+                 c->node ? c->node : "-", c->attached_to ? c->attached_to : "-", binder_reason_name(c->reason),
+                 c->message);
+}
+
+static int same_states(const binder_state *a, const binder_state *b, char *d, size_t dn)
+{
+    static rows ra, rb;
+    ra.n = rb.n = 0;
+    binder_state_claims(a, full_row, &ra);
+    binder_state_claims(b, full_row, &rb);
+    if(ra.n != rb.n) {
+        snprintf(d, dn, "%d claims against %d", ra.n, rb.n);
+        return 0;
+    }
+    for(int i = 0; i < ra.n; i++)
+        if(strcmp(ra.r[i], rb.r[i])) {
+            snprintf(d, dn, "incremental: %.600s; full pass: %.600s", ra.r[i], rb.r[i]);
+            return 0;
+        }
+    for(int v = 0; v < 4; v++) {
+        binder_vmi_phase pa = BINDER_VMI_NONE, pb = BINDER_VMI_NONE;
+        const char *na = NULL, *nb = NULL;
+        int ea = binder_state_set_get(a, "t", VMS[v], &pa, &na), eb = binder_state_set_get(b, "t", VMS[v], &pb, &nb);
+        if(ea != eb || pa != pb || (na && nb ? strcmp(na, nb) != 0 : na != nb)) {
+            snprintf(d, dn, "VM %s: VMI %s on %s against %s on %s", VMS[v], binder_vmi_phase_name(pa), na ? na : "-",
+                     binder_vmi_phase_name(pb), nb ? nb : "-");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int rand_step(binder_state *st, binder_hooks *h_, unsigned long step, int twin);
+
+static void t_random(unsigned long steps, unsigned long long seed, int hooks)
+{
+    char name[120];
+    snprintf(name, sizeof name, "random run, seed %llu, %lu steps%s", seed, steps,
+             hooks ? ", budget and chooser hooks" : "");
     current = name;
     rng_state = seed;
-    binder_state *st = binder_state_new();
-    RS = st;
-    binder_state_class_set(st, "a", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
-    binder_state_class_set(st, "b", BINDER_CORDON_STAY, 0, NULL, 0, NULL);
-    binder_hooks h = {NULL, NULL, NULL, NULL, rand_delete};
-    for(int i = 0; i < 4; i++)
-        rand_node(st, NODES[i]);
+    binder_state *st = binder_state_new(), *twin = binder_state_new();
+    binder_hooks h = {NULL, hooks ? rand_choose : NULL, hooks ? rand_budget : NULL, rand_event, rand_delete};
+    transitions = 0;
+    memset(seen, 0, sizeof seen);
+    for(int k = 0; k < 2; k++) {
+        binder_state *s = k ? twin : st;
+        binder_state_class_set(s, "a", BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
+        binder_state_class_set(s, "b", BINDER_CORDON_STAY, 0, NULL, 0, NULL);
+        unsigned long long saved = rng_state;
+        for(int i = 0; i < 4; i++)
+            rand_node(s, NODES[i]);
+        if(!k)
+            rng_state = saved;
+    }
     int bad = 0;
     for(unsigned long step = 0; step < steps && !bad; step++) {
+        /* the step on the state under test (incremental passes), then the
+         * same draws on its twin (full passes): both must end alike */
+        unsigned long long saved = rng_state, after = 0;
+        LOG[0][0] = LOG[1][0] = 0;
+        for(int k = 0; k < 2 && !bad; k++) {
+            LOGK = k;
+            if(k) {
+                after = rng_state;
+                rng_state = saved;
+            }
+            bad = rand_step(k ? twin : st, &h, step, k);
+        }
+        if(bad)
+            break;
+        if(rng_state != after) {
+            ok(0, "the twin replays the same draws", NULL);
+            bad = 1;
+            break;
+        }
+        RECONCILE = binder_reconcile;
+        char d[1400];
+        if(strcmp(LOG[0], LOG[1])) {
+            char m[1500];
+            snprintf(m, sizeof m, "step %lu: incremental: %.600s / full: %.600s", step, LOG[0], LOG[1]);
+            ok(0, "incremental reconcile emits what a full pass emits, in order", m);
+            bad = 1;
+        } else if(!same_states(st, twin, d, sizeof d)) {
+            char m[1500];
+            snprintf(m, sizeof m, "step %lu: %s", step, d);
+            ok(0, "incremental reconcile = a full pass after every step", m);
+            bad = 1;
+        }
+    }
+    if(!bad)
+        ok(1, "random run", NULL);
+    printf("random run%s: seed %llu, %lu steps, %lu transitions; claim-steps Pending %lu, Bound %lu, Attached %lu, "
+           "Lost %lu%s\n",
+           hooks ? " with hooks" : "", seed, steps, transitions, seen[BINDER_PENDING], seen[BINDER_BOUND], seen[BINDER_ATTACHED], seen[BINDER_LOST],
+           bad ? " (failed: rerun with these to replay)" : "");
+    binder_state_free(st);
+    binder_state_free(twin);
+}
+
+/* One step of the random run on st (twin: 1 for the full-pass twin, whose
+ * counts are not kept), settled and verified; 1 when a check failed. */
+static int rand_step(binder_state *st, binder_hooks *h_, unsigned long step, int twin)
+{
+    binder_hooks h = *h_;
+    int bad = 0;
+    RS = st;
+    RECONCILE = twin ? binder_reconcile_all : binder_reconcile;
+    {
         unsigned op = rnd(12);
         const char *nd = NODES[rnd(4)];
         int ci = (int)rnd(12), v = (int)rnd(4);
@@ -786,7 +947,7 @@ static void t_random(unsigned long steps, unsigned long long seed)
                 bad = 1;
                 break;
             }
-            size_t n = binder_reconcile(st, &h);
+            size_t n = RECONCILE(st, &h);
             binder_state_claims(st, snap_row, &after);
             int same = before.n == after.n && n == 0;
             for(int i = 0; same && i < before.n; i++)
@@ -810,30 +971,24 @@ static void t_random(unsigned long steps, unsigned long long seed)
             break;
         }
         if(bad)
-            break;
+            return 1;
         if(settle_random(st, &h)) {
             char d[80];
             snprintf(d, sizeof d, "step %lu (op %u) did not settle", step, op);
             ok(0, "the world settles", d);
-            bad = 1;
-            break;
+            return 1;
         }
-        binder_state_claims(st, count_phase, NULL);
+        if(!twin)
+            binder_state_claims(st, count_phase, NULL);
         cozy_err err = {{0}};
         if(binder_state_verify(st, &err)) {
             char d[1200];
-            snprintf(d, sizeof d, "step %lu (op %u): %s", step, op, err.msg);
+            snprintf(d, sizeof d, "step %lu (op %u)%s: %s", step, op, twin ? " (full-pass twin)" : "", err.msg);
             ok(0, "state verifies", d);
             bad = 1;
         }
     }
-    if(!bad)
-        ok(1, "random run", NULL);
-    printf("random run: seed %llu, %lu steps, %lu transitions; claim-steps Pending %lu, Bound %lu, Attached %lu, "
-           "Lost %lu%s\n",
-           seed, steps, transitions, seen[BINDER_PENDING], seen[BINDER_BOUND], seen[BINDER_ATTACHED], seen[BINDER_LOST],
-           bad ? " (failed: rerun with these to replay)" : "");
-    binder_state_free(st);
+    return bad;
 }
 
 int main(int argc, char **argv)
@@ -853,7 +1008,8 @@ int main(int argc, char **argv)
     t_chooser();
     t_bad_input();
     t_taints();
-    t_random(steps, seed);
+    t_random(steps, seed, 0);
+    t_random(steps, seed, 1);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -3,7 +3,8 @@
 -- orders without head-of-line blocking, keeping a node, cordon Move/Stay,
 -- NotReady and back, leaving Attached, deleting a pending VMI so its set can
 -- move, class being deleted, no overcommit across a leader change, budgets,
--- the chooser hook), compiled and run under ASan/UBSan by
+-- the chooser hook, and the seeded random run whose incremental passes must
+-- equal a full-pass twin after every step), compiled and run under ASan/UBSan by
 -- spec/core/run-binder-rules-check.sh.
 describe("binder rules C checks", function()
   it("pass under the sanitizers", function()
