@@ -94,6 +94,21 @@ function H.run(args, env)
   return o, e, code
 end
 
+--- Runs a C check script (spec/core/run-*-check.sh: it compiles a
+--- table-driven check program under ASan/UBSan and runs it) and asserts
+--- that it ended well and its last line says "N passed, 0 failed". The
+--- script builds its own sanitized binary, so LD_PRELOAD (make test-asan's
+--- runtime preload) is dropped for it.
+function H.sanitized_check(script)
+  local luassert = require "luassert"
+  local log = os.tmpname()
+  local ran = os.execute("env -u LD_PRELOAD sh " .. shell_quote(script) .. " >" .. shell_quote(log) .. " 2>&1")
+  local out = H.read(log) or ""
+  os.remove(log)
+  luassert.is_true(ran == true, out)
+  luassert.matches("%d+ passed, 0 failed\n$", out)
+end
+
 --- Decodes JSON Lines output into a list of values.
 function H.json_lines(text)
   local out = {}
