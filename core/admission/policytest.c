@@ -220,7 +220,7 @@ static const char *check(engine *e, const json_t *expect, const json_t *review, 
                 found = 1;
             if(!found) {
                 /* and what the warnings were, so the mismatch can be seen */
-                char *list = json_dumps(got ? got : json_array(), JSON_COMPACT | JSON_ENCODE_ANY);
+                char *list = got ? json_dumps(got, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
                 snprintf(why, n, "no warning contains \"%s\"; the warnings: %.1200s",
                          json_string_value(w) ? json_string_value(w) : "?", list ? list : "[]");
                 free(list);
