@@ -7,7 +7,7 @@
 ---   * the value is split at every ',';
 ---   * each item is trimmed of ASCII whitespace (space, tab, CR, LF, VT,
 ---     FF), as Multus trims the items of its comma-separated
----     k8s.v1.cni.cncf.io/networks annotation (Go strings.TrimSpace), so
+---     k8s.v1.cni.cncf.io/networks annotation (Go strings.TrimSpace, its ASCII part only: a Unicode blank such as U+00A0 stays and makes the name invalid), so
 ---     "a, b" names a and b;
 ---   * every item must then be a GPUClaim name: a DNS-1123 subdomain, what
 ---     the API server requires of a custom resource's metadata.name
