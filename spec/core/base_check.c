@@ -29,17 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int passed, failed;
-
-static void ok(int cond, const char *what, const char *detail)
-{
-    if(cond) {
-        passed++;
-        return;
-    }
-    failed++;
-    printf("FAIL %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-}
+#include "check.h"
 
 /* A printable form of n bytes, for messages. */
 static const char *show(const void *p, size_t n)
@@ -449,6 +439,5 @@ int main(void)
     check_utf8();
     check_buf();
     check_files();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_finish();
 }

@@ -30,17 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
-
-static void ok(int cond, const char *what, const char *detail)
-{
-    if(cond) {
-        passed++;
-        return;
-    }
-    failed++;
-    printf("FAIL %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-}
+#include "check.h"
 
 static void eq_rc(binder_rc got, binder_rc want, const char *what)
 {
@@ -555,7 +545,7 @@ static void model_node(binder_index *ix, struct model *m, int i)
     for(int c = 0; c < RC; c++)
         want += m->bound[i][c] > m->offered[i][c];
     if(rc || over != want) {
-        failed++;
+        check_failed++;
         printf("FAIL random: upsert %s: %s, overcommit %zu want %zu\n", name, binder_strerror(rc), over, want);
     }
 }
@@ -571,7 +561,7 @@ static void check_random(unsigned long steps, uint64_t seed)
     int bad = 0;
     unsigned long binds = 0, sets = 0, no_room = 0, queries = 0, found = 0, overcommits = 0;
     for(unsigned long step = 0; step < steps && bad < 5; step++) {
-        int before = failed;
+        int before = check_failed;
         uint32_t op = rnd(100);
         int i = (int)rnd(RN), k = (int)rnd(RK);
         char nn[16], kn[16];
@@ -588,7 +578,7 @@ static void check_random(unsigned long steps, uint64_t seed)
             uint32_t f = rnd(8);
             binder_rc rc = binder_node_set_flags(ix, nn, f);
             if((rc == BINDER_OK) != m.exists[i]) {
-                failed++;
+                check_failed++;
                 printf("FAIL random step %lu: set_flags %s: %s\n", step, nn, binder_strerror(rc));
             }
             if(m.exists[i])
@@ -596,7 +586,7 @@ static void check_random(unsigned long steps, uint64_t seed)
         } else if(op < 25) { /* node deleted */
             binder_rc rc = binder_node_delete(ix, nn, NULL, NULL);
             if((rc == BINDER_OK) != m.exists[i]) {
-                failed++;
+                check_failed++;
                 printf("FAIL random step %lu: delete %s: %s\n", step, nn, binder_strerror(rc));
             }
             m.exists[i] = 0;
@@ -613,13 +603,13 @@ static void check_random(unsigned long steps, uint64_t seed)
             }
             binder_rc rc = claim(ix, kn, cls_name[m.kclass[k]], m.kcount[k]);
             if(rc) {
-                failed++;
+                check_failed++;
                 printf("FAIL random step %lu: claim %s: %s\n", step, kn, binder_strerror(rc));
             }
         } else if(op < 45) { /* claim deleted */
             binder_rc rc = binder_claim_delete(ix, "tenant-a", kn);
             if((rc == BINDER_OK) != (m.knode[k] != -2)) {
-                failed++;
+                check_failed++;
                 printf("FAIL random step %lu: delete claim %s: %s\n", step, kn, binder_strerror(rc));
             }
             if(m.knode[k] >= 0)
@@ -629,7 +619,7 @@ static void check_random(unsigned long steps, uint64_t seed)
             binder_rc rc = binder_unbind(ix, "tenant-a", kn);
             binder_rc want = m.knode[k] == -2 ? BINDER_ERR_NO_CLAIM : m.knode[k] == -1 ? BINDER_ERR_NOT_BOUND : 0;
             if(rc != want) {
-                failed++;
+                check_failed++;
                 printf("FAIL random step %lu: unbind %s: %s\n", step, kn, binder_strerror(rc));
             }
             if(m.knode[k] >= 0) {
@@ -659,7 +649,7 @@ static void check_random(unsigned long steps, uint64_t seed)
             else
                 want = BINDER_OK;
             if(rc != want) {
-                failed++;
+                check_failed++;
                 printf("FAIL random step %lu: bind %s to %s: %s, want %s\n", step, kn, nn, binder_strerror(rc),
                        binder_strerror(want));
             }
@@ -680,7 +670,7 @@ static void check_random(unsigned long steps, uint64_t seed)
                                  : m.knode[k] >= 0  ? BINDER_ERR_BOUND
                                                     : BINDER_OK;
                 if(rc != want) {
-                    failed++;
+                    check_failed++;
                     printf("FAIL random step %lu: restore %s on %s: %s, want %s\n", step, kn, nn,
                            binder_strerror(rc), binder_strerror(want));
                 }
@@ -710,7 +700,7 @@ static void check_random(unsigned long steps, uint64_t seed)
                             want = BINDER_ERR_NO_ROOM;
                 }
                 if(rc != want) {
-                    failed++;
+                    check_failed++;
                     printf("FAIL random step %lu: bind set %s+%s on %s: %s, want %s\n", step, kn, kn2, nn,
                            binder_strerror(rc), binder_strerror(want));
                 }
@@ -770,7 +760,7 @@ static void check_random(unsigned long steps, uint64_t seed)
                 }
             }
             if(!okay || !(order_ok[0] || (u2 && order_ok[1]))) {
-                failed++;
+                check_failed++;
                 printf("FAIL random step %lu: candidates %s:%u %s:%u tol %d: %zu nodes, want %zu (order %d %d)\n",
                        step, cls_name[c1], u1, cls_name[c2], u2, tolerate, n, nwant, order_ok[0], order_ok[1]);
             }
@@ -782,7 +772,7 @@ static void check_random(unsigned long steps, uint64_t seed)
             for(int c = 0; c < RC && m.exists[j]; c++) {
                 binder_slot_view v = slot(ix, name, cls_name[c]);
                 if(v.offered != m.offered[j][c] || v.bound != m.bound[j][c]) {
-                    failed++;
+                    check_failed++;
                     printf("FAIL random step %lu: %s %s: offered %u bound %u, model %u %u\n", step, name,
                            cls_name[c], v.offered, v.bound, m.offered[j][c], m.bound[j][c]);
                 }
@@ -793,10 +783,10 @@ static void check_random(unsigned long steps, uint64_t seed)
         overcommits += st.overcommit > 0;
         cozy_err err = {{0}};
         if(binder_verify(ix, &err)) {
-            failed++;
+            check_failed++;
             printf("FAIL random step %lu: verify: %s\n", step, err.msg);
         }
-        bad += failed > before;
+        bad += check_failed > before;
     }
     char what[96];
     snprintf(what, sizeof what, "random run of %lu steps, seed %" PRIu64 ", matches the model", steps, seed);
@@ -815,6 +805,5 @@ int main(int argc, char **argv)
     check_capacity_drop();
     check_sets();
     check_random(steps, seed);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_finish();
 }

@@ -20,18 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
-static const char *current;
-
-static void ok(int cond, const char *what, const char *detail)
-{
-    if(cond) {
-        passed++;
-        return;
-    }
-    failed++;
-    printf("FAIL [%s] %s%s%s\n", current, what, detail ? ": " : "", detail ? detail : "");
-}
+#include "check.h"
 
 #define F_OK (BINDER_NODE_READY | BINDER_NODE_SCHEDULABLE)
 
@@ -90,7 +79,7 @@ static binder_hooks H = {&R, on_choose, on_budget, on_event, on_delete};
 
 static binder_state *fresh(const char *name)
 {
-    current = name;
+    check_section = name;
     memset(&R, 0, sizeof R);
     R.budget_left = -1;
     binder_state *st = binder_state_new();
@@ -813,7 +802,7 @@ static void t_random(unsigned long steps, unsigned long long seed, int hooks)
     char name[120];
     snprintf(name, sizeof name, "random run, seed %llu, %lu steps%s", seed, steps,
              hooks ? ", budget and chooser hooks" : "");
-    current = name;
+    check_section = name;
     rng_state = seed;
     binder_state *st = binder_state_new(), *twin = binder_state_new();
     binder_hooks h = {NULL, hooks ? rand_choose : NULL, hooks ? rand_budget : NULL, rand_event, rand_delete};
@@ -1010,6 +999,5 @@ int main(int argc, char **argv)
     t_taints();
     t_random(steps, seed, 0);
     t_random(steps, seed, 1);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_finish();
 }
