@@ -24,13 +24,25 @@ const char *cozy_strerror(cozy_result rc)
     return cozy_result_names[rc];
 }
 
+static void cozy_vsay(cozy_err *err, const char *fmt, va_list ap)
+{
+    if(err)
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+}
+
 cozy_result cozy_fail(cozy_err *err, cozy_result rc, const char *fmt, ...)
 {
-    if(err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    cozy_vsay(err, fmt, ap);
+    va_end(ap);
     return rc;
+}
+
+void cozy_say(cozy_err *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cozy_vsay(err, fmt, ap);
+    va_end(ap);
 }

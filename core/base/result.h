@@ -39,4 +39,9 @@ typedef struct cozy_err {
 cozy_result cozy_fail(cozy_err *err, cozy_result rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The message half of cozy_fail, for modules with their own result codes
+ * (core/binder: `return cozy_say(err, ...), BINDER_ERR_INPUT;`). `err` may
+ * be NULL. */
+void cozy_say(cozy_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

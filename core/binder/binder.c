@@ -192,17 +192,8 @@ int binder_reason_parse(const char *s, binder_reason *out)
 
 /* ----------------------------------------------------------- helpers */
 
-static binder_rc fail(cozy_err *err, binder_rc rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static binder_rc fail(cozy_err *err, binder_rc rc, const char *fmt, ...)
-{
-    if(err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+/* cozy_say's message, and `rc` (the binder's own result codes) */
+#define fail(err, rc, ...) (cozy_say((err), __VA_ARGS__), (rc))
 
 static char *dup_or_null(const char *s)
 {

@@ -148,18 +148,8 @@ const char *binder_strerror(binder_rc rc)
     return rc_names[rc];
 }
 
-static binder_rc fail(cozy_err *err, binder_rc rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static binder_rc fail(cozy_err *err, binder_rc rc, const char *fmt, ...)
-{
-    if(err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+/* cozy_say's message, and `rc` (the binder's own result codes) */
+#define fail(err, rc, ...) (cozy_say((err), __VA_ARGS__), (rc))
 
 static bool name_ok(const char *s, size_t max)
 {

@@ -4,4 +4,4 @@
 #   spec/core/run-binder-check.sh [STEPS [SEED]]   (the random run; default 20000 steps)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-exec sh "$here/run-san-check.sh" "" "$here/binder_check.c" binder/index.c -- "$@"
+exec sh "$here/run-san-check.sh" "" "$here/binder_check.c" binder/index.c base/result.c -- "$@"
