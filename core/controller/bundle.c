@@ -333,7 +333,9 @@ static cozy_result run_bundle_tests(const json_t *data, const engine_options *eo
             size_t o = 0;
             msg[0] = 0;
             int keep = 0;
-            for(char *line = strtok(text ? text : "", "\n"); line && o + 1 < sizeof msg; line = strtok(NULL, "\n")) {
+            char *save = NULL;
+            for(char *line = text ? strtok_r(text, "\n", &save) : NULL; line && o + 1 < sizeof msg;
+                line = strtok_r(NULL, "\n", &save)) {
                 if(!strncmp(line, "PASS ", 5)) {
                     keep = 0;
                     continue;
