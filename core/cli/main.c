@@ -292,6 +292,7 @@ static int cmd_policy(int argc, char **argv)
     if(argc < 2 || strcmp(argv[1], "test") != 0) {
         if(argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
             fputs(POLICY_TEST_USAGE, stdout);
+            puts("Subcommand: test. `cozygpu policy test --help` describes its options.");
             return 0;
         }
         fputs(POLICY_TEST_USAGE, stderr);
@@ -325,6 +326,9 @@ static int cmd_policy(int argc, char **argv)
         case 'h':
             fputs(POLICY_TEST_USAGE, stdout);
             puts("Runs every test file (YAML) under PATH; see docs/policy-api.md for the format.\n"
+                 "  --policies DIR           the default bundle (default: the installed policies/)\n"
+                 "  --override DIR           hoster policies: same file name replaces, new name adds\n"
+                 "  --library DIR            the policy library (default: the installed lua/)\n"
                  "  --config FILE            settings (DESIGN.md §10) for the files without config:,\n"
                  "                           as the controller's reload gate uses its own settings\n"
                  "  --review-timeout DURATION  a wall-clock deadline per review, as in the\n"
