@@ -8,6 +8,7 @@
  *   bundle.c    policies ConfigMap -> compiled bundle; the reloader thread
  *   review.c    webhook threads' engines, the review callback, readiness
  *   status.c    the leader-only GPUClass status writer
+ *   bind.c      the leader's binder loop (claim status, VMI deletes, pins)
  *
  * Threads:
  *   main        flags, start-up, then waits for SIGTERM/SIGINT and shuts
@@ -23,12 +24,15 @@
  *               and publishes it (or keeps the old one and reports).
  *   elector     leader election (lease.h).
  *   writer      leader-only: GPUClass status conditions.
+ *   binder      leader-only: the binder's state from the watches, claim
+ *               status, launcher pod pins.
  */
 #include "controller/controller.h"
 
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,12 +74,15 @@ static long long mono_ms(void)
  * replica's view with the API server, and for the specs. */
 static void dump_caches(void)
 {
-    kube_informer *all[13];
+    kube_informer *all[16];
     int n = 0;
     for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
         all[n++] = ctl_proc->cluster_inf[i];
     if(ctl_proc->policies_inf)
         all[n++] = ctl_proc->policies_inf;
+    all[n++] = ctl_proc->gpunodes_inf;
+    all[n++] = ctl_proc->vms_inf;
+    all[n++] = ctl_proc->pods_inf;
     json_t *out = json_array();
     for(int i = 0; i < n; i++) {
         const kube_resource *r = kube_informer_resource(all[i]);
@@ -151,6 +158,13 @@ int controller_main(int argc, char **argv)
     metrics_declare("cozygpu_policy_bundle_generation", "gauge", "Generation of the policy bundle being served.");
     metrics_declare("cozygpu_watch_restarts_total", "counter", "Watch restarts, by resource and reason.");
     metrics_declare("cozygpu_leader", "gauge", "1 while this replica holds the leader Lease.");
+    metrics_declare("cozygpu_binder_passes_total", "counter",
+                    "Binder passes on the leader, by kind (full: on taking the lead; incremental: per batch of changes).");
+    metrics_declare("cozygpu_binder_transitions_total", "counter", "Claim status transitions the binder decided.");
+    metrics_declare("cozygpu_binder_status_writes_total", "counter",
+                    "GPUClaim status writes by result (ok, conflict: the cache was behind, error).");
+    metrics_declare("cozygpu_binder_pod_pins_total", "counter",
+                    "Gated virt-launcher pods pinned to their claims' node and ungated.");
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 0);
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 0);
     metrics_counter_add("cozygpu_policy_errors_total", NULL, 0);
@@ -199,9 +213,13 @@ int controller_main(int argc, char **argv)
                                                           &KUBE_KUBEVIRTS,  &KUBE_GPUCLASSES, &KUBE_GPUCLAIMS,
                                                           &KUBE_VMIS, &KUBE_RESOURCECLAIMS, &KUBE_RESOURCECLAIMTEMPLATES};
     for(size_t i = 0; i < sizeof cluster_kinds / sizeof *cluster_kinds; i++) {
-        kube_event_fn fn = cluster_kinds[i] == &KUBE_GPUCLASSES ? ctl_status_on_class_event : NULL;
+        /* the binder's kinds wake it (bind.c: the kind letter as ctx) */
+        const kube_resource *r = cluster_kinds[i];
+        int kind = r == &KUBE_GPUCLASSES ? 'c' : r == &KUBE_NODES ? 'n' : r == &KUBE_GPUCLAIMS ? 'l'
+                 : r == &KUBE_VMIS ? 'i' : r == &KUBE_KUBEVIRTS ? 'k' : 0;
+        kube_event_fn fn = kind ? ctl_bind_on_event : NULL;
         ctl_proc->cluster_inf[ctl_proc->n_cluster_inf++] =
-            kube_watcher_add(ctl_proc->watcher, cluster_kinds[i], NULL, NULL, NULL, fn, NULL);
+            kube_watcher_add(ctl_proc->watcher, r, NULL, NULL, NULL, fn, (void *)(intptr_t)kind);
         if(cluster_kinds[i] == &KUBE_GPUCLASSES)
             ctl_proc->classes_inf = ctl_proc->cluster_inf[ctl_proc->n_cluster_inf - 1];
         /* DRA objects, for the raw-name policy's pod resource claims; a
@@ -209,6 +227,12 @@ int controller_main(int argc, char **argv)
         if(cluster_kinds[i] == &KUBE_RESOURCECLAIMS || cluster_kinds[i] == &KUBE_RESOURCECLAIMTEMPLATES)
             kube_informer_set_optional(ctl_proc->cluster_inf[ctl_proc->n_cluster_inf - 1]);
     }
+    ctl_proc->gpunodes_inf =
+        kube_watcher_add(ctl_proc->watcher, &KUBE_GPUNODES, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'g');
+    ctl_proc->vms_inf =
+        kube_watcher_add(ctl_proc->watcher, &KUBE_VMS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'m');
+    ctl_proc->pods_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_PODS, NULL, "kubevirt.io=virt-launcher", NULL,
+                                          ctl_bind_on_event, (void *)(intptr_t)'p');
     if(f->policies_configmap && *f->policies_configmap) {
         char sel[300];
         snprintf(sel, sizeof sel, "metadata.name=%s", f->policies_configmap);
@@ -264,7 +288,7 @@ int controller_main(int argc, char **argv)
     if(f->leader_elect) {
         lease_options lo = {.namespace_ = f->ns, .name = f->lease_name, .identity = f->identity,
                             .lease_duration_ms = f->lease_ms, .renew_deadline_ms = f->renew_ms,
-                            .retry_period_ms = f->retry_ms, .on_change = ctl_status_on_leader_change};
+                            .retry_period_ms = f->retry_ms, .on_change = ctl_bind_on_leader_change};
         if(lease_start(&ctl_proc->lease, ctl_proc->client, &lo, &err) != COZY_OK) {
             fprintf(stderr, "cozygpu controller: %s\n", err.msg);
             goto shutdown;
@@ -273,6 +297,12 @@ int controller_main(int argc, char **argv)
     if(pthread_create(&ctl_proc->writer, NULL, ctl_status_writer_main, NULL) != 0) {
         ctl_proc->writer = 0;
         fprintf(stderr, "cozygpu controller: cannot start the status writer\n");
+        goto shutdown;
+    }
+
+    if(pthread_create(&ctl_proc->binder, NULL, ctl_bind_main, NULL) != 0) {
+        ctl_proc->binder = 0;
+        fprintf(stderr, "cozygpu controller: cannot start the binder\n");
         goto shutdown;
     }
 
@@ -294,6 +324,8 @@ shutdown:
      * budgeted), so nothing writes once the Lease is released. */
     if(ctl_proc->writer)
         pthread_join(ctl_proc->writer, NULL);
+    if(ctl_proc->binder)
+        pthread_join(ctl_proc->binder, NULL);
     lease_stop(ctl_proc->lease, 1);
     ctl_proc->lease = NULL;
     if(ctl_proc->server) {

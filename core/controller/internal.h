@@ -7,6 +7,7 @@
  *   ctl_bundle_   bundle.c   policies ConfigMap -> compiled bundle, reloads
  *   ctl_review_   review.c   webhook threads' engines, reviews, readiness
  *   ctl_status_   status.c   leader-only GPUClass status writer
+ *   ctl_bind_     bind.c     the leader's binder loop: claim status, pins
  *   ctl_proc      controller.c  the state, wired up by controller_main
  *
  * Locking: one mutex (ctl.mu) and one condition variable (ctl.cv, on
@@ -46,6 +47,9 @@ typedef struct ctl {
     int n_cluster_inf;
     kube_informer *policies_inf; /* the policies ConfigMap, or NULL */
     kube_informer *classes_inf;  /* GPUClasses (also in cluster_inf) */
+    kube_informer *gpunodes_inf; /* GPUNodes (the binder's node capacity) */
+    kube_informer *vms_inf;      /* VirtualMachines (a stopped VM's claims) */
+    kube_informer *pods_inf;     /* virt-launcher pods (the pin) */
     webhook_server *server;
     lease_elector *lease;        /* NULL with --leader-elect=false */
 
@@ -56,7 +60,7 @@ typedef struct ctl {
     int policies_loaded; /* mu: a bundle is being served */
     int status_dirty;    /* mu: the status writer has work */
 
-    pthread_t reloader, writer;
+    pthread_t reloader, writer, binder;
 } ctl;
 
 /* The one controller of this process (controller.c). */
@@ -191,5 +195,33 @@ void ctl_status_on_class_event(void *ctx, kube_informer *inf, const char *type, 
  * instead of after --status-interval; losing the lead needs nothing, the
  * writer checks lease_is_leader before every write. Takes mu. */
 void ctl_status_on_leader_change(void *ctx, int leading);
+
+/* ---- bind.c ---- */
+
+/* The binder thread (pthread start routine; `arg` unused; returns NULL
+ * once ctl.stopping is set). While this replica leads and every cache has
+ * listed: builds the binder's state (binder/binder.h) from the caches on
+ * taking the lead (claims restored from their status, decision 0020 §1),
+ * then applies each changed object and runs an incremental pass; writes
+ * every claim whose status changed through the status subresource,
+ * conditional on the cached resourceVersion; deletes the Pending VMIs the
+ * rules ask for; pins gated virt-launcher pods whose claims are all Bound
+ * to one node and removes their gate (DESIGN.md §4, §6; decisions 0020,
+ * 0026). Drops its state when the lead is lost. Node capacity comes from
+ * runtime.binder (cozygpu.capacity, decision 0022); when that module
+ * cannot be opened the thread logs it and ends (the webhooks keep
+ * serving). */
+void *ctl_bind_main(void *arg);
+
+/* kube_event_fn of the binder's informers: `ctx` is the kind letter cast
+ * to a pointer (see bind.c); records ns/name as changed and wakes the
+ * binder. The GPUClass informer's events also go to
+ * ctl_status_on_class_event. Runs on the watcher thread; takes mu. */
+void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
+
+/* lease_options.on_change: ctl_status_on_leader_change, and wakes the
+ * binder so that it builds (leading) or drops (not leading) its state at
+ * once. Takes mu. */
+void ctl_bind_on_leader_change(void *ctx, int leading);
 
 #endif

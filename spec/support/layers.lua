@@ -18,7 +18,7 @@ L.below = {
   server = { "base" },
   host = { "base" },
   binder = { "base" },
-  controller = { "base", "format", "engine", "admission", "kube", "server" },
+  controller = { "base", "format", "engine", "admission", "kube", "server", "binder" },
   agent = { "base", "format", "engine", "kube", "host" },
   cli = { "base", "format", "engine", "admission", "kube", "server", "host", "binder", "controller", "agent" },
 }

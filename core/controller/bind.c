@@ -1,0 +1,1087 @@
+/* bind.c — the leader's binder loop (internal.h, ctl_bind_): the binder's
+ * state machine (binder/binder.h) driven from the watch caches, its
+ * decisions written to the API.
+ *
+ * Rules: DESIGN.md §3 (GPUClaim), §4 (launcher pod gate and pin), §6 (the
+ * binder), docs/decisions/0020 (the status contract), 0021 (where §6 is
+ * silent), 0022 (node capacity), 0023 (incremental passes), 0026 (this
+ * loop).
+ *
+ * One thread. The watcher thread's callbacks only record which objects
+ * changed (a set of keys under ctl.mu) and wake it. While this replica
+ * leads and every cache has listed, the thread:
+ *   1. on taking the lead, builds the state from the caches alone: classes,
+ *      nodes (capacity through runtime.binder, i.e. cozygpu.capacity),
+ *      claims restored from their status, sets from VMs and VMIs; then
+ *      binder_state_restore and one full pass;
+ *   2. after that, applies each changed object to the state and runs an
+ *      incremental pass (binder_reconcile): one event costs what it
+ *      touches, never a walk of the cluster;
+ *   3. writes each claim whose status the pass changed through the status
+ *      subresource, conditional on the resourceVersion the cache holds (a
+ *      409 keeps the write queued until the cache moves: the state is this
+ *      leader's, so it is written again, never merged);
+ *   4. deletes the VMIs the rules ask for (a Pending VMI pinned to a node
+ *      its set left);
+ *   5. pins the gated launcher pods whose claims are all Bound to one node:
+ *      a matchFields requirement metadata.name In [node] on every required
+ *      node selector term, then the gate removed (decision 0020 §5).
+ * Losing the lead drops the state; every write checks the lease just
+ * before it is sent.
+ */
+#include "controller/internal.h"
+
+#include <lua.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uthash.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "binder/binder.h"
+#include "engine/luajson.h"
+
+#define GATE "gpu.cozystack.io/claims"
+#define CLAIMS_ANNOTATION "gpu.cozystack.io/claims"
+
+/* ------------------------------------------------------------ dirty keys */
+
+/* What changed, as "K:ns/name" (K one of the kinds below; ns empty for
+ * cluster-scoped objects). Filled by the watcher thread under ctl.mu. */
+enum { K_CLASS = 'c', K_NODE = 'n', K_GPUNODE = 'g', K_CLAIM = 'l', K_VM = 'm', K_VMI = 'i', K_POD = 'p', K_KUBEVIRT = 'k' };
+
+typedef struct dirty {
+    char *key;
+    UT_hash_handle hh;
+} dirty;
+
+static dirty *g_dirty;        /* mu */
+static int g_wake;            /* mu: leadership changed or a tick is due */
+
+static void dirty_add(dirty **set, const char *key)
+{
+    dirty *d;
+    HASH_FIND_STR(*set, key, d);
+    if(d)
+        return;
+    d = calloc(1, sizeof *d);
+    if(!d || !(d->key = strdup(key))) {
+        free(d);
+        return; /* out of memory: the resync relist brings it back */
+    }
+    HASH_ADD_KEYPTR(hh, *set, d->key, strlen(d->key), d);
+}
+
+static void dirty_free(dirty **set)
+{
+    dirty *d, *t;
+    HASH_ITER(hh, *set, d, t)
+    {
+        HASH_DEL(*set, d);
+        free(d->key);
+        free(d);
+    }
+}
+
+static const char *md_str(const json_t *obj, const char *field)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
+}
+
+void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
+{
+    (void)type;
+    char kind = (char)(intptr_t)ctx;
+    if(inf == ctl_proc->classes_inf)
+        ctl_status_on_class_event(NULL, inf, type, obj);
+    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    if(!name)
+        return;
+    size_t n = strlen(name) + (ns ? strlen(ns) : 0) + 4;
+    char *key = malloc(n);
+    if(!key)
+        return;
+    snprintf(key, n, "%c:%s/%s", kind, ns ? ns : "", name);
+    pthread_mutex_lock(&ctl_proc->mu);
+    dirty_add(&g_dirty, key);
+    pthread_cond_broadcast(&ctl_proc->cv);
+    pthread_mutex_unlock(&ctl_proc->mu);
+    free(key);
+}
+
+void ctl_bind_on_leader_change(void *ctx, int leading)
+{
+    ctl_status_on_leader_change(ctx, leading);
+    pthread_mutex_lock(&ctl_proc->mu);
+    g_wake = 1;
+    pthread_cond_broadcast(&ctl_proc->cv);
+    pthread_mutex_unlock(&ctl_proc->mu);
+}
+
+/* ------------------------------------------------------------ the loop */
+
+typedef struct raw_use {
+    char *key;  /* "ns/name" of a running VMI no claim covers */
+    char *node;
+    json_t *used; /* {resource name: units} */
+    UT_hash_handle hh;
+} raw_use;
+
+typedef struct loop {
+    binder_state *st;
+    engine *e;          /* runtime.binder: node capacity */
+    dirty *writes;      /* claims whose status must be written ("ns/name") */
+    dirty *deletes;     /* VMIs to delete ("ns/name") */
+    dirty *gated;       /* launcher pods carrying the gate ("ns/name") */
+    dirty *waiting_sets; /* sets that named a claim not known yet ("ns/name") */
+    raw_use *raw;       /* running raw-name VMIs */
+    json_t *raw_by_node; /* node -> {resource name: units} */
+} loop;
+
+static int leading(void)
+{
+    return lease_is_leader(ctl_proc->lease);
+}
+
+/* "ns/name" into ns and name (pointing into buf). */
+static void split_key(const char *key, char *buf, size_t n, const char **ns, const char **name)
+{
+    snprintf(buf, n, "%s", key);
+    char *slash = strchr(buf, '/');
+    if(!slash) {
+        *ns = "";
+        *name = buf;
+        return;
+    }
+    *slash = 0;
+    *ns = buf;
+    *name = slash + 1;
+}
+
+/* --- node capacity through Lua (runtime.binder.node) --- */
+
+static json_t *first_kubevirt(void)
+{
+    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
+        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == &KUBE_KUBEVIRTS) {
+            json_t *all = kube_informer_list(ctl_proc->cluster_inf[i]);
+            json_t *kv = json_incref(json_array_get(all, 0));
+            json_decref(all);
+            return kv;
+        }
+    return NULL;
+}
+
+static json_t *node_inf_get(const char *name)
+{
+    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
+        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == &KUBE_NODES)
+            return kube_informer_get(ctl_proc->cluster_inf[i], NULL, name);
+    return NULL;
+}
+
+static kube_informer *cluster_inf(const kube_resource *r)
+{
+    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
+        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == r)
+            return ctl_proc->cluster_inf[i];
+    return NULL;
+}
+
+/* Node `name` (cached) into the state: its capacity per class and flags
+ * from runtime.binder.node, or deleted when the cache has no such Node. A
+ * node the Lua side cannot read offers nothing (logged). */
+static void apply_node(loop *L, const char *name, const json_t *classes, const json_t *kubevirt)
+{
+    cozy_err err;
+    json_t *node = node_inf_get(name);
+    if(!node) {
+        binder_state_node_delete(L->st, name, NULL);
+        return;
+    }
+    json_t *gpunode = kube_informer_get(ctl_proc->gpunodes_inf, NULL, name);
+    lua_State *S = engine_lua(L->e);
+    engine_push_runtime_fn(L->e, "node");
+    luajson_push(S, node);
+    if(gpunode)
+        luajson_push(S, gpunode);
+    else
+        lua_pushnil(S);
+    if(kubevirt)
+        luajson_push(S, kubevirt);
+    else
+        lua_pushnil(S);
+    luajson_push(S, classes);
+    const json_t *raw = json_object_get(L->raw_by_node, name);
+    if(raw)
+        luajson_push(S, raw);
+    else
+        lua_pushnil(S);
+    json_t *view = NULL;
+    if(engine_call(L->e, 5, 1, 0, &err) != ENGINE_ALLOWED) {
+        log_write(LOG_WARN, "binder", "cannot read the node's capacity; it offers nothing", "node", name, "error",
+                  err.msg, NULL);
+    } else {
+        if(engine_to_json(L->e, -1, &view, &err) != COZY_OK)
+            log_write(LOG_WARN, "binder", "cannot read the node's capacity", "node", name, "error", err.msg, NULL);
+        lua_pop(S, 1);
+    }
+    binder_offer offers[BINDER_MAX_SET_CLASSES * 4];
+    binder_taint taints[64];
+    binder_node_spec spec = {0};
+    if(view) {
+        const char *cls;
+        json_t *u;
+        json_object_foreach(json_object_get(view, "offers"), cls, u)
+        {
+            if(spec.n_offers < sizeof offers / sizeof *offers && json_integer_value(u) > 0)
+                offers[spec.n_offers++] = (binder_offer){cls, (uint32_t)json_integer_value(u)};
+        }
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(view, "taints"), i, t)
+        {
+            if(spec.n_taints < sizeof taints / sizeof *taints)
+                taints[spec.n_taints++] = (binder_taint){json_string_value(json_object_get(t, "key")),
+                                                         json_string_value(json_object_get(t, "value")),
+                                                         json_string_value(json_object_get(t, "effect"))};
+        }
+        if(json_is_true(json_object_get(view, "ready")))
+            spec.flags |= BINDER_NODE_READY;
+        if(json_is_true(json_object_get(view, "schedulable")))
+            spec.flags |= BINDER_NODE_SCHEDULABLE;
+        if(json_is_true(json_object_get(view, "layout_pending")))
+            spec.flags |= BINDER_NODE_LAYOUT_PENDING;
+    }
+    spec.offers = offers;
+    spec.taints = taints;
+    if(binder_state_node_set(L->st, name, &spec, &err) != BINDER_OK)
+        log_write(LOG_WARN, "binder", "cannot take the node", "node", name, "error", err.msg, NULL);
+    json_decref(view);
+    json_decref(gpunode);
+    json_decref(node);
+}
+
+static void apply_all_nodes(loop *L, const json_t *classes)
+{
+    json_t *kv = first_kubevirt();
+    json_t *nodes = kube_informer_list(cluster_inf(&KUBE_NODES));
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n)
+    {
+        const char *name = md_str(n, "name");
+        if(name)
+            apply_node(L, name, classes, kv);
+    }
+    json_decref(nodes);
+    json_decref(kv);
+}
+
+/* --- classes --- */
+
+static void apply_class(loop *L, const char *name)
+{
+    json_t *c = kube_informer_get(ctl_proc->classes_inf, NULL, name);
+    cozy_err err;
+    if(!c) {
+        binder_state_class_delete(L->st, name, NULL);
+        return;
+    }
+    const json_t *spec = json_object_get(c, "spec");
+    const char *oc = json_string_value(json_object_get(spec, "onCordon"));
+    binder_toleration tols[32];
+    size_t n = 0, i;
+    json_t *t;
+    json_array_foreach(json_object_get(spec, "tolerations"), i, t)
+    {
+        if(n < 32)
+            tols[n++] = (binder_toleration){json_string_value(json_object_get(t, "key")),
+                                            json_string_value(json_object_get(t, "operator")),
+                                            json_string_value(json_object_get(t, "value")),
+                                            json_string_value(json_object_get(t, "effect"))};
+    }
+    int deleting = md_str(c, "deletionTimestamp") != NULL;
+    if(binder_state_class_set(L->st, name, oc && strcmp(oc, "Stay") == 0 ? BINDER_CORDON_STAY : BINDER_CORDON_MOVE,
+                              deleting, tols, n, &err) != BINDER_OK)
+        log_write(LOG_WARN, "binder", "cannot take the class", "gpuclass", name, "error", err.msg, NULL);
+    json_decref(c);
+}
+
+/* --- claims --- */
+
+static const char *ready_reason(const json_t *claim)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(claim, "status"), "conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        if(t && strcmp(t, "Ready") == 0)
+            return json_string_value(json_object_get(c, "reason"));
+    }
+    return NULL;
+}
+
+/* A cached claim into the state: restored from its status when
+ * `restore` (a new leader), else added Pending. */
+static void take_claim(loop *L, const json_t *obj, int restore)
+{
+    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    const json_t *spec = json_object_get(obj, "spec"), *status = json_object_get(obj, "status");
+    const char *cls = json_string_value(json_object_get(spec, "class"));
+    json_int_t count = json_integer_value(json_object_get(spec, "count"));
+    cozy_err err;
+    if(!ns || !name || !cls || count < 1 || count > BINDER_MAX_UNITS) {
+        log_write(LOG_WARN, "binder", "a GPUClaim without a usable spec.class and spec.count is ignored", "namespace",
+                  ns ? ns : "", "gpuclaim", name ? name : "", NULL);
+        return;
+    }
+    const json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
+    int tmpl = json_object_get(labels, "gpu.cozystack.io/template-claim") != NULL;
+    binder_claim_status s = {.ns = ns, .name = name, .class_name = cls, .count = (uint32_t)count,
+                             .template_claim = tmpl, .phase = BINDER_PENDING, .message = ""};
+    if(restore) {
+        const char *ph = json_string_value(json_object_get(status, "phase"));
+        if(ph)
+            binder_phase_parse(ph, &s.phase);
+        s.node = json_string_value(json_object_get(status, "node"));
+        s.attached_to = json_string_value(json_object_get(status, "attachedTo"));
+        const char *rs = ready_reason(obj);
+        if(rs)
+            binder_reason_parse(rs, &s.reason);
+        if((s.phase == BINDER_BOUND || s.phase == BINDER_ATTACHED) && !s.node)
+            s.phase = BINDER_PENDING; /* a status no binder writes: start over */
+    }
+    if(binder_state_claim_put(L->st, &s, &err) != BINDER_OK)
+        log_write(LOG_WARN, "binder", "cannot take the claim", "namespace", ns, "gpuclaim", name, "error", err.msg,
+                  NULL);
+}
+
+/* --- sets (a VM or VMI naming claims) --- */
+
+static binder_vmi_phase vmi_phase(const json_t *vmi)
+{
+    const char *p = json_string_value(json_object_get(json_object_get(vmi, "status"), "phase"));
+    if(!p || !*p || strcmp(p, "Pending") == 0 || strcmp(p, "Scheduling") == 0)
+        return BINDER_VMI_PENDING;
+    if(strcmp(p, "Scheduled") == 0)
+        return BINDER_VMI_SCHEDULED;
+    if(strcmp(p, "Succeeded") == 0)
+        return BINDER_VMI_SUCCEEDED;
+    if(strcmp(p, "Failed") == 0)
+        return BINDER_VMI_FAILED;
+    return BINDER_VMI_RUNNING; /* Running, and Unknown (its node cannot be reached: not final) */
+}
+
+/* The claim names of annotation value `v` (comma-separated, ASCII blanks
+ * trimmed, empty items skipped; decision 0019) into names[] (pointers into
+ * buf). Returns how many, at most `max`. */
+static size_t claim_names(const char *v, char *buf, size_t n, const char **names, size_t max)
+{
+    snprintf(buf, n, "%s", v ? v : "");
+    size_t k = 0;
+    char *save = NULL;
+    for(char *tok = strtok_r(buf, ",", &save); tok && k < max; tok = strtok_r(NULL, ",", &save)) {
+        while(*tok == ' ' || *tok == '\t')
+            tok++;
+        char *end = tok + strlen(tok);
+        while(end > tok && (end[-1] == ' ' || end[-1] == '\t'))
+            *--end = 0;
+        if(*tok)
+            names[k++] = tok;
+    }
+    return k;
+}
+
+static const char *annotation(const json_t *meta_owner, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
+}
+
+/* The VMI's units on its node when no claim covers them (a raw-name VM):
+ * one per gpus[] and hostDevices[] entry, by deviceName, while Running or
+ * Unknown with a node (capacity item 5 of issue 12, decision 0022). */
+static json_t *raw_units(const json_t *vmi)
+{
+    if(vmi_phase(vmi) != BINDER_VMI_RUNNING)
+        return NULL;
+    const char *ann = annotation(json_object_get(vmi, "metadata"), CLAIMS_ANNOTATION);
+    if(ann && strspn(ann, " \t,") != strlen(ann))
+        return NULL;
+    json_t *used = json_object();
+    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
+    static const char *const lists[] = {"gpus", "hostDevices"};
+    for(int l = 0; l < 2; l++) {
+        size_t i;
+        json_t *g;
+        json_array_foreach(json_object_get(dev, lists[l]), i, g)
+        {
+            const char *dn = json_string_value(json_object_get(g, "deviceName"));
+            if(dn && *dn)
+                json_object_set_new(used, dn, json_integer(json_integer_value(json_object_get(used, dn)) + 1));
+        }
+    }
+    if(json_object_size(used) == 0) {
+        json_decref(used);
+        return NULL;
+    }
+    return used;
+}
+
+static void raw_node_add(loop *L, const char *node, const json_t *used, int sign)
+{
+    json_t *per = json_object_get(L->raw_by_node, node);
+    if(!per) {
+        per = json_object();
+        json_object_set_new(L->raw_by_node, node, per);
+    }
+    const char *rn;
+    json_t *u;
+    json_object_foreach((json_t *)used, rn, u)
+    {
+        json_int_t v = json_integer_value(json_object_get(per, rn)) + sign * json_integer_value(u);
+        if(v > 0)
+            json_object_set_new(per, rn, json_integer(v));
+        else
+            json_object_del(per, rn);
+    }
+    if(json_object_size(per) == 0)
+        json_object_del(L->raw_by_node, node);
+}
+
+/* Updates the raw-name use of VMI `key` (ns/name). Returns the nodes whose
+ * use changed into changed[0..1] (NULL when none). */
+static void raw_update(loop *L, const char *key, const json_t *vmi, const char **changed_a, const char **changed_b,
+                       char *buf_a, char *buf_b, size_t n)
+{
+    *changed_a = *changed_b = NULL;
+    raw_use *r;
+    HASH_FIND_STR(L->raw, key, r);
+    json_t *used = vmi ? raw_units(vmi) : NULL;
+    const char *node = vmi ? json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName")) : NULL;
+    if(used && !node) {
+        json_decref(used);
+        used = NULL;
+    }
+    if(r && used && strcmp(r->node, node) == 0 && json_equal(r->used, used)) {
+        json_decref(used);
+        return;
+    }
+    if(r) {
+        raw_node_add(L, r->node, r->used, -1);
+        snprintf(buf_a, n, "%s", r->node);
+        *changed_a = buf_a;
+        HASH_DEL(L->raw, r);
+        free(r->key);
+        free(r->node);
+        json_decref(r->used);
+        free(r);
+    }
+    if(used) {
+        r = calloc(1, sizeof *r);
+        if(!r || !(r->key = strdup(key)) || !(r->node = strdup(node))) {
+            if(r)
+                free(r->key);
+            free(r);
+            json_decref(used);
+            return;
+        }
+        r->used = used;
+        HASH_ADD_KEYPTR(hh, L->raw, r->key, strlen(r->key), r);
+        raw_node_add(L, node, used, +1);
+        snprintf(buf_b, n, "%s", node);
+        *changed_b = buf_b;
+    }
+}
+
+/* Set ns/name from the caches: the VMI's annotation, phase and node when a
+ * VMI exists, else the VM's template annotation (a stopped VM still holds
+ * its claims on one node, DESIGN.md §6). No claims named: no set. A set
+ * naming a claim not known yet waits in waiting_sets. */
+static void apply_set(loop *L, const char *ns, const char *name)
+{
+    json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+    json_t *vm = kube_informer_get(ctl_proc->vms_inf, ns, name);
+    const char *ann = NULL;
+    binder_vmi_phase phase = BINDER_VMI_NONE;
+    const char *node = NULL;
+    if(vmi) {
+        ann = annotation(json_object_get(vmi, "metadata"), CLAIMS_ANNOTATION);
+        phase = vmi_phase(vmi);
+        if(phase != BINDER_VMI_PENDING)
+            node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
+        if(phase == BINDER_VMI_SCHEDULED || phase == BINDER_VMI_RUNNING) {
+            if(!node)
+                phase = BINDER_VMI_PENDING;
+        }
+    } else if(vm) {
+        ann = annotation(json_object_get(json_object_get(json_object_get(vm, "spec"), "template"), "metadata"),
+                         CLAIMS_ANNOTATION);
+    }
+    char buf[8192];
+    const char *names[BINDER_MAX_SET_CLAIMS];
+    size_t n = claim_names(ann, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS);
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
+    dirty *w;
+    HASH_FIND_STR(L->waiting_sets, key, w);
+    if(w) {
+        HASH_DEL(L->waiting_sets, w);
+        free(w->key);
+        free(w);
+    }
+    cozy_err err;
+    if(n == 0) {
+        binder_state_set_delete(L->st, ns, name, NULL);
+    } else {
+        binder_rc rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
+        if(rc == BINDER_ERR_NO_CLAIM || rc == BINDER_ERR_BOUND)
+            dirty_add(&L->waiting_sets, key); /* a claim not seen yet, or still another set's */
+        else if(rc != BINDER_OK)
+            log_write(LOG_WARN, "binder", "cannot take the VM's claims", "namespace", ns, "vm", name, "error", err.msg,
+                      NULL);
+    }
+    json_decref(vmi);
+    json_decref(vm);
+}
+
+/* --- building the state on taking the lead --- */
+
+static void loop_drop(loop *L)
+{
+    binder_state_free(L->st);
+    L->st = NULL;
+    dirty_free(&L->writes);
+    dirty_free(&L->deletes);
+    dirty_free(&L->waiting_sets);
+    dirty_free(&L->gated);
+    raw_use *r, *rt;
+    HASH_ITER(hh, L->raw, r, rt)
+    {
+        HASH_DEL(L->raw, r);
+        free(r->key);
+        free(r->node);
+        json_decref(r->used);
+        free(r);
+    }
+    json_object_clear(L->raw_by_node);
+}
+
+static int build(loop *L)
+{
+    cozy_err err;
+    L->st = binder_state_new();
+    if(!L->st)
+        return -1;
+    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+    size_t i;
+    json_t *o;
+    json_array_foreach(classes, i, o)
+    {
+        if(md_str(o, "name"))
+            apply_class(L, md_str(o, "name"));
+    }
+    /* raw-name use first: it is part of what a node offers */
+    json_t *vmis = kube_informer_list(cluster_inf(&KUBE_VMIS));
+    json_array_foreach(vmis, i, o)
+    {
+        const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
+        if(!ns || !name)
+            continue;
+        char key[600], a[256], b[256];
+        const char *ca, *cb;
+        snprintf(key, sizeof key, "%s/%s", ns, name);
+        raw_update(L, key, o, &ca, &cb, a, b, sizeof a);
+    }
+    apply_all_nodes(L, classes);
+    json_decref(classes);
+    json_t *claims = kube_informer_list(cluster_inf(&KUBE_GPUCLAIMS));
+    json_array_foreach(claims, i, o) take_claim(L, o, 1);
+    json_decref(claims);
+    json_t *vms = kube_informer_list(ctl_proc->vms_inf);
+    json_array_foreach(vms, i, o)
+    {
+        if(md_str(o, "namespace") && md_str(o, "name"))
+            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
+    }
+    json_decref(vms);
+    json_array_foreach(vmis, i, o)
+    {
+        if(md_str(o, "namespace") && md_str(o, "name"))
+            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
+    }
+    json_decref(vmis);
+    json_t *pods = kube_informer_list(ctl_proc->pods_inf);
+    json_array_foreach(pods, i, o)
+    {
+        if(md_str(o, "namespace") && md_str(o, "name")) {
+            char key[600];
+            snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
+            dirty_add(&L->gated, key); /* checked (and dropped when not gated) after the pass */
+        }
+    }
+    json_decref(pods);
+    if(binder_state_restore(L->st, &err) != BINDER_OK) {
+        log_write(LOG_ERROR, "binder", "cannot rebuild the binder's index", "error", err.msg, NULL);
+        loop_drop(L);
+        return -1;
+    }
+    log_write(LOG_INFO, "binder", "rebuilt the binder's state from the caches", NULL);
+    return 0;
+}
+
+/* --- hooks --- */
+
+static void on_event(void *ud, const binder_event *ev)
+{
+    loop *L = ud;
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", ev->ns, ev->name);
+    dirty_add(&L->writes, key);
+    metrics_counter_add("cozygpu_binder_transitions_total", NULL, 1);
+}
+
+static void on_delete_vmi(void *ud, const char *ns, const char *vmi, const char *why)
+{
+    loop *L = ud;
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", ns, vmi);
+    dirty_add(&L->deletes, key);
+    log_write(LOG_INFO, "binder", "deleting a pending VMI whose claims left its node", "namespace", ns, "vmi", vmi,
+              "why", why, NULL);
+}
+
+/* --- status writes --- */
+
+static json_t *status_of(const binder_claim_status *s, json_int_t generation, const json_t *old_status, const char *now)
+{
+    json_t *st = json_object();
+    json_object_set_new(st, "phase", json_string(binder_phase_name(s->phase)));
+    if(s->node)
+        json_object_set_new(st, "node", json_string(s->node));
+    if(s->attached_to)
+        json_object_set_new(st, "attachedTo", json_string(s->attached_to));
+    json_object_set_new(st, "observedGeneration", json_integer(generation));
+    int ready = s->phase == BINDER_BOUND || s->phase == BINDER_ATTACHED;
+    const char *reason = s->reason == BINDER_R_NONE ? "Pending" : binder_reason_name(s->reason);
+    const char *when = now;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(old_status, "conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        const char *cs = json_string_value(json_object_get(c, "status"));
+        const char *lt = json_string_value(json_object_get(c, "lastTransitionTime"));
+        if(t && strcmp(t, "Ready") == 0 && cs && strcmp(cs, ready ? "True" : "False") == 0 && lt)
+            when = lt; /* lastTransitionTime moves only when status does (API conventions) */
+    }
+    json_object_set_new(st, "conditions",
+                        json_pack("[{s:s, s:s, s:s, s:s, s:I, s:s}]", "type", "Ready", "status",
+                                  ready ? "True" : "False", "reason", reason, "message", s->message ? s->message : "",
+                                  "observedGeneration", (json_int_t)generation, "lastTransitionTime", when));
+    return st;
+}
+
+/* Writes claim `key`'s status when the cache holds another one. Returns 1
+ * when done (written, already so, or the claim is gone), 0 to retry. */
+static int write_claim(loop *L, const char *key)
+{
+    char buf[600];
+    const char *ns, *name;
+    split_key(key, buf, sizeof buf, &ns, &name);
+    binder_claim_status s;
+    if(binder_state_claim_get(L->st, ns, name, &s) != BINDER_OK)
+        return 1;
+    json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+    if(!obj)
+        return 1;
+    char now[40];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const json_t *old = json_object_get(obj, "status");
+    json_t *st = status_of(&s, json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation")),
+                           old, now);
+    int done = 1;
+    if(!json_equal(st, old)) {
+        if(!leading()) {
+            done = 0;
+        } else {
+            json_t *body = json_copy(obj);
+            json_object_set(body, "status", st);
+            long code = 0;
+            json_t *out = NULL;
+            cozy_err err;
+            if(kube_update_status(ctl_proc->client, &KUBE_GPUCLAIMS, ns, body, &code, &out, &err) != COZY_OK) {
+                log_write(LOG_WARN, "binder", "cannot write the claim's status", "namespace", ns, "gpuclaim", name,
+                          "error", err.msg, NULL);
+                metrics_counter_add("cozygpu_binder_status_writes_total", "result=\"error\"", 1);
+                done = 0;
+            } else if(code == 409) {
+                metrics_counter_add("cozygpu_binder_status_writes_total", "result=\"conflict\"", 1);
+                done = 0; /* the cache is behind: written again when it moves */
+            } else if(code == 404) {
+                done = 1;
+            } else if(code / 100 != 2) {
+                const char *m = json_string_value(json_object_get(out, "message"));
+                log_write(LOG_WARN, "binder", "the API server refused the claim's status", "namespace", ns, "gpuclaim",
+                          name, "error", m ? m : "", NULL);
+                metrics_counter_add("cozygpu_binder_status_writes_total", "result=\"error\"", 1);
+                done = 0;
+            } else
+                metrics_counter_add("cozygpu_binder_status_writes_total", "result=\"ok\"", 1);
+            json_decref(out);
+            json_decref(body);
+        }
+    }
+    json_decref(st);
+    json_decref(obj);
+    return done;
+}
+
+/* --- launcher pods: pin and ungate --- */
+
+static int has_gate(const json_t *pod)
+{
+    size_t i;
+    json_t *g;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "schedulingGates"), i, g)
+    {
+        const char *n = json_string_value(json_object_get(g, "name"));
+        if(n && strcmp(n, GATE) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The VMI a launcher pod runs: its controller ownerReference of kind
+ * VirtualMachineInstance (KubeVirt's template service). */
+static const char *owner_vmi(const json_t *pod)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, r)
+    {
+        const char *k = json_string_value(json_object_get(r, "kind"));
+        if(k && strcmp(k, "VirtualMachineInstance") == 0 && json_is_true(json_object_get(r, "controller")))
+            return json_string_value(json_object_get(r, "name"));
+    }
+    return NULL;
+}
+
+/* Narrows a gated pod to `node` and removes the gate (decision 0020 §5;
+ * KEP-3838: on a gated pod, required node affinity may only be narrowed:
+ * a requirement added to every existing term, or one term when there is
+ * none). kube_update_retry's mutate: 1 when the gate is gone already. */
+static int pin_mutate(json_t *pod, void *ctx)
+{
+    const char *node = ctx;
+    if(!has_gate(pod))
+        return 1;
+    json_t *spec = json_object_get(pod, "spec");
+    json_t *gates = json_object_get(spec, "schedulingGates");
+    for(size_t i = json_array_size(gates); i-- > 0;) {
+        const char *n = json_string_value(json_object_get(json_array_get(gates, i), "name"));
+        if(n && strcmp(n, GATE) == 0)
+            json_array_remove(gates, i);
+    }
+    if(json_array_size(gates) == 0)
+        json_object_del(spec, "schedulingGates");
+    json_t *aff = json_object_get(spec, "affinity");
+    if(!json_is_object(aff)) {
+        aff = json_object();
+        json_object_set_new(spec, "affinity", aff);
+    }
+    json_t *na = json_object_get(aff, "nodeAffinity");
+    if(!json_is_object(na)) {
+        na = json_object();
+        json_object_set_new(aff, "nodeAffinity", na);
+    }
+    json_t *req = json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
+    if(!json_is_object(req)) {
+        req = json_object();
+        json_object_set_new(na, "requiredDuringSchedulingIgnoredDuringExecution", req);
+    }
+    json_t *terms = json_object_get(req, "nodeSelectorTerms");
+    if(!json_is_array(terms) || json_array_size(terms) == 0) {
+        terms = json_array();
+        json_array_append_new(terms, json_object());
+        json_object_set_new(req, "nodeSelectorTerms", terms);
+    }
+    size_t i;
+    json_t *term;
+    json_array_foreach(terms, i, term)
+    {
+        if(!json_is_object(term))
+            return -1; /* not a shape the API server accepts: leave it */
+        json_t *mf = json_object_get(term, "matchFields");
+        if(!json_is_array(mf)) {
+            mf = json_array();
+            json_object_set_new(term, "matchFields", mf);
+        }
+        json_array_append_new(mf, json_pack("{s:s, s:s, s:[s]}", "key", "metadata.name", "operator", "In", "values",
+                                            node));
+    }
+    return leading() ? 0 : -1; /* the last check before the write */
+}
+
+/* The node all claims of the set named by the pod's VMI are Bound (or
+ * Attached) on, or NULL when they are not all on one node. */
+static const char *set_node(loop *L, const char *ns, const char *vmi_name, char *buf, size_t n)
+{
+    json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi_name);
+    if(!vmi)
+        return NULL;
+    char nb[8192];
+    const char *names[BINDER_MAX_SET_CLAIMS];
+    size_t k = claim_names(annotation(json_object_get(vmi, "metadata"), CLAIMS_ANNOTATION), nb, sizeof nb, names,
+                           BINDER_MAX_SET_CLAIMS);
+    const char *node = NULL;
+    for(size_t i = 0; i < k; i++) {
+        binder_claim_status s;
+        if(binder_state_claim_get(L->st, ns, names[i], &s) != BINDER_OK ||
+           (s.phase != BINDER_BOUND && s.phase != BINDER_ATTACHED) || !s.node ||
+           (node && strcmp(node, s.node) != 0)) {
+            node = NULL;
+            k = 0;
+            break;
+        }
+        node = s.node;
+    }
+    if(node)
+        snprintf(buf, n, "%s", node);
+    json_decref(vmi);
+    return k && node ? buf : NULL;
+}
+
+/* Tries to pin gated pod `key`. Returns 1 when the pod needs nothing more
+ * (pinned, not gated, gone), 0 while it waits. */
+static int pin_pod(loop *L, const char *key)
+{
+    char buf[600];
+    const char *ns, *name;
+    split_key(key, buf, sizeof buf, &ns, &name);
+    json_t *pod = kube_informer_get(ctl_proc->pods_inf, ns, name);
+    if(!pod || !has_gate(pod)) {
+        json_decref(pod);
+        return 1;
+    }
+    const char *vmi = owner_vmi(pod);
+    char nodebuf[256];
+    const char *node = vmi ? set_node(L, ns, vmi, nodebuf, sizeof nodebuf) : NULL;
+    int done = 0;
+    if(node && leading()) {
+        cozy_err err;
+        json_t *out = NULL;
+        if(kube_update_retry(ctl_proc->client, &KUBE_PODS, ns, name, 0, pin_mutate, (void *)node, &out, &err) ==
+           COZY_OK) {
+            log_write(LOG_INFO, "binder", "pinned the launcher pod to its claims' node and removed its gate",
+                      "namespace", ns, "pod", name, "node", node, NULL);
+            metrics_counter_add("cozygpu_binder_pod_pins_total", NULL, 1);
+            done = 1;
+        } else
+            log_write(LOG_WARN, "binder", "cannot pin the launcher pod", "namespace", ns, "pod", name, "error",
+                      err.msg, NULL);
+        json_decref(out);
+    }
+    json_decref(pod);
+    return done;
+}
+
+/* --- one batch --- */
+
+static void apply_dirty(loop *L, dirty *batch)
+{
+    int classes_changed = 0, kubevirt_changed = 0;
+    dirty *d, *t;
+    /* classes first (a node's offers depend on them), then nodes, claims,
+     * sets: the order the state's checks want */
+    HASH_ITER(hh, batch, d, t)
+    {
+        if(d->key[0] == K_CLASS) {
+            apply_class(L, d->key + 3);
+            classes_changed = 1;
+        } else if(d->key[0] == K_KUBEVIRT)
+            kubevirt_changed = 1;
+    }
+    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+    dirty *nodes = NULL;
+    HASH_ITER(hh, batch, d, t)
+    {
+        if(d->key[0] == K_VMI) {
+            char buf[600], a[256], b[256];
+            const char *ns, *name, *ca, *cb;
+            split_key(d->key + 2, buf, sizeof buf, &ns, &name);
+            json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+            raw_update(L, d->key + 2, vmi, &ca, &cb, a, b, sizeof a);
+            if(ca)
+                dirty_add(&nodes, ca);
+            if(cb)
+                dirty_add(&nodes, cb);
+            json_decref(vmi);
+        } else if(d->key[0] == K_NODE || d->key[0] == K_GPUNODE)
+            dirty_add(&nodes, d->key + 3);
+    }
+    if(classes_changed || kubevirt_changed)
+        apply_all_nodes(L, classes);
+    else {
+        json_t *kv = first_kubevirt();
+        HASH_ITER(hh, nodes, d, t) apply_node(L, d->key, classes, kv);
+        json_decref(kv);
+    }
+    dirty_free(&nodes);
+    json_decref(classes);
+    int claims_added = 0;
+    HASH_ITER(hh, batch, d, t)
+    {
+        if(d->key[0] != K_CLAIM)
+            continue;
+        char buf[600];
+        const char *ns, *name;
+        split_key(d->key + 2, buf, sizeof buf, &ns, &name);
+        json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+        binder_claim_status s;
+        int known = binder_state_claim_get(L->st, ns, name, &s) == BINDER_OK;
+        if(!obj) {
+            if(known)
+                binder_state_claim_delete(L->st, ns, name, NULL);
+        } else if(!known) {
+            take_claim(L, obj, 0);
+            claims_added = 1;
+        } else
+            dirty_add(&L->writes, d->key + 2); /* written again if the API holds another status */
+        json_decref(obj);
+    }
+    HASH_ITER(hh, batch, d, t)
+    {
+        if(d->key[0] == K_VM || d->key[0] == K_VMI) {
+            char buf[600];
+            const char *ns, *name;
+            split_key(d->key + 2, buf, sizeof buf, &ns, &name);
+            apply_set(L, ns, name);
+        } else if(d->key[0] == K_POD)
+            dirty_add(&L->gated, d->key + 2);
+    }
+    if(claims_added && L->waiting_sets) {
+        dirty *w = L->waiting_sets, *wt;
+        L->waiting_sets = NULL;
+        HASH_ITER(hh, w, d, wt)
+        {
+            char buf[600];
+            const char *ns, *name;
+            split_key(d->key, buf, sizeof buf, &ns, &name);
+            apply_set(L, ns, name);
+        }
+        dirty_free(&w);
+    }
+}
+
+/* Sends the writes the last passes left: statuses, VMI deletions, pins. */
+static void flush(loop *L)
+{
+    dirty *d, *t;
+    HASH_ITER(hh, L->writes, d, t)
+    {
+        if(!leading())
+            return;
+        if(write_claim(L, d->key)) {
+            HASH_DEL(L->writes, d);
+            free(d->key);
+            free(d);
+        }
+    }
+    HASH_ITER(hh, L->deletes, d, t)
+    {
+        if(!leading())
+            return;
+        char buf[600];
+        const char *ns, *name;
+        split_key(d->key, buf, sizeof buf, &ns, &name);
+        long code = 0;
+        cozy_err err;
+        if(kube_delete(ctl_proc->client, &KUBE_VMIS, ns, name, &code, NULL, &err) == COZY_OK &&
+           (code / 100 == 2 || code == 404)) {
+            HASH_DEL(L->deletes, d);
+            free(d->key);
+            free(d);
+        }
+    }
+    HASH_ITER(hh, L->gated, d, t)
+    {
+        if(!leading())
+            return;
+        if(pin_pod(L, d->key)) {
+            HASH_DEL(L->gated, d);
+            free(d->key);
+            free(d);
+        }
+    }
+}
+
+void *ctl_bind_main(void *arg)
+{
+    (void)arg;
+    loop L = {0};
+    L.raw_by_node = json_object();
+    engine_options eo = ctl_proc->eo;
+    eo.bundle_dir = NULL;
+    cozy_err err;
+    if(engine_open_runtime(&L.e, &eo, "binder", &err) != COZY_OK) {
+        log_write(LOG_ERROR, "binder", "cannot open runtime.binder; the binder does not run", "error", err.msg, NULL);
+        json_decref(L.raw_by_node);
+        return NULL;
+    }
+    binder_hooks hooks = {.ud = &L, .event = on_event, .delete_vmi = on_delete_vmi};
+    for(;;) {
+        pthread_mutex_lock(&ctl_proc->mu);
+        if(!ctl_proc->stopping && !g_dirty && !g_wake) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += 1; /* retries of writes left by a 409 or an error */
+            pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
+        }
+        int stop = ctl_proc->stopping;
+        dirty *batch = g_dirty;
+        g_dirty = NULL;
+        g_wake = 0;
+        pthread_mutex_unlock(&ctl_proc->mu);
+        if(stop) {
+            dirty_free(&batch);
+            break;
+        }
+        if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
+            if(L.st)
+                log_write(LOG_INFO, "binder", "not leading: the binder's state is dropped", NULL);
+            loop_drop(&L);
+            dirty_free(&batch);
+            continue;
+        }
+        if(!L.st) {
+            dirty_free(&batch); /* the caches hold all of it */
+            if(build(&L) != 0)
+                continue;
+            binder_reconcile_all(L.st, &hooks);
+            metrics_counter_add("cozygpu_binder_passes_total", "kind=\"full\"", 1);
+        } else if(batch) {
+            apply_dirty(&L, batch);
+            dirty_free(&batch);
+            binder_reconcile(L.st, &hooks);
+            metrics_counter_add("cozygpu_binder_passes_total", "kind=\"incremental\"", 1);
+        }
+        /* a pass whose transitions need another (room freed by a move is
+         * retried by the next pass, decision 0023) */
+        for(int i = 0; i < 4 && binder_reconcile(L.st, &hooks) > 0; i++)
+            ;
+        flush(&L);
+    }
+    loop_drop(&L);
+    json_decref(L.raw_by_node);
+    engine_close(L.e);
+    pthread_mutex_lock(&ctl_proc->mu);
+    dirty_free(&g_dirty);
+    pthread_mutex_unlock(&ctl_proc->mu);
+    return NULL;
+}

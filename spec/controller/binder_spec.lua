@@ -1,0 +1,252 @@
+-- The leader's binder against the API server double, two replicas
+-- (DESIGN.md §3, §4, §6; docs/decisions/0020, 0026). Nodes carry what the
+-- kubelet and the agent would write: Ready, allocatable of the L40S
+-- resource name, a boot ID, and a GPUNode built from a fake sysfs tree of
+-- L40S GPUs on vfio-pci (each in its own IOMMU group), so a node's offer
+-- is computed by cozygpu.capacity exactly as in a cluster. Everything the
+-- spec asserts is read back from the double with kubectl or GET.
+local P = require "proc"
+local E = require "controller_env"
+local sysfs = require "sysfs"
+local layout = require "runtime.layout"
+local json = H.json
+
+local L40S = "nvidia.com/AD102GL_L40S" -- examples/classes/l40s.yaml, 10DE:26B9
+local BOOT = "3b1f5c2e-6d0a-4f8e-9a7b-2c4d6e8f0a1b"
+local NS = "tenant-a"
+
+local function kubectl(d, args, stdin)
+  if stdin then
+    local f = H.tmpdir() .. "/in.json"
+    H.write(f, type(stdin) == "string" and stdin or json.encode(stdin))
+    args[#args + 1] = "-f"
+    args[#args + 1] = f
+  end
+  local out, code = E.kubectl(d, args)
+  return out, code
+end
+
+local function must(d, method, path, body, ctype)
+  local v, st = E.send(d, method, path, body, ctype)
+  assert(st and st >= 200 and st < 300, ("%s %s -> %s %s"):format(method, path, tostring(st), json.encode(v or {})))
+  return v
+end
+
+-- The GPUNode status the agent writes for `units` L40S on vfio-pci.
+local function gpunode_status(units)
+  local fns = {}
+  for i = 1, units do
+    fns[i] = { address = ("0000:%02x:00.0"):format(0x40 + i), device = "26b9", subsystem = "10de:1851",
+      driver = "vfio-pci", iommu = 40 + i, numa = 0 }
+  end
+  local tree = sysfs.build { functions = fns }
+  local inv, err = sysfs.inventory(tree)
+  tree:remove()
+  assert(inv, err)
+  return json.decode(json.encode(layout.status { inventory = inv, now = "2026-12-01T09:00:00Z", boot_id = BOOT,
+    generation = 1 }))
+end
+
+-- A GPU node as a cluster would show it: the Node (tainted as l40s.yaml's
+-- toleration expects), its status, and its GPUNode.
+local function add_node(d, name, units)
+  local out, code = kubectl(d, { "apply" }, {
+    apiVersion = "v1", kind = "Node", metadata = { name = name, labels = { ["kubernetes.io/hostname"] = name } },
+    spec = { taints = { { key = "gpu.cozystack.io/mode", value = "passthrough", effect = "NoSchedule" } } } })
+  assert(code == 0, out)
+  local node = must(d, "GET", "/api/v1/nodes/" .. name)
+  node.status = { allocatable = { [L40S] = tostring(units), cpu = "64" }, capacity = { [L40S] = tostring(units) },
+    conditions = { { type = "Ready", status = "True", reason = "KubeletReady" } }, nodeInfo = { bootID = BOOT } }
+  must(d, "PUT", "/api/v1/nodes/" .. name .. "/status", node)
+  local g = must(d, "POST", "/apis/cozystack.io/v1alpha1/gpunodes", {
+    apiVersion = "cozystack.io/v1alpha1", kind = "GPUNode",
+    metadata = { name = name, ownerReferences = { { apiVersion = "v1", kind = "Node", name = name, uid = node.metadata.uid } } },
+    spec = json.object() })
+  g.status = gpunode_status(units)
+  must(d, "PUT", "/apis/cozystack.io/v1alpha1/gpunodes/" .. name .. "/status", g)
+end
+
+local function add_claim(d, name, count, class)
+  local out, code = kubectl(d, { "apply" }, { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim",
+    metadata = { name = name, namespace = NS }, spec = { class = class or "l40s", count = count } })
+  assert(code == 0, out)
+end
+
+local function claim(d, name)
+  return (E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/" .. name))
+end
+
+local function ready_cond(c)
+  for _, x in ipairs(c and c.status and c.status.conditions or {}) do
+    if x.type == "Ready" then return x end
+  end
+  return nil
+end
+
+-- Waits until claim `name` has `phase` (and `node`, when given: false for
+-- none). Returns the claim.
+local function wait_claim(d, name, phase, node, timeout)
+  local last
+  local ok = P.wait_until(function()
+    last = claim(d, name)
+    local st = last and last.status or {}
+    if st.phase ~= phase then return false end
+    if node == false then return st.node == nil end
+    return node == nil or st.node == node
+  end, timeout or 15)
+  assert(ok, ("claim %s: wanted %s on %s, got %s"):format(name, phase, tostring(node), json.encode(last or {})))
+  return last
+end
+
+local function lease_holder(d)
+  local l = E.get(d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+  return l and l.spec and l.spec.holderIdentity
+end
+
+-- units held per node by Bound/Attached claims, from the API
+local function held(d)
+  local out = {}
+  for _, c in ipairs(d:state("gpuclaims").items) do
+    local st = c.status or {}
+    if (st.phase == "Bound" or st.phase == "Attached") and st.node then
+      out[st.node] = (out[st.node] or 0) + c.spec.count
+    end
+  end
+  return out
+end
+
+describe("the leader's binder (two replicas against the double)", function()
+  local dir, d, certs
+  local replicas = {}
+
+  setup(function()
+    dir = H.tmpdir()
+    certs = P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
+    d = E.start_double()
+    E.load_examples(d)
+    for _, id in ipairs { "replica-a", "replica-b" } do
+      replicas[id] = E.start_controller { double = d, dir = dir, certs = certs, identity = id }
+    end
+    assert(P.wait_until(function() return lease_holder(d) ~= nil end, 20), "no replica took the Lease")
+  end)
+
+  teardown(function()
+    for _, c in pairs(replicas) do P.stop(c.pid, 5) end
+    d:stop()
+    P.stop_all()
+  end)
+
+  it("binds a claim on a node with room and says so in status, as kubectl shows it", function()
+    add_node(d, "gpu-1", 2)
+    add_claim(d, "c1", 1)
+    local c = wait_claim(d, "c1", "Bound", "gpu-1")
+    local r = ready_cond(c)
+    assert.are.equal("True", r.status)
+    assert.are.equal("Placed", r.reason)
+    assert.are.equal(c.metadata.generation, c.status.observedGeneration)
+    assert.is_string(r.lastTransitionTime)
+    local out, code = E.kubectl(d, { "get", "gpuclaims", "-n", NS, "-o", "wide" })
+    assert.are.equal(0, code, out)
+    assert.matches("c1%s+l40s%s+1%s+Bound%s+gpu%-1", out)
+  end)
+
+  it("keeps a claim that fits nowhere Pending with NoNodeWithRoom, naming the class", function()
+    add_claim(d, "big", 4) -- gpu-1 offers 2 L40S
+    local c = wait_claim(d, "big", "Pending")
+    assert(P.wait_until(function()
+      c = claim(d, "big")
+      return ready_cond(c) and ready_cond(c).reason == "NoNodeWithRoom"
+    end, 10), json.encode(c))
+    assert.are.equal("False", ready_cond(c).status)
+    assert.matches("l40s", ready_cond(c).message)
+    -- another tenant's objects never appear in it
+    assert.is_nil(ready_cond(c).message:find("tenant-b", 1, true))
+  end)
+
+  it("moves an unattached claim off a cordoned node (onCordon Move) to a node with room", function()
+    add_node(d, "gpu-2", 2)
+    local out, code = E.kubectl(d, { "cordon", "gpu-1" })
+    assert.are.equal(0, code, out)
+    wait_claim(d, "c1", "Bound", "gpu-2")
+    out, code = E.kubectl(d, { "uncordon", "gpu-1" })
+    assert.are.equal(0, code, out)
+  end)
+
+  it("marks a claim Attached while its VMI runs on the claim's node, and Bound again once the VMI is gone", function()
+    local vmi = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = "vm1", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
+        annotations = { ["gpu.cozystack.io/claims"] = "c1" } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    vmi.status = { phase = "Running", nodeName = "gpu-2" }
+    must(d, "PUT", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm1/status", vmi)
+    local c = wait_claim(d, "c1", "Attached", "gpu-2")
+    assert.are.equal("vm1", c.status.attachedTo)
+    assert.are.equal("Attached", ready_cond(c).reason)
+    must(d, "DELETE", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm1")
+    c = wait_claim(d, "c1", "Bound", "gpu-2")
+    assert.is_nil(c.status.attachedTo)
+  end)
+
+  it("pins a gated launcher pod to its claims' node and removes the gate", function()
+    local vmi = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = "vm2", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
+        annotations = { ["gpu.cozystack.io/claims"] = "c1" } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    local out, code = kubectl(d, { "create" }, {
+      apiVersion = "v1", kind = "Pod",
+      metadata = { name = "virt-launcher-vm2-abcde", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
+        annotations = { ["gpu.cozystack.io/claims"] = "c1" },
+        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm2",
+          uid = vmi.metadata.uid, controller = true, blockOwnerDeletion = true } } },
+      spec = {
+        schedulingGates = { { name = "gpu.cozystack.io/claims" } },
+        affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = {
+          { matchExpressions = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } } } } } },
+        containers = { { name = "compute", image = "quay.io/kubevirt/virt-launcher:v1.4.0",
+          resources = { limits = { [L40S] = "1" }, requests = { [L40S] = "1" } } } } } })
+    assert.are.equal(0, code, out)
+    local pod
+    assert(P.wait_until(function()
+      pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm2-abcde")
+      return pod and pod.spec.schedulingGates == nil
+    end, 15), json.encode(pod or {}))
+    -- the existing term is narrowed (KEP-3838: a requirement added to every term)
+    local terms = pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+    assert.are.equal(1, #terms)
+    assert.are.same({ { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } }, terms[1].matchExpressions)
+    assert.are.same({ { key = "metadata.name", operator = "In", values = { "gpu-2" } } }, terms[1].matchFields)
+    must(d, "DELETE", "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm2-abcde")
+    must(d, "DELETE", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm2")
+  end)
+
+  it("after the leader is killed, the other replica rebuilds from status and never books a unit twice", function()
+    local holder = lease_holder(d)
+    assert.is_truthy(replicas[holder], tostring(holder))
+    P.kill(replicas[holder].pid, 9)
+    replicas[holder] = nil
+    -- orders while and after the lead changes hands
+    for i = 1, 4 do add_claim(d, "k" .. i, 1) end
+    local other = holder == "replica-a" and "replica-b" or "replica-a"
+    assert(P.wait_until(function() return lease_holder(d) == other end, 20), "the Lease did not move")
+    -- gpu-1 and gpu-2 offer 2 each; c1 holds one on gpu-2: three of k1..k4 fit
+    assert(P.wait_until(function()
+      local bound, pending = 0, 0
+      for i = 1, 4 do
+        local c = claim(d, "k" .. i)
+        local ph = c and c.status and c.status.phase
+        if ph == "Bound" then bound = bound + 1 elseif ph == "Pending" and ready_cond(c) then pending = pending + 1 end
+      end
+      return bound == 3 and pending == 1
+    end, 20))
+    local h = held(d)
+    assert.are.equal(2, h["gpu-1"])
+    assert.are.equal(2, h["gpu-2"])
+    assert.are.equal("c1", (function()
+      for _, c in ipairs(d:state("gpuclaims").items) do
+        if c.metadata.name == "c1" then return c.metadata.name .. (c.status.node == "gpu-2" and "" or "?") end
+      end
+    end)())
+  end)
+end)
