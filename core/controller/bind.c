@@ -597,9 +597,20 @@ static int build(loop *L)
     }
     apply_all_nodes(L, classes);
     json_decref(classes);
-    json_t *claims = kube_informer_list(cluster_inf(&KUBE_GPUCLAIMS));
-    json_array_foreach(claims, i, o) take_claim(L, o, 1);
-    json_decref(claims);
+    /* Claims from a fresh, consistent LIST, not the cache: the last
+     * leader's last writes may not have reached this replica's watch yet,
+     * and a status missed here would book its units twice (decision 0026). */
+    long code = 0;
+    json_t *list = NULL;
+    if(kube_list(ctl_proc->client, &KUBE_GPUCLAIMS, NULL, NULL, &code, &list, &err) != COZY_OK || code != 200) {
+        log_write(LOG_WARN, "binder", "cannot list GPUClaims to take the lead; trying again", "error",
+                  code ? json_string_value(json_object_get(list, "message")) : err.msg, NULL);
+        json_decref(list);
+        loop_drop(L);
+        return -1;
+    }
+    json_array_foreach(json_object_get(list, "items"), i, o) take_claim(L, o, 1);
+    json_decref(list);
     json_t *vms = kube_informer_list(ctl_proc->vms_inf);
     json_array_foreach(vms, i, o)
     {
@@ -841,10 +852,16 @@ static const char *set_node(loop *L, const char *ns, const char *vmi_name, char 
                            BINDER_MAX_SET_CLAIMS);
     const char *node = NULL;
     for(size_t i = 0; i < k; i++) {
+        /* the state's decision, and the API showing it (a write not sent
+         * yet must not lead to a pin the claim's status does not back) */
         binder_claim_status s;
-        if(binder_state_claim_get(L->st, ns, names[i], &s) != BINDER_OK ||
-           (s.phase != BINDER_BOUND && s.phase != BINDER_ATTACHED) || !s.node ||
-           (node && strcmp(node, s.node) != 0)) {
+        json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, names[i]);
+        const char *api = json_string_value(json_object_get(json_object_get(c, "status"), "node"));
+        int ok = binder_state_claim_get(L->st, ns, names[i], &s) == BINDER_OK &&
+                 (s.phase == BINDER_BOUND || s.phase == BINDER_ATTACHED) && s.node && api &&
+                 strcmp(api, s.node) == 0 && (!node || strcmp(node, s.node) == 0);
+        json_decref(c);
+        if(!ok) {
             node = NULL;
             k = 0;
             break;
@@ -979,20 +996,146 @@ static void apply_dirty(loop *L, dirty *batch)
     }
 }
 
-/* Sends the writes the last passes left: statuses, VMI deletions, pins. */
-static void flush(loop *L)
+static void drop_key(dirty **set, dirty *d)
 {
+    HASH_DEL(*set, d);
+    free(d->key);
+    free(d);
+}
+
+/* One status write to send: what it does to the API's bookings. */
+typedef struct pending_write {
+    dirty *d;
+    const char *class_name;
+    uint32_t count;
+    char rel[256];  /* the node the API shows it on and the state moved it from ("" none) */
+    char book[256]; /* the node the state holds it on and the API does not show ("" none) */
+} pending_write;
+
+/* Units per "node/class" that the API shows booked beyond the state:
+ * + a release not written yet, - a booking not written yet. */
+typedef struct api_delta {
+    char *key;
+    long units;
+    UT_hash_handle hh;
+} api_delta;
+
+static void delta_add(api_delta **m, const char *node, const char *cls, long units)
+{
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", node, cls);
+    api_delta *x;
+    HASH_FIND_STR(*m, key, x);
+    if(!x) {
+        x = calloc(1, sizeof *x);
+        if(!x || !(x->key = strdup(key))) {
+            free(x);
+            return;
+        }
+        HASH_ADD_KEYPTR(hh, *m, x->key, strlen(x->key), x);
+    }
+    x->units += units;
+}
+
+static long delta_get(api_delta *m, const char *node, const char *cls)
+{
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", node, cls);
+    api_delta *x;
+    HASH_FIND_STR(m, key, x);
+    return x ? x->units : 0;
+}
+
+/* Sends the status writes in an order in which the API never shows a node
+ * holding more units of a class than it offers (issue 12 item 7), even
+ * when some writes fail: what the API shows booked on a node is what the
+ * state holds plus the releases not written yet minus the bookings not
+ * written yet; a write that books is sent only when that, plus its units,
+ * fits the node's offer. Releases always fit, so a failed release holds
+ * back exactly the bookings that need its units, and a swap between two
+ * nodes goes through (the state bound the first move before releasing
+ * anything). Rounds repeat while one makes progress. */
+static void flush_status(loop *L)
+{
+    size_t n = HASH_COUNT(L->writes), k = 0;
+    if(n == 0)
+        return;
+    pending_write *w = calloc(n, sizeof *w);
+    if(!w)
+        return;
+    api_delta *delta = NULL;
     dirty *d, *t;
     HASH_ITER(hh, L->writes, d, t)
     {
-        if(!leading())
-            return;
-        if(write_claim(L, d->key)) {
-            HASH_DEL(L->writes, d);
-            free(d->key);
-            free(d);
+        char buf[600];
+        const char *ns, *name;
+        split_key(d->key, buf, sizeof buf, &ns, &name);
+        binder_claim_status s;
+        json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+        if(binder_state_claim_get(L->st, ns, name, &s) != BINDER_OK || !obj) {
+            json_decref(obj);
+            drop_key(&L->writes, d); /* gone: nothing to write */
+            continue;
+        }
+        const char *api = json_string_value(json_object_get(json_object_get(obj, "status"), "node"));
+        pending_write *p = &w[k++];
+        p->d = d;
+        p->class_name = s.class_name;
+        p->count = s.count;
+        if(api && (!s.node || strcmp(api, s.node) != 0)) {
+            snprintf(p->rel, sizeof p->rel, "%s", api);
+            delta_add(&delta, p->rel, s.class_name, (long)s.count);
+        }
+        if(s.node && (!api || strcmp(api, s.node) != 0)) {
+            snprintf(p->book, sizeof p->book, "%s", s.node);
+            delta_add(&delta, p->book, s.class_name, -(long)s.count);
+        }
+        json_decref(obj);
+    }
+    const binder_index *ix = binder_state_index(L->st);
+    for(int progress = 1; progress && leading();) {
+        progress = 0;
+        for(size_t i = 0; i < k; i++) {
+            pending_write *p = &w[i];
+            if(!p->d)
+                continue;
+            if(*p->book) {
+                binder_slot_view v;
+                if(binder_node_slot(ix, p->book, p->class_name, &v) != BINDER_OK)
+                    continue;
+                long shown = (long)v.bound + delta_get(delta, p->book, p->class_name);
+                if(shown + (long)p->count > (long)v.offered)
+                    continue; /* its units are still shown taken: after the release */
+            }
+            if(!leading())
+                break;
+            if(!write_claim(L, p->d->key))
+                continue;
+            if(*p->rel)
+                delta_add(&delta, p->rel, p->class_name, -(long)p->count);
+            if(*p->book)
+                delta_add(&delta, p->book, p->class_name, (long)p->count);
+            drop_key(&L->writes, p->d);
+            p->d = NULL;
+            progress = 1;
         }
     }
+    api_delta *x, *xt;
+    HASH_ITER(hh, delta, x, xt)
+    {
+        HASH_DEL(delta, x);
+        free(x->key);
+        free(x);
+    }
+    free(w);
+}
+
+/* Sends the writes the last passes left: statuses (flush_status), VMI
+ * deletions, pins. */
+static void flush(loop *L)
+{
+    dirty *d, *t;
+    flush_status(L);
     HASH_ITER(hh, L->deletes, d, t)
     {
         if(!leading())
@@ -1003,21 +1146,15 @@ static void flush(loop *L)
         long code = 0;
         cozy_err err;
         if(kube_delete(ctl_proc->client, &KUBE_VMIS, ns, name, &code, NULL, &err) == COZY_OK &&
-           (code / 100 == 2 || code == 404)) {
-            HASH_DEL(L->deletes, d);
-            free(d->key);
-            free(d);
-        }
+           (code / 100 == 2 || code == 404))
+            drop_key(&L->deletes, d);
     }
     HASH_ITER(hh, L->gated, d, t)
     {
         if(!leading())
             return;
-        if(pin_pod(L, d->key)) {
-            HASH_DEL(L->gated, d);
-            free(d->key);
-            free(d);
-        }
+        if(pin_pod(L, d->key))
+            drop_key(&L->gated, d);
     }
 }
 
