@@ -250,3 +250,189 @@ describe("the leader's binder (two replicas against the double)", function()
     end)())
   end)
 end)
+
+-- One case per rule of DESIGN.md §6, each in a fresh cluster with two
+-- replicas, so that what one case leaves cannot steer another.
+describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
+  local dir, d, certs
+  local replicas
+
+  before_each(function()
+    dir = H.tmpdir()
+    certs = certs or P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
+    d = E.start_double()
+    E.load_examples(d)
+    replicas = {}
+    for _, id in ipairs { "replica-a", "replica-b" } do
+      replicas[id] = E.start_controller { double = d, dir = dir, certs = certs, identity = id }
+    end
+    assert(P.wait_until(function() return lease_holder(d) ~= nil end, 20), "no replica took the Lease")
+  end)
+
+  after_each(function()
+    for _, c in pairs(replicas) do P.stop(c.pid, 5) end
+    d:stop()
+  end)
+
+  teardown(function() P.stop_all() end)
+
+  local function set_ready(name, status)
+    local node = must(d, "GET", "/api/v1/nodes/" .. name)
+    node.status.conditions = { { type = "Ready", status = status, reason = status == "True" and "KubeletReady" or "NodeStatusUnknown" } }
+    must(d, "PUT", "/api/v1/nodes/" .. name .. "/status", node)
+  end
+
+  local function vmi(name, claims, phase, node)
+    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = name, namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
+        annotations = { ["gpu.cozystack.io/claims"] = claims } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    if phase then
+      v.status = { phase = phase, nodeName = node }
+      v = must(d, "PUT", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/" .. name .. "/status", v)
+    end
+    return v
+  end
+
+  local function vmi_phase(name, phase, node)
+    local v = must(d, "GET", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/" .. name)
+    v.status = { phase = phase, nodeName = node }
+    must(d, "PUT", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/" .. name .. "/status", v)
+  end
+
+  local function wait_reason(name, reason)
+    local c
+    assert(P.wait_until(function()
+      c = claim(d, name)
+      return ready_cond(c) and ready_cond(c).reason == reason
+    end, 15), ("claim %s: wanted reason %s, got %s"):format(name, reason, json.encode(c or {})))
+    return c
+  end
+
+  it("onCordon Stay: an unattached claim keeps its cordoned node and says why", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "s1", 1)
+    wait_claim(d, "s1", "Bound", "gpu-1")
+    local out, code = E.kubectl(d, { "patch", "gpuclass", "l40s", "--type=merge", "-p", '{"spec":{"onCordon":"Stay"}}' })
+    assert.are.equal(0, code, out)
+    add_node(d, "gpu-2", 1)
+    out, code = E.kubectl(d, { "cordon", "gpu-1" })
+    assert.are.equal(0, code, out)
+    local c = wait_reason("s1", "NodeCordoned")
+    assert.are.equal("Bound", c.status.phase)
+    assert.are.equal("gpu-1", c.status.node)
+    assert.matches("gpu%-1", ready_cond(c).message)
+    -- and a new order does not take gpu-1 while it is cordoned
+    add_claim(d, "s2", 1)
+    wait_claim(d, "s2", "Bound", "gpu-2")
+  end)
+
+  it("node NotReady: the attached claim goes Lost waiting for its VMI, and Attached again when the node returns", function()
+    add_node(d, "gpu-1", 1)
+    add_node(d, "gpu-2", 1)
+    add_claim(d, "a1", 1)
+    local n = wait_claim(d, "a1", "Bound").status.node
+    vmi("vm-a", "a1", "Running", n)
+    wait_claim(d, "a1", "Attached", n)
+    set_ready(n, "Unknown")
+    local c = wait_claim(d, "a1", "Lost", n)
+    assert.are.equal("WaitingForVMIEnd", ready_cond(c).reason)
+    assert.are.equal("False", ready_cond(c).status)
+    set_ready(n, "True")
+    c = wait_claim(d, "a1", "Attached", n)
+    assert.are.equal("vm-a", c.status.attachedTo)
+  end)
+
+  it("node NotReady and the VMI fails: the claim is rebound on another node", function()
+    add_node(d, "gpu-1", 1)
+    add_node(d, "gpu-2", 1)
+    add_claim(d, "f1", 1)
+    local n = wait_claim(d, "f1", "Bound").status.node
+    local other = n == "gpu-1" and "gpu-2" or "gpu-1"
+    vmi("vm-f", "f1", "Running", n)
+    wait_claim(d, "f1", "Attached", n)
+    set_ready(n, "False")
+    wait_claim(d, "f1", "Lost", n)
+    -- a deletion timestamp alone does not end Attached/Lost: only a final VMI does
+    vmi_phase("vm-f", "Failed", n)
+    local c = wait_claim(d, "f1", "Bound", other)
+    assert.are.equal("Placed", ready_cond(c).reason)
+    assert.is_nil(c.status.attachedTo)
+  end)
+
+  it("node deleted with no room elsewhere: the claim goes Lost, and is rebound before a newer order when room returns", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "l1", 1)
+    wait_claim(d, "l1", "Bound", "gpu-1")
+    local out, code = E.kubectl(d, { "delete", "node", "gpu-1" })
+    assert.are.equal(0, code, out)
+    local c = wait_claim(d, "l1", "Lost", false)
+    assert.are.equal("NodeLost", ready_cond(c).reason)
+    add_claim(d, "n1", 1) -- a newer order, waiting too
+    wait_reason("n1", "NoNodeWithRoom")
+    add_node(d, "gpu-9", 1) -- room for one
+    wait_claim(d, "l1", "Bound", "gpu-9")
+    c = wait_claim(d, "n1", "Pending")
+    assert.are.equal("NoNodeWithRoom", ready_cond(c).reason)
+  end)
+
+  it("a set that must move while its VMI is Pending has that VMI deleted (its launcher pod was pinned to the old node)", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "p1", 1)
+    local n = wait_claim(d, "p1", "Bound").status.node
+    vmi("vm-p", "p1", "Pending")
+    add_node(d, "gpu-2", 1)
+    local out, code = E.kubectl(d, { "cordon", n })
+    assert.are.equal(0, code, out)
+    wait_claim(d, "p1", "Bound", "gpu-2")
+    assert(P.wait_until(function()
+      local _, st = E.get(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-p")
+      return st == 404
+    end, 15), "the pending VMI was not deleted")
+  end)
+
+  it("a class being deleted keeps its Bound claim and leaves a new order waiting with a reason", function()
+    add_node(d, "gpu-1", 2)
+    add_claim(d, "d1", 1)
+    wait_claim(d, "d1", "Bound", "gpu-1")
+    local out, code = E.kubectl(d, { "patch", "gpuclass", "l40s", "--type=merge", "-p",
+      '{"metadata":{"finalizers":["example.com/keep"]}}' })
+    assert.are.equal(0, code, out)
+    out, code = E.kubectl(d, { "delete", "gpuclass", "l40s", "--wait=false" })
+    assert.are.equal(0, code, out)
+    add_claim(d, "d2", 1)
+    local c = wait_reason("d2", "ClassBeingDeleted")
+    assert.are.equal("Pending", c.status.phase)
+    c = claim(d, "d1")
+    assert.are.equal("Bound", c.status.phase)
+    assert.are.equal("gpu-1", c.status.node)
+  end)
+
+  it("a gated launcher pod whose claims are not bound stays gated", function()
+    add_claim(d, "g1", 1) -- no node at all
+    wait_reason("g1", "NoNodeWithRoom")
+    local v = vmi("vm-g", "g1", "Pending")
+    local out, code = kubectl(d, { "create" }, {
+      apiVersion = "v1", kind = "Pod",
+      metadata = { name = "virt-launcher-vm-g-x", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
+        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm-g",
+          uid = v.metadata.uid, controller = true } } },
+      spec = { schedulingGates = { { name = "gpu.cozystack.io/claims" } },
+        containers = { { name = "compute", image = "virt-launcher" } } } })
+    assert.are.equal(0, code, out)
+    P.sleep(1.5)
+    local pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm-g-x")
+    assert.are.same({ { name = "gpu.cozystack.io/claims" } }, pod.spec.schedulingGates)
+    assert.is_nil(pod.spec.affinity)
+    -- room arrives: bound, then pinned and ungated
+    add_node(d, "gpu-3", 1)
+    wait_claim(d, "g1", "Bound", "gpu-3")
+    assert(P.wait_until(function()
+      pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm-g-x")
+      return pod.spec.schedulingGates == nil
+    end, 15), json.encode(pod))
+    assert.are.same({ { matchFields = { { key = "metadata.name", operator = "In", values = { "gpu-3" } } } } },
+      pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
+  end)
+end)
