@@ -1,0 +1,355 @@
+-- A randomized fault run of the leader's binder against the API server
+-- double (issue 12 "Must show"): claim creates and deletes, cordons, node
+-- loss and return, node deletion, capacity changes, VM starts, runs and
+-- stops, leader kills, watch cuts, and 409s and 500s from the double on
+-- the status writes and lists. Checked while it runs (every CHECK steps)
+-- and once settled:
+--   * no node ever shows more units booked than it ever offered
+--     (settled: than it offers now, unless only Attached claims are over a
+--     capacity that dropped under them, DESIGN.md §6);
+--   * a claim is on at most one node (status.node is one field: checked
+--     as "Bound/Attached claims have a node, Pending ones none");
+--   * no claim is Attached to a VMI that is final or gone;
+--   * every Pending or Lost claim carries a Ready condition with a reason.
+-- The seed and step count are printed; COZYGPU_FAULT_SEED and
+-- COZYGPU_FAULT_STEPS replay or lengthen a run. The double and the
+-- replicas are real processes, so a replay repeats the same steps, not
+-- the same interleaving with the replicas' threads.
+local P = require "proc"
+local E = require "controller_env"
+local sysfs = require "sysfs"
+local layout = require "runtime.layout"
+local json = H.json
+
+local L40S = "nvidia.com/AD102GL_L40S"
+local BOOT = "3b1f5c2e-6d0a-4f8e-9a7b-2c4d6e8f0a1b"
+local STEPS = tonumber(os.getenv("COZYGPU_FAULT_STEPS") or "") or 10000
+local SEED = tonumber(os.getenv("COZYGPU_FAULT_SEED") or "") or os.time()
+local CHECK = 250
+local NODES = { "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6" }
+local UNITS = { 4, 4, 2, 2, 1, 8 } -- L40S per node (GPUNode functions)
+local NSS = { "tenant-a", "tenant-b" }
+
+local function gpunode_status(units)
+  local fns = {}
+  for i = 1, units do
+    fns[i] = { address = ("0000:%02x:00.0"):format(0x40 + i), device = "26b9", subsystem = "10de:1851",
+      driver = "vfio-pci", iommu = 40 + i, numa = 0 }
+  end
+  local tree = sysfs.build { functions = fns }
+  local inv, err = sysfs.inventory(tree)
+  tree:remove()
+  assert(inv, err)
+  return json.decode(json.encode(layout.status { inventory = inv, now = "2026-12-01T09:00:00Z", boot_id = BOOT,
+    generation = 1 }))
+end
+
+describe("binder fault run", function()
+  it(("keeps its invariants through %d randomized steps with leader kills, watch cuts, 409s and 500s"):format(STEPS), function()
+    print(("\n# binder fault run: seed %d, %d steps (COZYGPU_FAULT_SEED=%d COZYGPU_FAULT_STEPS=%d to replay)")
+      :format(SEED, STEPS, SEED, STEPS))
+    math.randomseed(SEED)
+    local dir = H.tmpdir()
+    local certs = P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
+    local d = E.start_double()
+    E.load_examples(d)
+    local replicas, serial = {}, 0
+    local function spawn()
+      serial = serial + 1
+      local id = "replica-" .. serial
+      replicas[id] = E.start_controller { double = d, dir = dir, certs = certs, identity = id }
+    end
+    spawn()
+    spawn()
+
+    local function req(method, path, body)
+      local v, st = E.send(d, method, path, body)
+      return v, st
+    end
+    local function must(method, path, body)
+      local v, st = req(method, path, body)
+      assert(st and st >= 200 and st < 300, ("%s %s -> %s %s"):format(method, path, tostring(st), json.encode(v or {})))
+      return v
+    end
+
+    -- the model of what the driver did (the API is the truth for checks)
+    local node = {}   -- name -> {units, alloc, present, ready, cordoned, max}
+    local statuses = {}
+    for i, n in ipairs(NODES) do statuses[n] = gpunode_status(UNITS[i]) end
+
+    local function put_node_status(n)
+      local s = node[n]
+      local obj = must("GET", "/api/v1/nodes/" .. n)
+      obj.status = { allocatable = { [L40S] = tostring(s.alloc) }, capacity = { [L40S] = tostring(s.units) },
+        conditions = { { type = "Ready", status = s.ready and "True" or "Unknown" } }, nodeInfo = { bootID = BOOT } }
+      must("PUT", "/api/v1/nodes/" .. n .. "/status", obj)
+    end
+    local function create_node(i)
+      local n = NODES[i]
+      local obj = must("POST", "/api/v1/nodes", { apiVersion = "v1", kind = "Node", metadata = { name = n },
+        spec = { taints = { { key = "gpu.cozystack.io/mode", value = "passthrough", effect = "NoSchedule" } } } })
+      local s = node[n] or { units = UNITS[i], max = 0 }
+      s.alloc, s.present, s.ready, s.cordoned = UNITS[i], true, true, false
+      s.max = math.max(s.max, s.alloc)
+      node[n] = s
+      put_node_status(n)
+      local _, gst = req("GET", "/apis/cozystack.io/v1alpha1/gpunodes/" .. n)
+      if gst == 200 then req("DELETE", "/apis/cozystack.io/v1alpha1/gpunodes/" .. n) end
+      local g = must("POST", "/apis/cozystack.io/v1alpha1/gpunodes", { apiVersion = "cozystack.io/v1alpha1",
+        kind = "GPUNode", metadata = { name = n, ownerReferences = { { apiVersion = "v1", kind = "Node", name = n,
+          uid = obj.metadata.uid } } }, spec = json.object() })
+      g.status = statuses[n]
+      must("PUT", "/apis/cozystack.io/v1alpha1/gpunodes/" .. n .. "/status", g)
+    end
+    for i = 1, #NODES do create_node(i) end
+
+    local claims, nclaim = {}, 0 -- list of "ns/name"
+    local vmis, nvmi = {}, 0     -- list of {ns, name, claims}
+    local function claim_path(key)
+      local ns, name = key:match("^([^/]+)/(.+)$")
+      return "/apis/cozystack.io/v1alpha1/namespaces/" .. ns .. "/gpuclaims/" .. name
+    end
+    local function vmi_path(v)
+      return "/apis/kubevirt.io/v1/namespaces/" .. v.ns .. "/virtualmachineinstances/" .. v.name
+    end
+
+    local function items(res)
+      return d:state(res).items
+    end
+
+    local counts = {}
+    local function did(what) counts[what] = (counts[what] or 0) + 1 end
+
+    -- what the API shows booked per node (Bound, Attached, and Lost with a node)
+    local function booked(cl)
+      local per, bound = {}, {}
+      for _, c in ipairs(cl) do
+        local st = c.status or {}
+        if st.node and (st.phase == "Bound" or st.phase == "Attached" or st.phase == "Lost") then
+          per[st.node] = (per[st.node] or 0) + c.spec.count
+          if st.phase == "Bound" then bound[st.node] = (bound[st.node] or 0) + c.spec.count end
+        end
+      end
+      return per, bound
+    end
+
+    local function check_running(step)
+      local per = booked(items("gpuclaims"))
+      for n, u in pairs(per) do
+        local s = node[n]
+        assert(s, ("step %d: claims booked on unknown node %s"):format(step, n))
+        assert(u <= s.units, ("step %d (seed %d): node %s shows %d units booked, it has %d"):format(step, SEED, n, u, s.units))
+      end
+    end
+
+    local function pick(t) return t[math.random(#t)] end
+
+    local actions = {
+      { 12, "create claim", function()
+        nclaim = nclaim + 1
+        local ns = pick(NSS)
+        local name = "c" .. nclaim
+        local _, st = req("POST", "/apis/cozystack.io/v1alpha1/namespaces/" .. ns .. "/gpuclaims", {
+          apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", metadata = { name = name, namespace = ns },
+          spec = { class = "l40s", count = math.random(3) } })
+        if st == 201 then claims[#claims + 1] = ns .. "/" .. name end
+      end },
+      { 12, "delete claim", function()
+        if #claims == 0 then return end
+        local i = math.random(#claims)
+        req("DELETE", claim_path(claims[i]))
+        table.remove(claims, i)
+      end },
+      { 6, "cordon or uncordon", function()
+        local n = pick(NODES)
+        if not node[n].present then return end
+        node[n].cordoned = not node[n].cordoned
+        req("PATCH", "/api/v1/nodes/" .. n, { spec = { unschedulable = node[n].cordoned } })
+      end },
+      { 5, "node NotReady or Ready", function()
+        local n = pick(NODES)
+        if not node[n].present then return end
+        node[n].ready = not node[n].ready
+        put_node_status(n)
+      end },
+      { 2, "node deleted or back", function()
+        local i = math.random(#NODES)
+        local n = NODES[i]
+        if node[n].present then
+          req("DELETE", "/api/v1/nodes/" .. n)
+          node[n].present = false
+        else
+          create_node(i)
+        end
+      end },
+      { 4, "capacity change", function()
+        local n = pick(NODES)
+        if not node[n].present then return end
+        node[n].alloc = math.random(0, node[n].units)
+        put_node_status(n)
+      end },
+      { 10, "VM start", function()
+        if #claims == 0 then return end
+        local used = {}
+        for _, v in ipairs(vmis) do for _, c in ipairs(v.claims) do used[v.ns .. "/" .. c] = true end end
+        local first = pick(claims)
+        if used[first] then return end
+        local ns = first:match("^([^/]+)/")
+        local names = { first:match("/(.+)$") }
+        for _, c in ipairs(claims) do
+          if #names < 2 and c ~= first and not used[c] and c:match("^([^/]+)/") == ns and math.random() < 0.2 then
+            names[#names + 1] = c:match("/(.+)$")
+          end
+        end
+        nvmi = nvmi + 1
+        local v = { ns = ns, name = "vm" .. nvmi, claims = names }
+        local _, st = req("POST", "/apis/kubevirt.io/v1/namespaces/" .. ns .. "/virtualmachineinstances", {
+          apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+          metadata = { name = v.name, namespace = ns, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
+            annotations = { ["gpu.cozystack.io/claims"] = table.concat(names, ",") } },
+          spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+        if st == 201 then vmis[#vmis + 1] = v end
+      end },
+      { 10, "VM scheduled and running where its claims are", function()
+        if #vmis == 0 then return end
+        local v = pick(vmis)
+        local obj, st = req("GET", vmi_path(v))
+        if st ~= 200 or (obj.status and obj.status.phase) then return end
+        local where
+        for _, c in ipairs(v.claims) do
+          local co = req("GET", claim_path(v.ns .. "/" .. c))
+          local cs = type(co) == "table" and co.status or {}
+          if cs.phase ~= "Bound" or not cs.node or (where and where ~= cs.node) then return end
+          where = cs.node
+        end
+        if not where or not node[where].present or not node[where].ready then return end
+        obj.status = { phase = "Running", nodeName = where }
+        req("PUT", vmi_path(v) .. "/status", obj)
+      end },
+      { 6, "VM stopped or failed", function()
+        if #vmis == 0 then return end
+        local i = math.random(#vmis)
+        local v = vmis[i]
+        local obj, st = req("GET", vmi_path(v))
+        if st ~= 200 then
+          table.remove(vmis, i)
+          return
+        end
+        if obj.status and obj.status.phase == "Running" and math.random() < 0.5 then
+          obj.status.phase = math.random() < 0.5 and "Succeeded" or "Failed"
+          req("PUT", vmi_path(v) .. "/status", obj)
+        else
+          req("DELETE", vmi_path(v))
+          table.remove(vmis, i)
+        end
+      end },
+      { 1, "409s or 500s on status writes and lists", function()
+        d:clear() -- the double keeps a bounded number of rules
+        if math.random() < 0.7 then
+          d:fail { method = "PUT", path = "/apis/cozystack.io/v1alpha1/namespaces/", status = math.random() < 0.5 and 409 or 500,
+            count = math.random(1, 6) }
+        else
+          d:fail { method = "GET", path = "/apis/cozystack.io/v1alpha1/gpuclaims", status = 500, watch = false,
+            count = math.random(1, 3) }
+        end
+      end },
+      { 1, "watch cut", function()
+        d:cut { mode = math.random() < 0.5 and "abrupt" or "close" }
+      end },
+    }
+    local total = 0
+    for _, a in ipairs(actions) do total = total + a[1] end
+
+    local next_kill = math.random(800, 1600)
+    for step = 1, STEPS do
+      if step == next_kill then
+        -- SIGKILL whoever leads (no Lease release), start a replacement
+        local l = E.get(d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+        local holder = l and l.spec and l.spec.holderIdentity
+        if holder and replicas[holder] then
+          P.kill(replicas[holder].pid, 9)
+          replicas[holder] = nil
+          did("leader kill")
+          spawn()
+        end
+        next_kill = step + math.random(800, 1600)
+      end
+      local r = math.random(total)
+      for _, a in ipairs(actions) do
+        r = r - a[1]
+        if r <= 0 then
+          a[3]()
+          did(a[2])
+          break
+        end
+      end
+      if step % CHECK == 0 then check_running(step) end
+    end
+    d:clear()
+
+    -- settle: a leader holds the Lease and the claims stop changing
+    assert(P.wait_until(function()
+      local l = E.get(d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+      local h = l and l.spec and l.spec.holderIdentity
+      return h and replicas[h] ~= nil
+    end, 30), "no live replica leads after the run")
+    local last, still = nil, 0
+    assert(P.wait_until(function()
+      local rv = d:state("gpuclaims").resourceVersion
+      local rvs = {}
+      for _, c in ipairs(items("gpuclaims")) do rvs[#rvs + 1] = c.metadata.resourceVersion end
+      local now = table.concat(rvs, ",")
+      if now == last then still = still + 1 else still, last = 0, now end
+      return still >= 6 and rv
+    end, 120, 0.5), "the claims never settled")
+
+    local cl = items("gpuclaims")
+    local live = {}
+    for _, v in ipairs(items("virtualmachineinstances")) do live[v.metadata.namespace .. "/" .. v.metadata.name] = v end
+    local per, bound = booked(cl)
+    local phases = {}
+    for _, c in ipairs(cl) do
+      local st = c.status or {}
+      local key = c.metadata.namespace .. "/" .. c.metadata.name
+      phases[st.phase or "none"] = (phases[st.phase or "none"] or 0) + 1
+      assert(st.phase, key .. " has no phase")
+      local cond
+      for _, x in ipairs(st.conditions or {}) do if x.type == "Ready" then cond = x end end
+      assert(cond and cond.reason and cond.reason ~= "", key .. " has no Ready reason: " .. json.encode(st))
+      if st.phase == "Bound" or st.phase == "Attached" then
+        assert(st.node, key .. " is " .. st.phase .. " without a node")
+        assert(node[st.node] and node[st.node].present, key .. " is " .. st.phase .. " on deleted node " .. tostring(st.node))
+      end
+      if st.phase == "Pending" then assert.is_nil(st.node, key) end
+      if st.phase == "Attached" then
+        local v = live[c.metadata.namespace .. "/" .. tostring(st.attachedTo)]
+        assert(v, key .. " is Attached to a VMI that is gone: " .. tostring(st.attachedTo))
+        local vp = v.status and v.status.phase
+        assert(vp ~= "Succeeded" and vp ~= "Failed", key .. " is Attached to a final VMI " .. st.attachedTo)
+        assert.are.equal(st.node, v.status.nodeName, key)
+      end
+    end
+    for n, u in pairs(per) do
+      local s = node[n]
+      local offer = s.present and math.min(s.alloc, s.units) or 0
+      if u > offer then
+        -- only a capacity that dropped under Attached claims may leave a
+        -- node over (§6: Attached claims never move); nothing merely Bound
+        assert(not bound[n] or bound[n] == 0,
+          ("seed %d: node %s shows %d units booked (%d Bound), it offers %d"):format(SEED, n, u, bound[n] or 0, offer))
+      end
+    end
+    local parts = {}
+    for k, v in pairs(counts) do parts[#parts + 1] = ("%s %d"):format(k, v) end
+    table.sort(parts)
+    local ph = {}
+    for k, v in pairs(phases) do ph[#ph + 1] = ("%s %d"):format(k, v) end
+    table.sort(ph)
+    print(("# binder fault run: %d claims at the end (%s); steps: %s"):format(#cl, table.concat(ph, ", "),
+      table.concat(parts, ", ")))
+    assert.is_true((counts["leader kill"] or 0) >= 1 or STEPS < 1600)
+    for _, c in pairs(replicas) do P.stop(c.pid, 5) end
+    d:stop()
+    P.stop_all()
+  end)
+end)
