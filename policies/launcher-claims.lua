@@ -1,0 +1,77 @@
+-- The scheduling gate and the pin of virt-launcher pods (DESIGN.md §4
+-- "virt-launcher pod create", issue 12 item 4, docs/decisions/0020 item 5
+-- and 0025). A virt-launcher pod whose VMI names GPUClaims
+-- (gpu.cozystack.io/claims; KubeVirt copies every VMI annotation to the
+-- pod, template.go filterVMIAnnotationsForPod) gets, when the claims are
+-- all Bound or Attached to one node, a required node affinity to that
+-- node and no gate; otherwise the gate gpu.cozystack.io/claims, which the
+-- leader removes after binding the set and pinning the pod the same way.
+-- Whatever this rule cannot judge (a claim the view does not hold yet, a
+-- malformed list or affinity) gates: the pod waits for the leader rather
+-- than run on a guess. A malformed list is also refused, at /validate/pod.
+local object = require "cozygpu.object"
+local claims = require "cozygpu.claims"
+local pin = require "cozygpu.pin"
+
+-- The VMI a virt-launcher pod runs: label kubevirt.io=virt-launcher and a
+-- controller owner reference to a VirtualMachineInstance (KubeVirt's
+-- template service, pkg/virt-controller/services/template.go); nil for any
+-- other pod.
+local function launcher_vmi(pod)
+  if object.label(pod, "kubevirt.io") ~= "virt-launcher" then return nil end
+  local owner = object.controller_of(pod)
+  if owner == nil or object.get(owner, "kind") ~= "VirtualMachineInstance" then return nil end
+  local name = object.get(owner, "name")
+  return type(name) == "string" and name or nil
+end
+
+return rule "gpu/launcher-claims" {
+  description = "virt-launcher pods of VMIs naming GPUClaims: pinned to the claims' node when bound, else gated until the leader binds them",
+  match = { kind = "Pod", group = "", operations = { "CREATE" } },
+  -- /validate/pod: the list must parse (KubeVirt copies it verbatim from
+  -- the VMI, where it was checked at creation: a malformed one was edited
+  -- in later, decision 0019, or the pod is not KubeVirt's). A gated pod
+  -- with a list nobody can read would wait forever without a word.
+  validate = function(req)
+    local pod = req.object
+    if launcher_vmi(pod) == nil then return nil end
+    local names, problems = claims.of(pod)
+    if names == nil or #problems == 0 then return nil end
+    local out = {}
+    for _, p in ipairs(problems) do out[#out + 1] = deny(p, { field = claims.FIELD, code = 422 }) end
+    return out
+  end,
+  mutate = function(req, cluster)
+    local pod = req.object
+    local vmi = launcher_vmi(pod)
+    if vmi == nil then return nil end
+    local names, problems = claims.of(pod)
+    if names == nil then return nil end
+    -- already gated (by an earlier call of this webhook on reinvocation, or
+    -- by its creator): from here the pod is the leader's
+    if pin.gated(pod) then return nil end
+    if #problems == 0 then
+      local node = pin.node_of(cluster, req.namespace or object.get(pod, "metadata", "namespace"), names, vmi)
+      -- a pod that names a node skips the scheduler: pinned only when that
+      -- is the claims' node; otherwise it is gated, which the API server
+      -- refuses for a pod with spec.nodeName (ValidatePodCreate)
+      local named = object.get(pod, "spec", "nodeName")
+      if node and (named == nil or named == "" or named == node) then
+        local p = pin.narrow(pod, node)
+        if p then
+          if #p == 0 then return nil end
+          return p
+        end
+        -- an affinity the pin cannot narrow safely: gated (the API server
+        -- refuses such a pod anyway; decision 0025)
+      end
+    end
+    local p, problem = pin.gate(pod)
+    if not p then
+      -- fail closed: without a gate the pod would be scheduled unheld
+      error(("%s: %s; cannot add the scheduling gate %s"):format(problem.field, problem.message, pin.GATE), 0)
+    end
+    if #p == 0 then return nil end
+    return p
+  end,
+}
