@@ -783,24 +783,30 @@ static const char *owner_vmi(const json_t *pod)
     return NULL;
 }
 
-/* Narrows a gated pod to `node` and removes the gate (decision 0020 §5;
- * KEP-3838: on a gated pod, required node affinity may only be narrowed:
- * a requirement added to every existing term, or one term when there is
- * none). kube_update_retry's mutate: 1 when the gate is gone already. */
+/* A NodeSelectorTerm with no requirement (it matches no node: k8s.io/api
+ * core/v1 NodeSelectorTerm). */
+static int empty_term(const json_t *term)
+{
+    return json_array_size(json_object_get(term, "matchExpressions")) == 0 &&
+           json_array_size(json_object_get(term, "matchFields")) == 0;
+}
+
+/* Narrows a gated pod to `node` and removes the gate (decision 0020 §5,
+ * the same shape as cozygpu.pin.narrow, decision 0025; KEP-3838 and
+ * kube-apiserver validateNodeAffinityMutation: on a gated pod a required
+ * node affinity may be set when there is none, else each term may only
+ * gain requirements and an empty term stays empty). The requirement
+ * metadata.name In [node] goes into every term that has a requirement, or
+ * into one new term when the pod has no required node affinity.
+ * kube_update_retry's mutate: 1 when the gate is gone already, -1 for a
+ * shape the API server would not have stored (left as it is) or when this
+ * replica no longer leads. */
 static int pin_mutate(json_t *pod, void *ctx)
 {
     const char *node = ctx;
     if(!has_gate(pod))
         return 1;
     json_t *spec = json_object_get(pod, "spec");
-    json_t *gates = json_object_get(spec, "schedulingGates");
-    for(size_t i = json_array_size(gates); i-- > 0;) {
-        const char *n = json_string_value(json_object_get(json_array_get(gates, i), "name"));
-        if(n && strcmp(n, GATE) == 0)
-            json_array_remove(gates, i);
-    }
-    if(json_array_size(gates) == 0)
-        json_object_del(spec, "schedulingGates");
     json_t *aff = json_object_get(spec, "affinity");
     if(!json_is_object(aff)) {
         aff = json_object();
@@ -812,31 +818,66 @@ static int pin_mutate(json_t *pod, void *ctx)
         json_object_set_new(aff, "nodeAffinity", na);
     }
     json_t *req = json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
+    json_t *requirement =
+        json_pack("{s:s, s:s, s:[s]}", "key", "metadata.name", "operator", "In", "values", node);
     if(!json_is_object(req)) {
-        req = json_object();
-        json_object_set_new(na, "requiredDuringSchedulingIgnoredDuringExecution", req);
-    }
-    json_t *terms = json_object_get(req, "nodeSelectorTerms");
-    if(!json_is_array(terms) || json_array_size(terms) == 0) {
-        terms = json_array();
-        json_array_append_new(terms, json_object());
-        json_object_set_new(req, "nodeSelectorTerms", terms);
-    }
-    size_t i;
-    json_t *term;
-    json_array_foreach(terms, i, term)
-    {
-        if(!json_is_object(term))
-            return -1; /* not a shape the API server accepts: leave it */
-        json_t *mf = json_object_get(term, "matchFields");
-        if(!json_is_array(mf)) {
-            mf = json_array();
-            json_object_set_new(term, "matchFields", mf);
+        json_object_set_new(na, "requiredDuringSchedulingIgnoredDuringExecution",
+                            json_pack("{s:[{s:[o]}]}", "nodeSelectorTerms", "matchFields", requirement));
+    } else {
+        json_t *terms = json_object_get(req, "nodeSelectorTerms");
+        if(!json_is_array(terms) || json_array_size(terms) == 0) {
+            json_decref(requirement);
+            return -1;
         }
-        json_array_append_new(mf, json_pack("{s:s, s:s, s:[s]}", "key", "metadata.name", "operator", "In", "values",
-                                            node));
+        size_t i;
+        json_t *term;
+        json_array_foreach(terms, i, term)
+        {
+            if(!json_is_object(term)) {
+                json_decref(requirement);
+                return -1;
+            }
+            if(empty_term(term))
+                continue; /* matches no node, and must stay so */
+            json_t *mf = json_object_get(term, "matchFields");
+            if(!json_is_array(mf)) {
+                mf = json_array();
+                json_object_set_new(term, "matchFields", mf);
+            }
+            json_array_append(mf, requirement);
+        }
+        json_decref(requirement);
     }
+    json_t *gates = json_object_get(spec, "schedulingGates");
+    for(size_t i = json_array_size(gates); i-- > 0;) {
+        const char *n = json_string_value(json_object_get(json_array_get(gates, i), "name"));
+        if(n && strcmp(n, GATE) == 0)
+            json_array_remove(gates, i);
+    }
+    if(json_array_size(gates) == 0)
+        json_object_del(spec, "schedulingGates");
     return leading() ? 0 : -1; /* the last check before the write */
+}
+
+/* The node an ungated pod's pin names: a matchFields requirement
+ * metadata.name In [one node] in its first required term, or NULL. */
+static const char *pinned_node(const json_t *pod)
+{
+    const json_t *terms = json_object_get(
+        json_object_get(json_object_get(json_object_get(json_object_get(pod, "spec"), "affinity"), "nodeAffinity"),
+                        "requiredDuringSchedulingIgnoredDuringExecution"),
+        "nodeSelectorTerms");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(json_array_get(terms, 0), "matchFields"), i, r)
+    {
+        const char *k = json_string_value(json_object_get(r, "key"));
+        const char *op = json_string_value(json_object_get(r, "operator"));
+        const json_t *v = json_object_get(r, "values");
+        if(k && op && strcmp(k, "metadata.name") == 0 && strcmp(op, "In") == 0 && json_array_size(v) == 1)
+            return json_string_value(json_array_get(v, 0));
+    }
+    return NULL;
 }
 
 /* The node all claims of the set named by the pod's VMI are Bound (or
@@ -882,12 +923,30 @@ static int pin_pod(loop *L, const char *key)
     const char *ns, *name;
     split_key(key, buf, sizeof buf, &ns, &name);
     json_t *pod = kube_informer_get(ctl_proc->pods_inf, ns, name);
-    if(!pod || !has_gate(pod)) {
+    if(!pod)
+        return 1;
+    const char *vmi = owner_vmi(pod);
+    char nodebuf[256];
+    if(!has_gate(pod)) {
+        /* Pinned at creation by a replica whose cache still showed the
+         * claims' old node (decision 0025): while its VMI is not
+         * scheduled, that VMI goes, as for a set that moved (DESIGN.md
+         * §6), and the VM's runStrategy starts one pinned right. */
+        const char *pin = pinned_node(pod);
+        const char *now = vmi ? set_node(L, ns, vmi, nodebuf, sizeof nodebuf) : NULL;
+        json_t *v = vmi ? kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi) : NULL;
+        if(pin && now && strcmp(pin, now) != 0 && v && vmi_phase(v) == BINDER_VMI_PENDING &&
+           !json_object_get(json_object_get(pod, "spec"), "nodeName")) {
+            char key2[1024];
+            if(snprintf(key2, sizeof key2, "%s/%s", ns, vmi) < (int)sizeof key2)
+                dirty_add(&L->deletes, key2);
+            log_write(LOG_INFO, "binder", "deleting a pending VMI whose launcher pod is pinned where its claims are not",
+                      "namespace", ns, "vmi", vmi, "pinned", pin, "node", now, NULL);
+        }
+        json_decref(v);
         json_decref(pod);
         return 1;
     }
-    const char *vmi = owner_vmi(pod);
-    char nodebuf[256];
     const char *node = vmi ? set_node(L, ns, vmi, nodebuf, sizeof nodebuf) : NULL;
     int done = 0;
     if(node && leading()) {

@@ -409,6 +409,56 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     assert.are.equal("gpu-1", c.status.node)
   end)
 
+  it("an ungated launcher pod pinned where its claims are not (a stale cache at creation) has its Pending VMI deleted", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "st1", 1)
+    wait_claim(d, "st1", "Bound", "gpu-1")
+    local v = vmi("vm-st", "st1", "Pending")
+    local out, code = kubectl(d, { "create" }, {
+      apiVersion = "v1", kind = "Pod",
+      metadata = { name = "virt-launcher-vm-st-x", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
+        annotations = { ["gpu.cozystack.io/claims"] = "st1" },
+        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm-st",
+          uid = v.metadata.uid, controller = true } } },
+      spec = { affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = {
+          { matchFields = { { key = "metadata.name", operator = "In", values = { "gpu-old" } } } } } } } },
+        containers = { { name = "compute", image = "virt-launcher" } } } })
+    assert.are.equal(0, code, out)
+    assert(P.wait_until(function()
+      local _, st = E.get(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-st")
+      return st == 404
+    end, 15), "the VMI of a pod pinned to the wrong node was not deleted")
+  end)
+
+  it("pins into every term that has a requirement and leaves an empty term empty (KEP-3838)", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "e1", 1)
+    wait_claim(d, "e1", "Bound", "gpu-1")
+    local v = vmi("vm-e", "e1", "Pending")
+    local out, code = kubectl(d, { "create" }, {
+      apiVersion = "v1", kind = "Pod",
+      metadata = { name = "virt-launcher-vm-e-x", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
+        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm-e",
+          uid = v.metadata.uid, controller = true } } },
+      spec = { schedulingGates = { { name = "example.com/other" }, { name = "gpu.cozystack.io/claims" } },
+        affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = {
+          json.object(),
+          { matchExpressions = { { key = "zone", operator = "In", values = { "a" } } } } } } } },
+        containers = { { name = "compute", image = "virt-launcher" } } } })
+    assert.are.equal(0, code, out)
+    local pod
+    assert(P.wait_until(function()
+      pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm-e-x")
+      return #(pod.spec.schedulingGates or {}) == 1
+    end, 15), json.encode(pod or {}))
+    -- only our gate went; another controller's stays
+    assert.are.same({ { name = "example.com/other" } }, pod.spec.schedulingGates)
+    local terms = pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+    assert.are.equal(2, #terms)
+    assert.is_nil(next(terms[1]))
+    assert.are.same({ { key = "metadata.name", operator = "In", values = { "gpu-1" } } }, terms[2].matchFields)
+  end)
+
   it("a gated launcher pod whose claims are not bound stays gated", function()
     add_claim(d, "g1", 1) -- no node at all
     wait_reason("g1", "NoNodeWithRoom")
