@@ -145,7 +145,7 @@ describe("binder fault run", function()
     local function pick(t) return t[math.random(#t)] end
 
     local actions = {
-      { 12, "create claim", function()
+      { 14, "create claim", function()
         nclaim = nclaim + 1
         local ns = pick(NSS)
         local name = "c" .. nclaim
@@ -154,7 +154,7 @@ describe("binder fault run", function()
           spec = { class = "l40s", count = math.random(3) } })
         if st == 201 then claims[#claims + 1] = ns .. "/" .. name end
       end },
-      { 12, "delete claim", function()
+      { 10, "delete claim", function()
         if #claims == 0 then return end
         local i = math.random(#claims)
         req("DELETE", claim_path(claims[i]))
@@ -287,58 +287,101 @@ describe("binder fault run", function()
     end
     d:clear()
 
-    -- settle: a leader holds the Lease and the claims stop changing
-    assert(P.wait_until(function()
-      local l = E.get(d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
-      local h = l and l.spec and l.spec.holderIdentity
-      return h and replicas[h] ~= nil
-    end, 30), "no live replica leads after the run")
-    local last, still = nil, 0
-    assert(P.wait_until(function()
-      local rv = d:state("gpuclaims").resourceVersion
-      local rvs = {}
-      for _, c in ipairs(items("gpuclaims")) do rvs[#rvs + 1] = c.metadata.resourceVersion end
-      local now = table.concat(rvs, ",")
-      if now == last then still = still + 1 else still, last = 0, now end
-      return still >= 6 and rv
-    end, 120, 0.5), "the claims never settled")
+    -- settle: a leader holds the Lease and the claims stop changing; then
+    -- check the invariants on what the API shows
+    local cl, phases
+    local function settle_and_check(label)
+      -- settle: a leader holds the Lease and the claims stop changing
+      assert(P.wait_until(function()
+        local l = E.get(d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+        local h = l and l.spec and l.spec.holderIdentity
+        return h and replicas[h] ~= nil
+      end, 30), "no live replica leads after the run")
+      local last, still = nil, 0
+      assert(P.wait_until(function()
+        local rv = d:state("gpuclaims").resourceVersion
+        local rvs = {}
+        for _, c in ipairs(items("gpuclaims")) do rvs[#rvs + 1] = c.metadata.resourceVersion end
+        local now = table.concat(rvs, ",")
+        if now == last then still = still + 1 else still, last = 0, now end
+        return still >= 6 and rv
+      end, 120, 0.5), "the claims never settled")
 
-    local cl = items("gpuclaims")
-    local live = {}
-    for _, v in ipairs(items("virtualmachineinstances")) do live[v.metadata.namespace .. "/" .. v.metadata.name] = v end
-    local per, bound = booked(cl)
-    local phases = {}
-    for _, c in ipairs(cl) do
-      local st = c.status or {}
-      local key = c.metadata.namespace .. "/" .. c.metadata.name
-      phases[st.phase or "none"] = (phases[st.phase or "none"] or 0) + 1
-      assert(st.phase, key .. " has no phase")
-      local cond
-      for _, x in ipairs(st.conditions or {}) do if x.type == "Ready" then cond = x end end
-      assert(cond and cond.reason and cond.reason ~= "", key .. " has no Ready reason: " .. json.encode(st))
-      if st.phase == "Bound" or st.phase == "Attached" then
-        assert(st.node, key .. " is " .. st.phase .. " without a node")
-        assert(node[st.node] and node[st.node].present, key .. " is " .. st.phase .. " on deleted node " .. tostring(st.node))
+      cl = items("gpuclaims")
+      local live = {}
+      for _, v in ipairs(items("virtualmachineinstances")) do live[v.metadata.namespace .. "/" .. v.metadata.name] = v end
+      local per, bound = booked(cl)
+      phases = {}
+      for _, c in ipairs(cl) do
+        local st = c.status or {}
+        local key = c.metadata.namespace .. "/" .. c.metadata.name
+        phases[st.phase or "none"] = (phases[st.phase or "none"] or 0) + 1
+        assert(st.phase, key .. " has no phase")
+        local cond
+        for _, x in ipairs(st.conditions or {}) do if x.type == "Ready" then cond = x end end
+        assert(cond and cond.reason and cond.reason ~= "", key .. " has no Ready reason: " .. json.encode(st))
+        if st.phase == "Bound" or st.phase == "Attached" then
+          assert(st.node, key .. " is " .. st.phase .. " without a node")
+          assert(node[st.node] and node[st.node].present, key .. " is " .. st.phase .. " on deleted node " .. tostring(st.node))
+        end
+        if st.phase == "Pending" then assert.is_nil(st.node, key) end
+        if st.phase == "Attached" then
+          local v = live[c.metadata.namespace .. "/" .. tostring(st.attachedTo)]
+          assert(v, key .. " is Attached to a VMI that is gone: " .. tostring(st.attachedTo))
+          local vp = v.status and v.status.phase
+          assert(vp ~= "Succeeded" and vp ~= "Failed", key .. " is Attached to a final VMI " .. st.attachedTo)
+          assert.are.equal(st.node, v.status.nodeName, key)
+        end
       end
-      if st.phase == "Pending" then assert.is_nil(st.node, key) end
-      if st.phase == "Attached" then
-        local v = live[c.metadata.namespace .. "/" .. tostring(st.attachedTo)]
-        assert(v, key .. " is Attached to a VMI that is gone: " .. tostring(st.attachedTo))
-        local vp = v.status and v.status.phase
-        assert(vp ~= "Succeeded" and vp ~= "Failed", key .. " is Attached to a final VMI " .. st.attachedTo)
-        assert.are.equal(st.node, v.status.nodeName, key)
+      for n, u in pairs(per) do
+        local s = node[n]
+        local offer = s.present and math.min(s.alloc, s.units) or 0
+        if u > offer then
+          -- only a capacity that dropped under Attached claims may leave a
+          -- node over (§6: Attached claims never move); nothing merely Bound
+          assert(not bound[n] or bound[n] == 0,
+            ("seed %d: node %s shows %d units booked (%d Bound), it offers %d"):format(SEED, n, u, bound[n] or 0, offer))
+        end
+      end
+      -- and nothing waits that could be placed: a lone Pending claim (no live
+      -- VMI names it) waiting for room has no usable node (present, Ready,
+      -- not cordoned) with that many free units (no waiting claim forgotten
+      -- across the faults)
+      local named = {}
+      for key, v in pairs(live) do
+        local ns = key:match("^([^/]+)/")
+        local ann = v.metadata.annotations and v.metadata.annotations["gpu.cozystack.io/claims"] or ""
+        for c in ann:gmatch("[^,]+") do named[ns .. "/" .. c] = true end
+      end
+      for _, c in ipairs(cl) do
+        local key = c.metadata.namespace .. "/" .. c.metadata.name
+        local st = c.status or {}
+        if st.phase == "Pending" and not named[key] then
+          for n, s in pairs(node) do
+            if s.present and s.ready and not s.cordoned then
+              local free = math.min(s.alloc, s.units) - (per[n] or 0)
+              assert(free < c.spec.count, ("seed %d: %s (%d) waits (%s) while %s has %d free"):format(SEED, key,
+                c.spec.count, json.encode(st.conditions), n, free))
+            end
+          end
+        end
       end
     end
-    for n, u in pairs(per) do
-      local s = node[n]
-      local offer = s.present and math.min(s.alloc, s.units) or 0
-      if u > offer then
-        -- only a capacity that dropped under Attached claims may leave a
-        -- node over (§6: Attached claims never move); nothing merely Bound
-        assert(not bound[n] or bound[n] == 0,
-          ("seed %d: node %s shows %d units booked (%d Bound), it offers %d"):format(SEED, n, u, bound[n] or 0, offer))
+    settle_and_check("after the run")
+    -- heal the cluster (every node back, Ready, uncordoned, at full
+    -- capacity): what waited through the faults must be placed now
+    for i, n in ipairs(NODES) do
+      if not node[n].present then
+        create_node(i)
+      else
+        node[n].ready, node[n].cordoned, node[n].alloc = true, false, node[n].units
+        put_node_status(n)
+        req("PATCH", "/api/v1/nodes/" .. n, { spec = { unschedulable = false } })
       end
     end
+    settle_and_check("healed")
+    local bound_now = (phases.Bound or 0) + (phases.Attached or 0)
+    print(("# binder fault run: healed: %d claims Bound or Attached"):format(bound_now))
     local parts = {}
     for k, v in pairs(counts) do parts[#parts + 1] = ("%s %d"):format(k, v) end
     table.sort(parts)
