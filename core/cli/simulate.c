@@ -1555,7 +1555,7 @@ int sim_main(int argc, char **argv)
     rc = run(s);
     if(s->json && !rc) {
         json_t *fails = json_object();
-        for(int o = ENGINE_ALLOWED + 1; o < ENGINE_OUTCOME_LAST; o++)
+        for(int o = ENGINE_POLICY_ERROR; o < ENGINE_OUTCOME_LAST; o++)
             json_object_set_new(fails, engine_outcome_name((engine_outcome)o), json_integer(s->policy_failures[o]));
         json_t *all = json_pack("{s:s,s:O,s:i,s:i,s:{s:i,s:o}}", "scenario", file, "steps", s->out, "expectPassed",
                                 s->expect_passed, "expectFailed", s->expect_failed, "binderPolicy", "calls",
@@ -1565,7 +1565,7 @@ int sim_main(int argc, char **argv)
         json_decref(all);
     } else if(!rc) {
         int fails = 0;
-        for(int o = ENGINE_ALLOWED + 1; o < ENGINE_OUTCOME_LAST; o++)
+        for(int o = ENGINE_POLICY_ERROR; o < ENGINE_OUTCOME_LAST; o++)
             fails += s->policy_failures[o];
         if(fails)
             printf("the binder policy failed %d of %d times; those sets were placed in the packing order\n", fails,

@@ -64,7 +64,7 @@ cozy_result engine_binder_choose(engine *e, const json_t *set, const json_t *can
         out->outcome = ENGINE_ALLOWED;
         out->index = pos >= 1 && pos <= (lua_Integer)json_array_size(candidates) ? (int)(pos - 1) : -1;
     } else {
-        out->outcome = o > ENGINE_ALLOWED ? (engine_outcome)o : ENGINE_POLICY_ERROR;
+        out->outcome = o >= 0 && engine_outcome_is_failure((engine_outcome)o) ? (engine_outcome)o : ENGINE_POLICY_ERROR;
         snprintf(out->message, sizeof out->message, "%s",
                  lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "the binder policy failed");
     }
@@ -111,7 +111,7 @@ cozy_result engine_binder_budget(engine *e, const char *ns, const char *class_na
     }
     int o = sandbox_outcome_of(lua_tostring(L, -7));
     if(o != ENGINE_ALLOWED) {
-        budget_failed(out, o > ENGINE_ALLOWED ? (engine_outcome)o : ENGINE_POLICY_ERROR,
+        budget_failed(out, o >= 0 && engine_outcome_is_failure((engine_outcome)o) ? (engine_outcome)o : ENGINE_POLICY_ERROR,
                       lua_type(L, -6) == LUA_TSTRING ? lua_tostring(L, -6) : "no answer");
         lua_settop(L, top);
         return COZY_OK;
