@@ -472,7 +472,9 @@ static void on_delete_vmi(void *ud, const char *ns, const char *name, const char
  * engine_binder_budget: the tenant-tree budgets of the scenario's
  * namespaces and resourceQuotas, with usage the units of the Bound,
  * Attached and Lost claims (kept per transition, usage_on_event) plus
- * what this hook allowed in the pass. Asked once per Pending -> Bound,
+ * what this hook allowed in the pass and is not bound yet (taken back when
+ * a claim is refused, as its set then waits whole, and after each pass).
+ * Asked once per Pending -> Bound,
  * never for a Lost rebind (the binder does not ask). A failure of the
  * check refuses (fail closed). */
 static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t why_size)
@@ -483,6 +485,10 @@ static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t w
     if(engine_binder_budget(s->e, c->ns, c->class_name, c->count, &v, &err) != COZY_OK && v.allow)
         v.allow = 0;
     if(!v.allow) {
+        /* the set waits whole: what this hook allowed and is not Bound yet
+         * (the set's earlier claims; events come as claims bind) is
+         * taken back now, so no later set of the pass counts it */
+        usage_settle_allowed(s);
         snprintf(why, why_size, "%s", v.message);
         if(v.outcome != ENGINE_ALLOWED)
             say(s, "  budget check failed (%s) for claim %s/%s: it waits (fail closed)\n",

@@ -269,8 +269,10 @@ typedef struct engine_binder_verdict {
  * ResourceQuotas, GPUClasses, VMIs: Running raw-name VMIs count) with the
  * claims counted from the usage table (engine_binder_usage_add), never by
  * walking claims: O(tenant depth x (namespaces holding units + VMIs)).
- * The claim itself is the order; the caller adds what it allowed earlier
- * in a pass to the usage before binding it. Never ask it for a Lost
+ * The claim itself is the order; the caller adds what it allowed to the
+ * usage at once (so the next claim of the set, and later sets, count it)
+ * and takes it back if the set does not bind (a later claim of it
+ * refused). Never ask it for a Lost
  * claim's rebind or a move (DESIGN.md §5: they keep counting). Runs under
  * the policy budget, memory cap and deadline. *out is always filled; any
  * failure refuses (fail closed: the claim stays Pending, reason OverBudget,

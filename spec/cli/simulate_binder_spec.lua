@@ -149,6 +149,45 @@ describe("cozygpu simulate: budgets at bind", function()
     assert.are.equal(0, doc.expectFailed)
   end)
 
+  it("checks a VM's claims together: a refused claim keeps the whole set waiting and frees what its other claims were allowed", function()
+    local f = write([[
+classes: [{name: l40s}]
+nodes: [{name: gpu-1, capacity: {l40s: 8}}]
+namespaces:
+  - metadata: {name: tenant-root, labels: {tenant.cozystack.io/tenant-root: ""}}
+  - metadata: {name: tenant-a, labels: {tenant.cozystack.io/tenant-root: "", tenant.cozystack.io/tenant-a: ""}}
+resourceQuotas:
+  - metadata: {name: gpu, namespace: tenant-a}
+    spec: {hard: {gpuclass.cozystack.io/devices: "2"}}
+claims:
+  - {namespace: tenant-a, name: a, class: l40s, count: 1}
+  - {namespace: tenant-a, name: b, class: l40s, count: 2}
+  - {namespace: tenant-a, name: c, class: l40s, count: 2}
+vms:
+  - {namespace: tenant-a, name: vm, claims: [a, b]}
+]])
+    local d = sim { f }
+    os.remove(f)
+    -- first pass: a (1) then b (2) is 3 > 2, so the set {a, b} waits whole,
+    -- each claim saying why; a's 1 is taken back, so c's 2 fits alone
+    local first = {}
+    for _, e in ipairs(d.steps[1].events) do
+      if e.kind == "claim" and not first[e.claim] then first[e.claim] = e end
+    end
+    for _, n in ipairs { "tenant-a/a", "tenant-a/b" } do
+      assert.are.same({ "Pending", "OverBudget" }, { first[n].to, first[n].reason })
+      assert.matches('^claim b: over the budget of tenant "tenant%-a": gpuclass%.cozystack%.io/devices is 2; 2 more GPUs', first[n].message)
+    end
+    assert.are.same({ "Bound", "Placed" }, { first["tenant-a/c"].to, first["tenant-a/c"].reason })
+    -- settled: c holds the 2, so the set still waits (now on a's 1)
+    local c = claims_at(d, 1)
+    assert.are.equal("Bound", c["tenant-a/c"].phase)
+    for _, n in ipairs { "tenant-a/a", "tenant-a/b" } do
+      assert.are.same({ "Pending", "OverBudget" }, { c[n].phase, c[n].reason })
+      assert.matches('^claim a: over the budget of tenant "tenant%-a"', c[n].message)
+    end
+  end)
+
   it("keeps counting across a leader change (the usage is counted again from the claims' status)", function()
     local f = write(H.read("examples/scenarios/tenant-tree-budget.yaml") .. [[
   - name: a new leader
