@@ -1133,6 +1133,7 @@ static void copy_claim(void *ud, const binder_claim_status *c)
         bad(cc->s, "leaderChange: %s", err.msg);
 }
 
+/* binder_state_claims callback: a held claim's units into the usage table. */
 static void usage_of_claim(void *ud, const binder_claim_status *c)
 {
     sim *s = ud;

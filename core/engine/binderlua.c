@@ -81,6 +81,7 @@ static void budget_failed(engine_binder_verdict *out, engine_outcome o, const ch
              engine_outcome_name(o), why);
 }
 
+/* The string at idx into dst (size bytes, cut), "" when not a string. */
 static void copy_string(lua_State *L, int idx, char *dst, size_t size)
 {
     snprintf(dst, size, "%s", lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : "");
