@@ -1509,8 +1509,12 @@ static void place_group(pass *p, group *g)
             continue;
         binder_claim_status v;
         view_of(c, &v);
-        if(!p->h->budget(p->h->ud, &v)) {
-            snprintf(msg, sizeof msg, "claim %s would exceed a budget of namespace %s", c->name, c->ns);
+        char why[MSG_MAX - 64] = "";
+        if(!p->h->budget(p->h->ud, &v, why, sizeof why)) {
+            if(why[0])
+                snprintf(msg, sizeof msg, "claim %s: %s", c->name, why);
+            else
+                snprintf(msg, sizeof msg, "claim %s would exceed a budget of namespace %s", c->name, c->ns);
             wait_group(p, g, BINDER_R_OVER_BUDGET, msg);
             return;
         }

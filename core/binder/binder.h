@@ -138,12 +138,16 @@ typedef struct binder_set_view {
  *   choose: picks one of the n >= 1 candidates (index packing order, at
  *     most BINDER_MAX_CANDIDATES) for a set; returns its position, or -1
  *     to place the set nowhere this pass (reason NoNodeWithRoom). Default:
- *     0, the index's packing order (most-allocated first). Lua scoring
- *     (policies/binder.lua) plugs in here later.
+ *     0, the index's packing order (most-allocated first). `cozygpu
+ *     simulate` plugs policies/binder.lua in here (engine_binder_choose,
+ *     decision 0024).
  *   budget: called once per claim that would go Pending -> Bound (never
  *     for a Lost rebind or a move: DESIGN.md §5); returns 1 to allow, 0 to
  *     refuse (the set stays Pending, each Pending claim of it with reason
- *     OverBudget; decision 0020 §3). Default: allow. Called serially, in
+ *     OverBudget; decision 0020 §3). On a refusal the hook may write why
+ *     into `why` (why_size bytes, "" on entry): the waiting claims' message
+ *     is then "claim NAME: <why>" (the tenant, key and limit: decision
+ *     0024), else a generic one. Default: allow. Called serially, in
  *     the order claims are bound, so the hook may count what it allowed.
  *   event: each claim transition, in order.
  *   delete_vmi: a set leaves its node (moved, or Lost) while its VMI
@@ -155,7 +159,7 @@ typedef struct binder_set_view {
 typedef struct binder_hooks {
     void *ud;
     int (*choose)(void *ud, const binder_set_view *set, const binder_candidate *cands, size_t n);
-    int (*budget)(void *ud, const binder_claim_status *claim);
+    int (*budget)(void *ud, const binder_claim_status *claim, char *why, size_t why_size);
     void (*event)(void *ud, const binder_event *ev);
     void (*delete_vmi)(void *ud, const char *ns, const char *vmi, const char *why);
 } binder_hooks;

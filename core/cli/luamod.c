@@ -19,6 +19,12 @@
  *   Engine:set_deadline(ms | nil)     test switch: the review deadline ms from now (engine_set_deadline), nil: none
  *   core.pattern                      {find, match, gmatch, gsub}: the engine's bounded matcher
  *                                     (pattern.h) without a meter, for the differential spec
+ *   Engine:binder_choose(set, candidates) -> position (1-based) | nil (none), outcome, message
+ *                                     (engine_binder_choose; on a policy failure: 1, the failure's word, message)
+ *   Engine:binder_budget(ns, class, count) -> allowed, outcome, message, rule, tenant, key, limit
+ *                                     (engine_binder_budget)
+ *   Engine:binder_usage_add(ns, class, delta), Engine:binder_usage_reset()
+ *                                     (engine_binder_usage_add, _reset)
  *   Engine:memory()                   bytes held by the engine's state
  *   Engine:rules()                    number of rules loaded
  *   Engine:close()                    also __gc / __close
@@ -312,6 +318,72 @@ static int l_set_deadline(lua_State *L)
     return 0;
 }
 
+static int l_binder_choose(lua_State *L)
+{
+    engine *e = check_engine(L);
+    cozy_err err = {{0}};
+    json_t *set = luajson_to_json(L, 2, &err);
+    if(!set)
+        return luaL_argerror(L, 2, err.msg);
+    json_t *cands = luajson_to_json(L, 3, &err);
+    if(!cands) {
+        json_decref(set);
+        return luaL_argerror(L, 3, err.msg);
+    }
+    engine_binder_choice ch;
+    cozy_result rc = engine_binder_choose(e, set, cands, &ch, &err);
+    json_decref(set);
+    json_decref(cands);
+    if(rc != COZY_OK)
+        return push_fail(L, err.msg);
+    if(ch.index >= 0)
+        lua_pushinteger(L, ch.index + 1);
+    else
+        lua_pushnil(L);
+    lua_pushstring(L, engine_outcome_name(ch.outcome));
+    lua_pushstring(L, ch.message);
+    return 3;
+}
+
+static int l_binder_budget(lua_State *L)
+{
+    engine *e = check_engine(L);
+    engine_binder_verdict v;
+    cozy_err err = {{0}};
+    cozy_result rc = engine_binder_budget(e, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
+                                          (long long)luaL_checkinteger(L, 4), &v, &err);
+    if(rc != COZY_OK)
+        return push_fail(L, err.msg);
+    lua_pushboolean(L, v.allow);
+    lua_pushstring(L, engine_outcome_name(v.outcome));
+    lua_pushstring(L, v.message);
+    lua_pushstring(L, v.rule);
+    lua_pushstring(L, v.tenant);
+    lua_pushstring(L, v.key);
+    lua_pushinteger(L, (lua_Integer)v.limit);
+    return 7;
+}
+
+static int l_binder_usage_add(lua_State *L)
+{
+    engine *e = check_engine(L);
+    cozy_err err = {{0}};
+    if(engine_binder_usage_add(e, luaL_checkstring(L, 2), luaL_checkstring(L, 3), (long long)luaL_checkinteger(L, 4),
+                               &err) != COZY_OK)
+        return push_fail(L, err.msg);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_binder_usage_reset(lua_State *L)
+{
+    cozy_err err = {{0}};
+    if(engine_binder_usage_reset(check_engine(L), &err) != COZY_OK)
+        return push_fail(L, err.msg);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_memory(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)engine_memory_in_use(check_engine(L)));
@@ -332,6 +404,10 @@ int luaopen_cozygpu_core(lua_State *L)
         {"review_document", l_review_document},
         {"fail_alloc_after", l_fail_alloc_after},
         {"set_deadline", l_set_deadline},
+        {"binder_choose", l_binder_choose},
+        {"binder_budget", l_binder_budget},
+        {"binder_usage_add", l_binder_usage_add},
+        {"binder_usage_reset", l_binder_usage_reset},
         {"memory", l_memory},
         {"rules", l_rules},
         {"close", l_engine_close},

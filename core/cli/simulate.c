@@ -1,17 +1,21 @@
 /* simulate.c — `cozygpu simulate`: a scenario replayed through the binder's
- * state machine (binder/binder.h), no cluster, no Lua yet (the chooser is
- * the index's packing order).
+ * state machine (binder/binder.h), no cluster. The binder's hooks are the
+ * leader's (decision 0024): the chooser is policies/binder.lua of the
+ * bundle (--policies, --override or the scenario's `override` replace it,
+ * as the policies ConfigMap does), the budget check at bind is
+ * engine_binder_budget over the scenario's namespaces and resourceQuotas.
  *
  * Scenario (one YAML or JSON document; every key below, nothing else):
  *
  *   classes:   - name: l40s            # GPUClass
+ *                resourceName: nvidia.com/AD102GL  # optional: raw keys (DESIGN §5 R4, R5)
  *                onCordon: Move        # Move (default) | Stay
  *                deleting: false       # metadata.deletionTimestamp set
  *                tolerations: [{key, operator, value, effect}]
  *   nodes:     - name: gpu-1
  *                capacity: {l40s: 4}   # units per class (DESIGN §3 "capacity")
  *                taints: [{key, value, effect}]
- *                labels: {...}         # accepted; placement does not read them
+ *                labels: {...}         # handed to binder.lua with the candidate
  *                ready: true           # default true
  *                unschedulable: false  # cordoned
  *                layoutPending: false
@@ -24,9 +28,14 @@
  *                claims: [c1]          # gpu.cozystack.io/claims, same namespace
  *                gpus: [{class, count}] # instead of claims: template claims (below)
  *                runStrategy: Always   # Always | RerunOnFailure | Once | Manual | Halted (default)
- *   budgets:   {tenant-a: 2}           # units a namespace's Bound, Attached and Lost
- *                                      # claims may hold (a stand-in for the tenant
- *                                      # budgets of DESIGN §5), checked per bind
+ *   namespaces: - metadata: {name: tenant-a, labels: {tenant.cozystack.io/tenant-root: "", ...}}
+ *   resourceQuotas: - metadata: {name: gpu, namespace: tenant-a}
+ *                     spec: {hard: {gpuclass.cozystack.io/devices: "2"}}
+ *                                      # the tenant-tree budgets (DESIGN §5), checked
+ *                                      # once per Pending -> Bound; usage: the units of
+ *                                      # the Bound, Attached and Lost claims
+ *   override:  ../binder/spread        # optional: a hoster policy directory, relative
+ *                                      # to the scenario (--override wins)
  *   steps:     - name: drain gpu-1     # optional
  *                <actions>             # applied in the order listed here
  *                expect: [...]
@@ -90,7 +99,11 @@
 #include <string.h>
 
 #include "binder/binder.h"
+#include "engine/engine.h"
+#include "format/config.h"
 #include "format/manifest.h"
+
+_Static_assert(ENGINE_BINDER_MAX_CANDIDATES == BINDER_MAX_CANDIDATES, "the chooser is given what the binder finds");
 
 #define SIM_MAX_TAINTS 16
 #define SIM_MAX_OFFERS 16
@@ -107,6 +120,7 @@ typedef struct sim_node {
     size_t n_offers;
     binder_taint taints[SIM_MAX_TAINTS];
     size_t n_taints;
+    json_t *labels; /* metadata.labels as given (borrowed from the scenario), NULL: none */
     int gone;
 } sim_node;
 
@@ -130,8 +144,11 @@ typedef struct sim {
     size_t n_vms;
     json_t *classes; /* name -> class object as given (for leaderChange) */
     json_t *vm_claims; /* "ns/name" -> [claim names] */
-    json_t *budgets;   /* namespace -> units (the scenario's budgets), borrowed */
-    json_t *allowed;   /* "ns/name" -> count: allowed by the budget hook in this pass */
+    engine *e;         /* policies/binder.lua and the budget check at bind (borrowed) */
+    const json_t *settings; /* --config or the defaults (borrowed) */
+    json_t *allowed;   /* "ns/name" -> {class, count}: allowed by the budget hook, not yet Bound */
+    int policy_failures[ENGINE_OUTCOME_LAST]; /* the chooser's failures by kind (the leader's metric) */
+    int choose_calls;
     char bad[1024];
     /* output of the current step */
     json_t *step_out;
@@ -236,9 +253,67 @@ static void out_event(sim *s, json_t *ev)
     json_array_append_new(json_object_get(s->step_out, "events"), ev);
 }
 
+/* Units a claim in phase p holds against its tenant's budgets (DESIGN.md
+ * §5 at bind, decision 0020 §3): Bound, Attached and Lost. */
+static int holds(binder_phase p)
+{
+    return p == BINDER_BOUND || p == BINDER_ATTACHED || p == BINDER_LOST;
+}
+
+/* engine_binder_usage_add, a failure being a bug of the run */
+static void usage_add(sim *s, const char *ns, const char *cls, long long delta)
+{
+    cozy_err err = {{0}};
+    if(engine_binder_usage_add(s->e, ns, cls, delta, &err) != COZY_OK)
+        bad(s, "internal: the usage table: %s", err.msg);
+}
+
+/* Keeps the engine's usage table equal to the held units, per transition:
+ * what the leader does from its own events (decision 0024). A claim the
+ * budget hook allowed was added then, so its Pending -> Bound adds
+ * nothing. */
+static void usage_on_event(sim *s, const binder_event *e)
+{
+    binder_claim_status cs;
+    if(binder_state_claim_get(s->st, e->ns, e->name, &cs))
+        return;
+    char key[400];
+    snprintf(key, sizeof key, "%s/%s", e->ns, e->name);
+    if(json_object_get(s->allowed, key) && e->from == BINDER_PENDING && holds(e->to)) {
+        json_object_del(s->allowed, key);
+        return;
+    }
+    if(holds(e->from) != holds(e->to))
+        usage_add(s, e->ns, cs.class_name, holds(e->to) ? (long long)cs.count : -(long long)cs.count);
+}
+
+/* A claim is deleted: what it held leaves the usage table. */
+static void usage_on_delete(sim *s, const char *ns, const char *name)
+{
+    binder_claim_status cs;
+    if(!binder_state_claim_get(s->st, ns, name, &cs) && holds(cs.phase))
+        usage_add(s, ns, cs.class_name, -(long long)cs.count);
+}
+
+/* After a pass: what the budget hook allowed but was not bound (the set
+ * waited for another reason) leaves the usage table again. */
+static void usage_settle_allowed(sim *s)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(s->allowed, k, v) {
+        char ns[BINDER_MAX_NAMESPACE + 1];
+        const char *slash = strchr(k, '/');
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - k), k);
+        usage_add(s, ns, json_string_value(json_object_get(v, "class")), -json_integer_value(json_object_get(v, "count")));
+    }
+    json_object_clear(s->allowed);
+}
+
 static void on_event(void *ud, const binder_event *e)
 {
     sim *s = ud;
+    usage_on_event(s, e);
     const char *fn = e->from_node ? e->from_node : "-", *tn = e->to_node ? e->to_node : "-";
     say(s, "  claim %s/%s: %s -> %s, node %s%s%s, %s: %s\n", e->ns, e->name, binder_phase_name(e->from),
         binder_phase_name(e->to), fn, strcmp(fn, tn) ? " -> " : "", strcmp(fn, tn) ? tn : "",
@@ -340,6 +415,7 @@ static void tmpl_delete(sim *s, sim_vm *v)
     size_t i;
     json_t *c;
     json_array_foreach(list, i, c) {
+        usage_on_delete(s, v->ns, json_string_value(c));
         binder_state_claim_delete(s->st, v->ns, json_string_value(c), NULL);
         say(s, "  template claim %s/%s deleted (its VMI is %s)\n", v->ns, json_string_value(c),
             v->phase == BINDER_VMI_NONE ? "gone" : "final");
@@ -392,47 +468,92 @@ static void on_delete_vmi(void *ud, const char *ns, const char *name, const char
     after_vmi_end(s, v, 1);
 }
 
-typedef struct budget_sum {
-    const char *ns;
-    json_int_t units;
-} budget_sum;
-
-static void budget_add(void *ud, const binder_claim_status *c)
-{
-    budget_sum *b = ud;
-    if(!strcmp(c->ns, b->ns) && (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST))
-        b->units += c->count;
-}
-
-/* The scenario's budgets (a stand-in for the tenant-tree budgets of
- * DESIGN.md §5): the units a namespace's Bound, Attached and Lost claims
- * may hold (a Lost claim keeps counting), checked once per Pending ->
- * Bound (decision 0020 §3), counting what this pass allowed already. */
-static int on_budget(void *ud, const binder_claim_status *c)
+/* The budget check at bind (DESIGN.md §5, decision 0020 §3) through
+ * engine_binder_budget: the tenant-tree budgets of the scenario's
+ * namespaces and resourceQuotas, with usage the units of the Bound,
+ * Attached and Lost claims (kept per transition, usage_on_event) plus
+ * what this hook allowed in the pass and is not bound yet (taken back when
+ * a claim is refused, as its set then waits whole, and after each pass).
+ * Asked once per Pending -> Bound,
+ * never for a Lost rebind (the binder does not ask). A failure of the
+ * check refuses (fail closed). */
+static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t why_size)
 {
     sim *s = ud;
-    json_t *limit = json_object_get(s->budgets, c->ns);
-    if(!limit)
-        return 1;
-    budget_sum b = {c->ns, 0};
-    binder_state_claims(s->st, budget_add, &b);
-    const char *k;
-    json_t *v;
-    json_object_foreach(s->allowed, k, v) {
-        char ns[BINDER_MAX_NAMESPACE + 1], name[BINDER_MAX_NAME + 1];
-        const char *slash = strchr(k, '/');
-        snprintf(ns, sizeof ns, "%.*s", (int)(slash - k), k);
-        snprintf(name, sizeof name, "%s", slash + 1);
-        binder_claim_status o;
-        if(!strcmp(ns, c->ns) && !binder_state_claim_get(s->st, ns, name, &o) && o.phase == BINDER_PENDING)
-            b.units += json_integer_value(v);
-    }
-    if(b.units + c->count > json_integer_value(limit))
+    engine_binder_verdict v;
+    cozy_err err = {{0}};
+    if(engine_binder_budget(s->e, c->ns, c->class_name, c->count, &v, &err) != COZY_OK && v.allow)
+        v.allow = 0;
+    if(!v.allow) {
+        /* the set waits whole: what this hook allowed and is not Bound yet
+         * (the set's earlier claims; events come as claims bind) is
+         * taken back now, so no later set of the pass counts it */
+        usage_settle_allowed(s);
+        snprintf(why, why_size, "%s", v.message);
+        if(v.outcome != ENGINE_ALLOWED)
+            say(s, "  budget check failed (%s) for claim %s/%s: it waits (fail closed)\n",
+                engine_outcome_name(v.outcome), c->ns, c->name);
         return 0;
+    }
     char key[400];
     snprintf(key, sizeof key, "%s/%s", c->ns, c->name);
-    json_object_set_new(s->allowed, key, json_integer(c->count));
+    json_object_set_new(s->allowed, key, json_pack("{s:s,s:I}", "class", c->class_name, "count", (json_int_t)c->count));
+    usage_add(s, c->ns, c->class_name, c->count);
     return 1;
+}
+
+/* The chooser (DESIGN.md §6, decision 0024) through engine_binder_choose:
+ * policies/binder.lua, or the hoster's file of that name, picks among the
+ * index's candidates. A policy failure binds in packing order (the first
+ * candidate), is counted by kind and shown. */
+static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate *cands, size_t n)
+{
+    sim *s = ud;
+    s->choose_calls++;
+    json_t *claims = json_array(), *list = json_array();
+    const binder_index *ix = binder_state_index(s->st);
+    for(size_t i = 0; i < sv->n; i++) {
+        const binder_claim_status *c = &sv->claims[i];
+        json_array_append_new(claims, json_pack("{s:s,s:s,s:I,s:s,s:o}", "name", c->name, "class", c->class_name,
+                                                "count", (json_int_t)c->count, "phase", binder_phase_name(c->phase),
+                                                "node", c->node ? json_string(c->node) : json_null()));
+    }
+    json_t *set = json_pack("{s:s,s:o,s:o}", "namespace", sv->ns, "vm", sv->vm ? json_string(sv->vm) : json_null(),
+                            "claims", claims);
+    for(size_t k = 0; k < n; k++) {
+        json_t *classes = json_object();
+        for(size_t i = 0; i < sv->n; i++) {
+            binder_slot_view sl = {0, 0};
+            binder_node_slot(ix, cands[k].node, sv->claims[i].class_name, &sl);
+            json_object_set_new(classes, sv->claims[i].class_name,
+                                json_pack("{s:I,s:I,s:I}", "offered", (json_int_t)sl.offered, "bound",
+                                          (json_int_t)sl.bound, "free",
+                                          (json_int_t)(sl.offered > sl.bound ? sl.offered - sl.bound : 0)));
+        }
+        sim_node *nd = node_get(s, cands[k].node);
+        json_t *labels = nd && nd->labels ? json_incref(nd->labels) : json_object();
+        json_array_append_new(list, json_pack("{s:s,s:o,s:o}", "node", cands[k].node, "classes", classes, "labels",
+                                              labels));
+    }
+    engine_binder_choice ch;
+    cozy_err err = {{0}};
+    cozy_result rc = engine_binder_choose(s->e, set, list, &ch, &err);
+    json_decref(set);
+    json_decref(list);
+    if(rc == COZY_ERR_INPUT) {
+        bad(s, "internal: the chooser's input: %s", err.msg);
+        return -1;
+    }
+    if(ch.outcome != ENGINE_ALLOWED) {
+        s->policy_failures[ch.outcome]++;
+        say(s, "  binder policy failed (%s): %s; placed in the packing order instead\n",
+            engine_outcome_name(ch.outcome), ch.message);
+        if(s->step_out)
+            out_event(s, json_pack("{s:s,s:s,s:s,s:s}", "kind", "binderPolicy", "outcome",
+                                   engine_outcome_name(ch.outcome), "message", ch.message, "fallback",
+                                   "packing order"));
+    }
+    return ch.index;
 }
 
 typedef struct sched_ctx {
@@ -443,10 +564,10 @@ typedef struct sched_ctx {
 /* Settles the world: reconcile, then VMIs scheduled where their claims are. */
 static void settle(sim *s)
 {
-    binder_hooks h = {s, NULL, on_budget, on_event, on_delete_vmi};
+    binder_hooks h = {s, on_choose, on_budget, on_event, on_delete_vmi};
     for(int round = 0; round < SIM_MAX_PASSES && !s->bad[0]; round++) {
-        json_object_clear(s->allowed);
         size_t n = binder_reconcile(s->st, &h);
+        usage_settle_allowed(s);
         int changed = 0;
         for(size_t i = 0; i < s->n_vms; i++) {
             sim_vm *v = &s->vms[i];
@@ -487,11 +608,12 @@ static void settle(sim *s)
 
 static void def_class(sim *s, json_t *c, const char *path)
 {
-    static const char *const keys[] = {"name", "onCordon", "deleting", "tolerations", NULL};
+    static const char *const keys[] = {"name", "onCordon", "deleting", "tolerations", "resourceName", NULL};
     if(check_keys(s, c, path, keys))
         return;
     const char *name = str_field(s, c, "name", path, NULL);
     const char *oc = str_field(s, c, "onCordon", path, "Move");
+    str_field(s, c, "resourceName", path, ""); /* checked: a string when given */
     int deleting = bool_field(s, c, "deleting", path, 0);
     if(s->bad[0])
         return;
@@ -594,6 +716,13 @@ static void def_node(sim *s, json_t *o, const char *path)
     json_t *labels = json_object_get(o, "labels");
     if(labels && !json_is_object(labels))
         return bad(s, "%s.labels: must be a mapping", path);
+    const char *lk;
+    json_t *lv;
+    json_object_foreach(labels, lk, lv) {
+        if(!json_is_string(lv))
+            return bad(s, "%s.labels.%s: must be a string", path, lk);
+    }
+    n->labels = labels;
     if(s->bad[0])
         return;
     s->n_nodes++;
@@ -719,6 +848,72 @@ static void def_vm(sim *s, json_t *o, const char *path)
     json_object_set(s->vm_claims, key, cl);
     if(v->rs == RS_ALWAYS || v->rs == RS_RERUN || v->rs == RS_ONCE)
         set_vmi(s, v, BINDER_VMI_PENDING, NULL, "created: runStrategy starts it");
+}
+
+/* A Kubernetes object of the scenario (namespaces, resourceQuotas): a
+ * mapping with metadata.name (and metadata.namespace when namespaced),
+ * copied into `objects` with its kind set. */
+static void def_object(sim *s, json_t *o, const char *path, const char *kind, int namespaced, json_t *objects)
+{
+    json_t *md = json_object_get(o, "metadata");
+    if(!json_is_object(o) || !json_is_object(md))
+        return bad(s, "%s: must be a %s object (metadata.name%s)", path, kind,
+                   namespaced ? ", metadata.namespace, spec.hard" : ", metadata.labels");
+    const json_t *name = json_object_get(md, "name"), *ns = json_object_get(md, "namespace");
+    if(!json_is_string(name) || !*json_string_value(name))
+        return bad(s, "%s.metadata.name: must be a non-empty string", path);
+    if(namespaced && (!json_is_string(ns) || !*json_string_value(ns)))
+        return bad(s, "%s.metadata.namespace: must be a non-empty string", path);
+    json_t *labels = json_object_get(md, "labels");
+    if(labels && !json_is_object(labels))
+        return bad(s, "%s.metadata.labels: must be a mapping", path);
+    if(namespaced && !json_is_object(json_object_get(json_object_get(o, "spec"), "hard")))
+        return bad(s, "%s.spec.hard: must be a mapping", path);
+    json_t *copy = json_deep_copy(o);
+    json_object_set_new(copy, "apiVersion", json_string("v1"));
+    json_object_set_new(copy, "kind", json_string(kind));
+    json_array_append_new(objects, copy);
+}
+
+/* The cluster view the budget check at bind and the chooser read
+ * (engine_set_cluster): a GPUClass per class (name, spec.resourceName
+ * when given), the scenario's namespaces and resourceQuotas. */
+static void set_cluster(sim *s)
+{
+    if(s->bad[0])
+        return;
+    json_t *objects = json_array();
+    const char *k;
+    json_t *c;
+    json_object_foreach(s->classes, k, c) {
+        json_t *spec = json_object();
+        const json_t *rn = json_object_get(c, "resourceName");
+        if(json_is_string(rn))
+            json_object_set_new(spec, "resourceName", json_string(json_string_value(rn)));
+        json_array_append_new(objects, json_pack("{s:s,s:s,s:{s:s},s:o}", "apiVersion", "cozystack.io/v1alpha1", "kind",
+                                                 "GPUClass", "metadata", "name", k, "spec", spec));
+    }
+    static const char *const lists[] = {"namespaces", "resourceQuotas"};
+    for(int l = 0; l < 2 && !s->bad[0]; l++) {
+        json_t *list = json_object_get(s->doc, lists[l]);
+        if(list && !json_is_array(list)) {
+            bad(s, "%s: must be a list", lists[l]);
+            break;
+        }
+        size_t i;
+        json_t *o;
+        json_array_foreach(list, i, o) {
+            char p[100];
+            snprintf(p, sizeof p, "%s[%zu]", lists[l], i);
+            def_object(s, o, p, l ? "ResourceQuota" : "Namespace", l, objects);
+            if(s->bad[0])
+                break;
+        }
+    }
+    cozy_err err = {{0}};
+    if(!s->bad[0] && engine_set_cluster(s->e, objects, s->settings, &err) != COZY_OK)
+        bad(s, "the cluster view: %s", err.msg);
+    json_decref(objects);
 }
 
 static void def_list(sim *s, json_t *list, const char *path, void (*fn)(sim *, json_t *, const char *))
@@ -905,6 +1100,7 @@ static void delete_claim(sim *s, const char *ref, const char *path)
     if(split_ref(s, ref, path, ns, name))
         return;
     cozy_err err = {{0}};
+    usage_on_delete(s, ns, name);
     if(binder_state_claim_delete(s->st, ns, name, &err))
         return bad(s, "%s: unknown claim \"%s\"", path, ref);
     /* the VM's list loses it too */
@@ -937,8 +1133,17 @@ static void copy_claim(void *ud, const binder_claim_status *c)
         bad(cc->s, "leaderChange: %s", err.msg);
 }
 
+/* binder_state_claims callback: a held claim's units into the usage table. */
+static void usage_of_claim(void *ud, const binder_claim_status *c)
+{
+    sim *s = ud;
+    if(holds(c->phase))
+        usage_add(s, c->ns, c->class_name, c->count);
+}
+
 /* A new leader: a fresh binder from the classes, nodes and VMs the watches
- * give and the claims' status alone (decision 0020 §1). */
+ * give and the claims' status alone (decision 0020 §1); it counts the
+ * claims' usage again from their status (engine_binder_usage_reset). */
 static void leader_change(sim *s, const char *path)
 {
     binder_state *old = s->st;
@@ -973,6 +1178,9 @@ static void leader_change(sim *s, const char *path)
     if(binder_state_restore(s->st, &err))
         bad(s, "%s: %s", path, err.msg);
     binder_state_free(old);
+    if(engine_binder_usage_reset(s->e, &err) != COZY_OK)
+        bad(s, "%s: %s", path, err.msg);
+    binder_state_claims(s->st, usage_of_claim, s);
     say(s, "  leader change: the binder is rebuilt from the claims' status\n");
 }
 
@@ -1178,7 +1386,8 @@ static void run_step(sim *s, json_t *step, size_t idx)
 
 static int run(sim *s)
 {
-    static const char *const keys[] = {"classes", "nodes", "claims", "vms", "budgets", "steps", NULL};
+    static const char *const keys[] = {"classes", "nodes",          "claims",   "vms", "namespaces",
+                                       "resourceQuotas", "override", "steps", NULL};
     s->st = binder_state_new();
     s->classes = json_object();
     s->vm_claims = json_object();
@@ -1188,16 +1397,11 @@ static int run(sim *s)
         bad(s, "out of memory");
     else if(!check_keys(s, s->doc, "scenario", keys)) {
         begin_step(s, 0, "initial");
-        s->budgets = json_object_get(s->doc, "budgets");
-        if(s->budgets && !json_is_object(s->budgets))
-            bad(s, "budgets: must be a mapping of namespace to units");
-        const char *bk;
-        json_t *bv;
-        json_object_foreach(s->budgets, bk, bv) {
-            if(!json_is_integer(bv) || json_integer_value(bv) < 0)
-                bad(s, "budgets.%s: must be a whole number of units", bk);
-        }
+        cozy_err err = {{0}};
+        if(engine_binder_usage_reset(s->e, &err) != COZY_OK)
+            bad(s, "%s", err.msg);
         def_list(s, json_object_get(s->doc, "classes"), "classes", def_class);
+        set_cluster(s);
         def_list(s, json_object_get(s->doc, "nodes"), "nodes", def_node);
         def_list(s, json_object_get(s->doc, "claims"), "claims", def_claim);
         def_list(s, json_object_get(s->doc, "vms"), "vms", def_vm);
@@ -1225,7 +1429,8 @@ static int run(sim *s)
 
 static void usage(FILE *f)
 {
-    fputs("usage: cozygpu simulate SCENARIO.yaml [--output table|json]\n"
+    fputs("usage: cozygpu simulate SCENARIO.yaml [--output table|json] [--config FILE]\n"
+          "                        [--policies DIR] [--override DIR] [--library DIR]\n"
           "\n"
           "Replays a scenario (classes, nodes, claims, VMs, then steps: cordon, uncordon,\n"
           "notReady, ready, deleteNode, capacity, layoutPending, layoutApplied,\n"
@@ -1236,6 +1441,12 @@ static void usage(FILE *f)
           "options:\n"
           "  --output table|json  table (default): each step's transitions and the\n"
           "                       claims; json: one document with every step\n"
+          "  --config FILE        settings (tenantRoot, policyBudget; default: built-in)\n"
+          "  --policies DIR       the default bundle (default: the installed policies/)\n"
+          "  --override DIR       hoster policies: same file name replaces, new name adds;\n"
+          "                       its binder.lua chooses among candidates (overrides the\n"
+          "                       scenario's `override`)\n"
+          "  --library DIR        the policy library (default: the installed lua/)\n"
           "\n"
           "exit status: 0 every expect line held, 1 one failed, 2 bad usage or input\n",
           f);
@@ -1243,14 +1454,21 @@ static void usage(FILE *f)
 
 int sim_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"output", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *output = "table";
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},   {"config", required_argument, 0, 'c'},
+                                         {"policies", required_argument, 0, 'p'}, {"override", required_argument, 0, 'O'},
+                                         {"library", required_argument, 0, 'L'},  {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *output = "table", *config_path = NULL;
+    engine_options eo = {0};
     int c;
     optind = 1;
     while((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch(c) {
         case 'o': output = optarg; break;
+        case 'c': config_path = optarg; break;
+        case 'p': eo.bundle_dir = optarg; break;
+        case 'O': eo.override_dir = optarg; break;
+        case 'L': eo.library_dir = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -1279,41 +1497,95 @@ int sim_main(int argc, char **argv)
         return 2;
     }
     json_t *doc = json_object_get(json_array_get(recs, 0), "object");
+    /* the scenario's `override`: a directory relative to the scenario file */
+    char override[4096];
+    const json_t *ov = json_object_get(doc, "override");
+    if(ov && !eo.override_dir) {
+        if(!json_is_string(ov) || !*json_string_value(ov)) {
+            fprintf(stderr, "cozygpu simulate: %s: override: must be a directory (relative to the scenario)\n", file);
+            json_decref(recs);
+            return 2;
+        }
+        const char *slash = strrchr(file, '/');
+        const char *o = json_string_value(ov);
+        if(o[0] == '/' || !slash)
+            snprintf(override, sizeof override, "%s", o);
+        else
+            snprintf(override, sizeof override, "%.*s/%s", (int)(slash - file), file, o);
+        eo.override_dir = override;
+    }
+    json_t *settings = NULL;
+    if(config_path ? config_load_file(config_path, &settings, &err) != COZY_OK : !(settings = config_defaults())) {
+        fprintf(stderr, "cozygpu simulate: %s\n", config_path ? err.msg : "out of memory");
+        json_decref(recs);
+        return 2;
+    }
+    const json_t *pb = json_object_get(settings, "policyBudget");
+    eo.instructions = json_integer_value(json_object_get(pb, "instructions"));
+    eo.memory_bytes = json_integer_value(json_object_get(pb, "memoryBytes"));
+    engine *e = NULL;
+    if(engine_open(&e, &eo, &err) != COZY_OK) {
+        fprintf(stderr, "cozygpu simulate: %s\n", err.msg);
+        json_decref(settings);
+        json_decref(recs);
+        return 2;
+    }
     /* first silently, so that bad input is refused before anything is shown */
     sim *s = calloc(1, sizeof *s);
     if(!s) {
+        engine_close(e);
+        json_decref(settings);
         json_decref(recs);
         return 2;
     }
     s->file = file;
     s->doc = doc;
+    s->e = e;
+    s->settings = settings;
     s->quiet = 1;
     int rc = run(s);
     json_decref(s->out);
     if(rc) {
         fprintf(stderr, "cozygpu simulate: %s\n", s->bad);
         free(s);
+        engine_close(e);
+        json_decref(settings);
         json_decref(recs);
         return 2;
     }
     memset(s, 0, sizeof *s);
     s->file = file;
     s->doc = doc;
+    s->e = e;
+    s->settings = settings;
     s->json = !strcmp(output, "json");
     rc = run(s);
     if(s->json && !rc) {
-        json_t *all = json_pack("{s:s,s:O,s:i,s:i}", "scenario", file, "steps", s->out, "expectPassed",
-                                s->expect_passed, "expectFailed", s->expect_failed);
+        json_t *fails = json_object();
+        for(int o = ENGINE_POLICY_ERROR; o < ENGINE_OUTCOME_LAST; o++)
+            json_object_set_new(fails, engine_outcome_name((engine_outcome)o), json_integer(s->policy_failures[o]));
+        json_t *all = json_pack("{s:s,s:O,s:i,s:i,s:{s:i,s:o}}", "scenario", file, "steps", s->out, "expectPassed",
+                                s->expect_passed, "expectFailed", s->expect_failed, "binderPolicy", "calls",
+                                s->choose_calls, "failures", fails);
         json_dumpf(all, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         putchar('\n');
         json_decref(all);
-    } else if(!rc)
+    } else if(!rc) {
+        int fails = 0;
+        for(int o = ENGINE_POLICY_ERROR; o < ENGINE_OUTCOME_LAST; o++)
+            fails += s->policy_failures[o];
+        if(fails)
+            printf("the binder policy failed %d of %d times; those sets were placed in the packing order\n", fails,
+                   s->choose_calls);
         printf("%d expect lines held, %d failed\n", s->expect_passed, s->expect_failed);
+    }
     int status = rc ? 2 : s->expect_failed ? 1 : 0;
     if(rc)
         fprintf(stderr, "cozygpu simulate: %s\n", s->bad);
     json_decref(s->out);
     free(s);
+    engine_close(e);
+    json_decref(settings);
     json_decref(recs);
     if(fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "cozygpu simulate: writing the output failed\n");

@@ -1,6 +1,9 @@
-/* simulate.h — `cozygpu simulate SCENARIO.yaml [--output table|json]`:
+/* simulate.h — `cozygpu simulate SCENARIO.yaml [--output table|json]
+ * [--config FILE] [--policies DIR] [--override DIR] [--library DIR]`:
  * replays a scenario through the binder's state machine (binder/binder.h)
- * with no cluster (issue 12 "Where the work lives"). simulate.c's header
+ * with no cluster (issue 12 "Where the work lives"), its chooser the
+ * bundle's binder.lua and its budget check at bind cozygpu.budget
+ * (engine.h "the binder's Lua", decision 0024). simulate.c's header
  * describes the scenario format.
  */
 #ifndef COZYGPU_CLI_SIMULATE_H

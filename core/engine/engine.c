@@ -113,7 +113,7 @@ static cozy_result call_runtime(engine *e, int ref, const char *fn, int nargs, i
     return COZY_OK;
 }
 
-static cozy_result call_admission(engine *e, const char *fn, int nargs, int nres, cozy_err *err)
+cozy_result engine_call_admission(engine *e, const char *fn, int nargs, int nres, cozy_err *err)
 {
     return call_runtime(e, e->admission_ref, fn, nargs, nres, err);
 }
@@ -241,7 +241,7 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
     lua_setfield(L, -2, "instructions");
     lua_pushinteger(L, (lua_Integer)e->memory_cap);
     lua_setfield(L, -2, "memory_bytes");
-    if((rc = call_admission(e, "load", 1, 1, err)) != COZY_OK) {
+    if((rc = engine_call_admission(e, "load", 1, 1, err)) != COZY_OK) {
         engine_close(e);
         return COZY_ERR_POLICY;
     }
@@ -326,7 +326,7 @@ static int push_json_protected(lua_State *L)
 
 /* Pushes `j` as Lua through engine_call (conversion can run out of
  * memory). COZY_ERR_INTERNAL when it fails, nothing pushed. */
-static cozy_result push_json(engine *e, const json_t *j, cozy_err *err)
+cozy_result engine_push_json(engine *e, const json_t *j, cozy_err *err)
 {
     lua_State *L = e->L;
     lua_pushcfunction(L, push_json_protected);
@@ -380,11 +380,11 @@ cozy_result engine_set_cluster(engine *e, const json_t *objects, const json_t *s
     int top = lua_gettop(L);
     cozy_result rc;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
-    if((rc = push_json(e, objects, err)) != COZY_OK || (rc = push_json(e, settings, err)) != COZY_OK) {
+    if((rc = engine_push_json(e, objects, err)) != COZY_OK || (rc = engine_push_json(e, settings, err)) != COZY_OK) {
         lua_settop(L, top);
         return rc;
     }
-    rc = call_admission(e, "set_cluster", 3, 0, err);
+    rc = engine_call_admission(e, "set_cluster", 3, 0, err);
     lua_settop(L, top);
     return rc;
 }
@@ -467,7 +467,7 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
     memset(out, 0, sizeof *out);
     e->n_last_rules = 0;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
-    if((rc = push_json(e, request, err)) != COZY_OK) {
+    if((rc = engine_push_json(e, request, err)) != COZY_OK) {
         lua_settop(L, top);
         return rc;
     }
@@ -477,7 +477,7 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
     lua_pushboolean(L, (phases & ENGINE_MUTATE) != 0);
     lua_setfield(L, -2, "mutate");
     /* admission.review -> response, outcome word, rule name, per-rule list */
-    if((rc = call_admission(e, "review", 3, 4, err)) != COZY_OK) {
+    if((rc = engine_call_admission(e, "review", 3, 4, err)) != COZY_OK) {
         lua_settop(L, top);
         return rc;
     }
@@ -544,11 +544,11 @@ cozy_result engine_apply_patch(engine *e, const json_t *doc, const json_t *ops, 
     lua_State *L = e->L;
     int top = lua_gettop(L);
     cozy_result rc;
-    if((rc = push_json(e, doc, err)) != COZY_OK || (rc = push_json(e, ops, err)) != COZY_OK) {
+    if((rc = engine_push_json(e, doc, err)) != COZY_OK || (rc = engine_push_json(e, ops, err)) != COZY_OK) {
         lua_settop(L, top);
         return rc;
     }
-    if((rc = call_admission(e, "apply_patch", 2, 2, err)) != COZY_OK) {
+    if((rc = engine_call_admission(e, "apply_patch", 2, 2, err)) != COZY_OK) {
         lua_settop(L, top);
         return rc;
     }

@@ -204,4 +204,96 @@ size_t engine_memory_in_use(const engine *e);
 /* Number of policy rules loaded. */
 int engine_rule_count(engine *e);
 
+/* ---- the binder's Lua (DESIGN.md §5, §6; docs/decisions/0020, 0024) ----
+ *
+ * The leader's binder (binder/binder.h, a layer above) asks these from its
+ * hooks; they take and give JSON and plain values only, so the engine
+ * stays below the binder. Not thread-safe, like every engine call: the
+ * binder's loop owns its engine. The engine's deadline (engine_set_deadline)
+ * applies to these calls as to reviews; set one per call or per pass.
+ */
+
+/* Candidates the chooser is given at most (the binder's
+ * BINDER_MAX_CANDIDATES, decision 0020 §4). */
+#define ENGINE_BINDER_MAX_CANDIDATES 32
+
+/* What the binder policy chose for one set. */
+typedef struct engine_binder_choice {
+    int index;              /* 0-based candidate; -1: none this pass (the set waits, NoNodeWithRoom) */
+    engine_outcome outcome; /* ENGINE_ALLOWED: the policy answered; else how it failed (error, budget,
+                               memory, deadline): index is 0, the packing order (decision 0024) */
+    char message[512];      /* the failure, naming the policy file (and line for an error); "" when answered */
+} engine_binder_choice;
+
+/* Asks the bundle's binder policy (policies/binder.lua, or the hoster's
+ * file of that name: override directory or policies ConfigMap) which of
+ * `candidates` the claim set `set` goes to. Both borrowed:
+ *   set:        {"namespace": NS, "vm": NAME or null (a lone claim),
+ *                "claims": [{"name", "class", "count", "phase", "node" or null}]}
+ *   candidates: 1..ENGINE_BINDER_MAX_CANDIDATES of {"node": NAME,
+ *                "classes": {CLASS: {"offered", "bound", "free"}} (the set's
+ *                classes, before the set is placed), "labels": {..} (the
+ *                Node's metadata.labels; optional)}, in the index's packing
+ *                order (most-allocated first).
+ * The policy runs as a policy hook does (instruction budget, memory cap,
+ * deadline), on read-only views, with the cluster view of
+ * engine_set_cluster as third argument. A bundle without binder.lua
+ * answers index 0. A policy failure, or an answer that is neither nil nor
+ * a position 1..n, is out->outcome (a failure kind) with index 0: the
+ * caller binds in packing order, counts the failure (a metric by
+ * outcome) and logs out->message (decision 0024). Returns COZY_OK with
+ * *out filled; COZY_ERR_INPUT when set or candidates do not have the
+ * shapes above (out->index -1); COZY_ERR_INTERNAL when the runtime itself
+ * failed (out of memory converting; out->index 0, outcome
+ * ENGINE_POLICY_ERROR). */
+cozy_result engine_binder_choose(engine *e, const json_t *set, const json_t *candidates, engine_binder_choice *out,
+                                 cozy_err *err);
+
+/* The budget check at bind: allowed or refused, and why. */
+typedef struct engine_binder_verdict {
+    int allow;              /* 1: the claim may go Pending -> Bound */
+    engine_outcome outcome; /* ENGINE_ALLOWED: the check ran (allow says what it found); else how it
+                               failed: allow is 0 (fail closed) */
+    char message[512];      /* a refusal: the tenant, the key and its limit (never other tenants'
+                               objects); a failure: "the budget check failed: ..."; "" when allowed */
+    char tenant[64];        /* the tenant whose key refused; "" otherwise */
+    char key[320];          /* that spec.hard key; "" when none (a bad quantity) */
+    long long limit;        /* its value; -1 when none */
+    char rule[16];          /* "R1" (class or total key), "R4", "R5", "quantity"; "" when allowed */
+} engine_binder_verdict;
+
+/* DESIGN.md §5 at bind (decision 0020 §3): may claim `count` units of class
+ * `class_name` in namespace `ns` go Pending -> Bound? The rules R1–R5 are
+ * lua/cozygpu/budget.lua's check_set (the same as admission), over the
+ * cluster view of engine_set_cluster (Namespaces with their tenant labels,
+ * ResourceQuotas, GPUClasses, VMIs: Running raw-name VMIs count) with the
+ * claims counted from the usage table (engine_binder_usage_add), never by
+ * walking claims: O(tenant depth x (namespaces holding units + VMIs)).
+ * The claim itself is the order; the caller adds what it allowed to the
+ * usage at once (so the next claim of the set, and later sets, count it)
+ * and takes it back if the set does not bind (a later claim of it
+ * refused). Never ask it for a Lost
+ * claim's rebind or a move (DESIGN.md §5: they keep counting). Runs under
+ * the policy budget, memory cap and deadline. *out is always filled; any
+ * failure refuses (fail closed: the claim stays Pending, reason OverBudget,
+ * out->message saying the check failed). Returns COZY_OK (the check ran or
+ * failed inside Lua: see out->outcome), COZY_ERR_INPUT (empty names, count
+ * < 1), COZY_ERR_INTERNAL (the runtime failed). */
+cozy_result engine_binder_budget(engine *e, const char *ns, const char *class_name, long long count,
+                                 engine_binder_verdict *out, cozy_err *err);
+
+/* Adds `delta` units (negative: removes) of class `class_name` held in
+ * namespace `ns` to the usage table inside the Lua state: the caller keeps
+ * it equal to the units of the claims its binder holds Bound, Attached or
+ * Lost, per namespace and class, one call per change (a claim bound,
+ * released, deleted). O(1). The table survives engine_set_cluster, not
+ * engine_close: a new engine (a reloaded bundle) is fed again. Returns
+ * COZY_ERR_INPUT for an empty name, COZY_ERR_INTERNAL when the runtime
+ * failed (out of memory). */
+cozy_result engine_binder_usage_add(engine *e, const char *ns, const char *class_name, long long delta,
+                                    cozy_err *err);
+
+/* Empties the usage table (a new leader counts its claims again). */
+cozy_result engine_binder_usage_reset(engine *e, cozy_err *err);
+
 #endif

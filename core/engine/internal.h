@@ -122,6 +122,16 @@ int sandbox_host_restore(lua_State *L);
  * each rule's calls with it (engine_last_rules). */
 int sandbox_host_now(lua_State *L);
 
+/* Pushes `j` as Lua through engine_call (conversion can run out of
+ * memory). COZY_ERR_INTERNAL when it fails, nothing pushed. (engine.c) */
+cozy_result engine_push_json(engine *e, const json_t *j, cozy_err *err);
+
+/* Calls field `fn` of the admission runtime (lua/runtime/admission.lua)
+ * with the `nargs` arguments on the stack, trusted (no budget: the
+ * runtime runs policy code through host.invoke itself). Leaves nres
+ * results; COZY_ERR_INTERNAL with the message when it raised. (engine.c) */
+cozy_result engine_call_admission(engine *e, const char *fn, int nargs, int nres, cozy_err *err);
+
 /* The engine_outcome named `name` (engine_outcome_name's words), or -1. */
 int sandbox_outcome_of(const char *name);
 

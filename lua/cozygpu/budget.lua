@@ -75,17 +75,23 @@ end
 -- that resource name (a raw key); without, their entries whose class
 -- satisfies `want` (class and total keys: a VM does not leave a class's
 -- budget by naming the class's resource directly, decision 0003).
+-- `claims`, when given, replaces the walk of the cluster's GPUClaims:
+-- claims(t, want) -> total, users (the binder's own count, decision 0024).
 -- Returns total, list of users {what, name, count}.
-local function usage(cluster, t, want, rn)
+local function usage(cluster, t, want, rn, claims)
   local total, users = 0, {}
-  for _, c in ipairs(cluster:gpuclaims()) do
-    local ns = object.get(c, "metadata", "namespace")
-    local cls = object.get(c, "spec", "class")
-    if type(cls) == "string" and want(cls) and in_subtree(cluster, ns, t) then
-      local n = object.get(c, "spec", "count")
-      n = math.type(n) == "integer" and n or 1
-      total = add(total, n)
-      users[#users + 1] = { what = "GPUClaim", name = ns .. "/" .. tostring(object.get(c, "metadata", "name")), count = n }
+  if claims then
+    total, users = claims(t, want)
+  else
+    for _, c in ipairs(cluster:gpuclaims()) do
+      local ns = object.get(c, "metadata", "namespace")
+      local cls = object.get(c, "spec", "class")
+      if type(cls) == "string" and want(cls) and in_subtree(cluster, ns, t) then
+        local n = object.get(c, "spec", "count")
+        n = math.type(n) == "integer" and n or 1
+        total = add(total, n)
+        users[#users + 1] = { what = "GPUClaim", name = ns .. "/" .. tostring(object.get(c, "metadata", "name")), count = n }
+      end
     end
   end
   local gpu = require "cozygpu.gpu"
@@ -125,7 +131,11 @@ end
 --- e.g. what one VM asks for — in namespace `ns_name` against every budget
 --- above it. `opts.raw` marks a raw-name order (a VMI without the
 --- class-reference label): R4 does not block it, since it is no order of a
---- class, and raw keys cap it (R5). Class keys are checked per class, the total key with the
+--- class, and raw keys cap it (R5). `opts.claims`, a function(tenant,
+--- want) returning the GPUs held by claims of the tenant's subtree whose
+--- class name satisfies want(name) (and a list of users, may be empty),
+--- replaces the walk of every GPUClaim in the view: the binder counts its
+--- own Bound, Attached and Lost claims so (decision 0024). Class keys are checked per class, the total key with the
 --- whole set, a raw key with every class of the set behind that resource
 --- name.
 --- Returns true when it fits (or the namespace is outside the tenant tree,
@@ -189,12 +199,12 @@ function M.check_set(cluster, ns_name, set, opts)
         local ck = M.class_key(cname)
         climits[cname] = limit(cluster, t, ck)
         if climits[cname] then
-          local used, users = usage(cluster, t, function(c) return c == cname end)
+          local used, users = usage(cluster, t, function(c) return c == cname end, nil, opts.claims)
           over(ck, climits[cname], used, users, "R1", by_class[cname])
         end
       end
       if tlimit and total > 0 then
-        local used, users = usage(cluster, t, function() return true end)
+        local used, users = usage(cluster, t, function() return true end, nil, opts.claims)
         over(M.TOTAL_KEY, tlimit, used, users, "R1", total)
       end
       for _, rn in ipairs(rn_order) do
@@ -213,7 +223,7 @@ function M.check_set(cluster, ns_name, set, opts)
           end
           if next(blocked) == nil then
             local same = classes_of_rn[rn] or {}
-            local used, users = usage(cluster, t, function(c) return same[c] == true end, rn)
+            local used, users = usage(cluster, t, function(c) return same[c] == true end, rn, opts.claims)
             over(M.raw_key(rn), rlimit, used, users, "R5", by_rn[rn].count)
           end
         end

@@ -106,6 +106,45 @@ function M.declared(v)
   return { name = r.name, match = m, validate = r.validate, mutate = r.mutate, description = r.description }
 end
 
+-- what binder() made: the read-only view -> the declaration behind it
+local made_binder = setmetatable({}, { __mode = "k" })
+local BINDER_FIELDS = { choose = true, description = true }
+
+--- Declares the binder policy, the one thing `policies/binder.lua` returns
+--- (docs/decisions/0024): `return binder { choose = fn, description = "..." }`.
+--- `choose(set, candidates, cluster)` gets a claim set {namespace, vm (nil
+--- for a lone claim), claims = {{name, class, count, phase, node}, ...}},
+--- at most 32 candidate nodes in the index's packing order (each {node,
+--- classes = {[class] = {offered, bound, free}}, labels = {...}}) and the
+--- cluster view, all read-only; it returns the position (1..#candidates)
+--- of the node to bind the set to, or nil to place it nowhere this pass.
+--- Raises on a spec that is not a table, an unknown field, or a missing
+--- or non-function choose.
+--- @param spec table {choose = function, description = string?}
+--- @return table the declaration (read-only)
+function M.binder(spec)
+  if type(spec) ~= "table" then error("binder: expected a table { choose = function(set, candidates, cluster) ... end }", 2) end
+  for k in pairs(spec) do
+    if not BINDER_FIELDS[k] then error(("binder: unknown field %q (known: choose, description)"):format(tostring(k)), 2) end
+  end
+  if type(spec.choose) ~= "function" then error("binder: choose must be a function(set, candidates, cluster)", 2) end
+  if spec.description ~= nil and type(spec.description) ~= "string" then error("binder: description must be a string", 2) end
+  local b = { choose = spec.choose, description = spec.description }
+  local view = json.readonly(b)
+  made_binder[view] = b
+  return view
+end
+
+--- The declaration behind `v`, a value binder(spec) returned, as a new
+--- plain table {choose, description}, or nil when `v` is not one.
+--- @param v any
+--- @return table|nil
+function M.declared_binder(v)
+  local b = made_binder[v]
+  if not b then return nil end
+  return { choose = b.choose, description = b.description }
+end
+
 local REASONS = { [400] = "BadRequest", [403] = "Forbidden", [404] = "NotFound", [409] = "Conflict",
   [422] = "Invalid", [429] = "TooManyRequests", [500] = "InternalError" }
 M.REASONS = REASONS

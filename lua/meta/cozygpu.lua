@@ -111,6 +111,56 @@
 ---@return fun(spec: cozygpu.RuleSpec): cozygpu.Rule
 function rule(name) end
 
+---What `binder { choose = ... }` takes (policies/binder.lua only).
+---@class cozygpu.BinderSpec
+---@field choose fun(set: cozygpu.BinderSet, candidates: cozygpu.BinderCandidate[], cluster: cozygpu.Cluster): integer?
+---@field description string?
+
+---One claim of a set handed to the binder's chooser.
+---@class cozygpu.BinderClaim
+---@field name string
+---@field class string
+---@field count integer
+---@field phase "Pending"|"Bound"|"Attached"|"Lost"
+---@field node string? status.node before this bind
+
+---A claim set: every claim one VM names (they go to one node), or a lone claim.
+---@class cozygpu.BinderSet
+---@field namespace string
+---@field vm string? nil for a lone claim
+---@field claims cozygpu.BinderClaim[]
+
+---Units of one class on a candidate node, before the set is placed.
+---@class cozygpu.BinderUnits
+---@field offered integer
+---@field bound integer
+---@field free integer
+
+---A candidate node: Ready, schedulable, no pending layout, its GPU taints
+---tolerated, room for every class of the set (checked in C).
+---@class cozygpu.BinderCandidate
+---@field node string
+---@field classes table<string, cozygpu.BinderUnits> the set's classes only
+---@field labels table<string, string> the Node's metadata.labels (empty when unknown)
+
+---A declared binder policy.
+---@class cozygpu.Binder
+---@field choose function
+---@field description string?
+
+---Declares the binder policy: `return binder { choose = function(set,
+---candidates, cluster) ... end }`, the one value `binder.lua` returns.
+---`choose` returns the position (1..#candidates) of the node the set goes
+---to, or nil for none this pass (the set waits, reason NoNodeWithRoom).
+---Candidates come in the index's packing order (most-allocated first).
+---A chooser that raises, returns anything else, or runs out of its
+---budget falls back to that order (docs/decisions/0024). Raises on a spec
+---that is not a table, an unknown field, or choose not a function.
+---Source: lua/cozygpu/policy.lua; DESIGN.md §6, §9.
+---@param spec cozygpu.BinderSpec
+---@return cozygpu.Binder
+function binder(spec) end
+
 ---A refusal. Several refusals (of one rule or several) join into one
 ---message "field: message; ..." in rule order; the response's code is the
 ---first refusal's. Raises when `message` is not a string or `opts.code` is

@@ -10,19 +10,30 @@ local json = require "cozygpu.json"
 local jsonpatch = require "cozygpu.jsonpatch"
 local policy = require "cozygpu.policy"
 local cluster_view = require "cozygpu.cluster"
+local budget = require "cozygpu.budget"
+local tenant = require "cozygpu.tenant"
+local object = require "cozygpu.object"
 
 local M = {}
 
+--- The file name of the binder policy in a bundle (docs/decisions/0024):
+--- it returns binder { choose = ... } instead of rules, and is replaced
+--- from the policies ConfigMap like every policy file.
+M.BINDER_FILE = "binder.lua"
+
 --- Loads every policy file listed in host.policy_files, in order. Returns
---- the bundle {rules = {...}, count = n}. Raises "FILE: message" when a
---- file fails to load or declares a bad or duplicate rule.
+--- the bundle {rules = {...}, count = n, binder = {choose, description,
+--- file} or nil, usage = {}}. Raises "FILE: message" when a file fails to
+--- load, declares a bad or duplicate rule, or binder.lua returns anything
+--- but one binder declaration.
 function M.load(host)
   local base = host.base
-  base.rule, base.deny, base.warn = policy.rule, policy.deny, policy.warn
+  base.rule, base.deny, base.warn, base.binder = policy.rule, policy.deny, policy.warn, policy.binder
   base.json = require "cozygpu.json"
   base.gpu = require "cozygpu.gpu"
   base.patch = require "cozygpu.jsonpatch"
-  local bundle = { host = host, rules = {}, byname = {}, count = 0 }
+  -- usage: the binder's held units, [namespace][class] = units (M.binder_usage_add)
+  local bundle = { host = host, rules = {}, byname = {}, count = 0, usage = {} }
   for _, f in ipairs(host.policy_files) do
     local chunk, err = host.load(f.path, f.memory)
     if not chunk then error(err, 0) end
@@ -34,6 +45,17 @@ function M.load(host)
     -- what the file returned is the policy's: read raw (no metamethod of
     -- its runs here), rules taken only as rule() made them
     local list
+    local b = policy.declared_binder(result)
+    if f.name == M.BINDER_FILE then
+      if not b then
+        error(("%s: the binder policy must return binder { choose = function(set, candidates, cluster) ... end } (got %s)"):format(f.path, type(result)), 0)
+      end
+      b.file = f.path
+      bundle.binder = b
+      goto continue
+    elseif b then
+      error(("%s: binder { ... } belongs in %s (the bundle's one binder policy)"):format(f.path, M.BINDER_FILE), 0)
+    end
     if policy.declared(result) then list = { result }
     elseif type(result) == "table" and (getmetatable(result) == nil or getmetatable(result) == getmetatable(json.array())) then
       list = result
@@ -54,6 +76,7 @@ function M.load(host)
       bundle.byname[r.name] = r
       bundle.rules[#bundle.rules + 1] = r
     end
+    ::continue::
   end
   bundle.count = #bundle.rules
   M.set_cluster(bundle, {}, {})
@@ -366,6 +389,120 @@ function M.review(bundle, request, phases)
   if first_failure then return response, first_failure.kind, first_failure.rule, ran end
   if #denials > 0 then return response, "refused", denials[1].rule, ran end
   return response, "allowed", nil, ran
+end
+
+-- ---- the binder (DESIGN.md §5, §6; docs/decisions/0024) --------------------
+
+--- Asks the bundle's binder policy to choose among `candidates` (a list of
+--- at most 32, in the index's packing order) for claim set `set` (shapes:
+--- lua/meta/cozygpu.lua, BinderSet and BinderCandidate). The policy runs
+--- through host.invoke (instruction budget, memory cap, deadline) on
+--- read-only views, with the cluster view as third argument.
+--- Returns the outcome word and the answer: "allowed", position (1-based)
+--- or 0 for "none this pass"; or a failure's kind ("error", "budget",
+--- "memory", "deadline") and a message naming the file. A bundle without
+--- binder.lua answers "allowed", 1 (the packing order).
+function M.binder_choose(bundle, set, candidates)
+  local b = bundle.binder
+  if not b then return "allowed", 1 end
+  local host = bundle.host
+  -- JSON null (a lone claim's vm, a claim without a node) is nil to the policy
+  if set.vm == json.null then set.vm = nil end
+  for _, c in ipairs(set.claims or {}) do
+    if c.node == json.null then c.node = nil end
+  end
+  host.restore()
+  local st, r = host.invoke(b.file, b.choose, host.readonly(set), host.readonly(candidates), bundle.cluster)
+  if st ~= "ok" then return st, ("binder policy %s %s"):format(b.file, describe(st, r)) end
+  if r == nil then return "allowed", 0 end
+  local n = #candidates
+  if math.type(r) ~= "integer" or r < 1 or r > n then
+    local what = math.type(r) == "integer" and tostring(r) or shape(r)
+    return "error", ("binder policy %s failed: choose returned %s; expected nil or a candidate's position, 1 to %d"):format(b.file, what, n)
+  end
+  return "allowed", r
+end
+
+--- Adds `delta` units (negative: removes) to the units of class `class`
+--- held in namespace `ns` by the binder's Bound, Attached and Lost claims
+--- (bundle.usage, the count the budget check at bind reads). O(1); an
+--- entry that comes to 0 is dropped. Returns the new value.
+function M.binder_usage_add(bundle, ns, class, delta)
+  local u = bundle.usage
+  local per = u[ns]
+  if not per then per = {}; u[ns] = per end
+  local v = (per[class] or 0) + delta
+  if v == 0 then
+    per[class] = nil
+    if next(per) == nil then u[ns] = nil end
+  else
+    per[class] = v
+  end
+  return v
+end
+
+--- Forgets every unit of bundle.usage (a new leader counts again).
+function M.binder_usage_reset(bundle)
+  bundle.usage = {}
+end
+
+-- claims(t, want) for budget.check_set: the units bundle.usage holds in
+-- the namespaces of tenant t's subtree (labelled tenant.cozystack.io/t)
+-- whose class satisfies want. O(namespaces holding units x their classes),
+-- never a walk of claims. No users are listed: a message at bind names
+-- only the tenant, the key and the limit.
+local function usage_counter(bundle)
+  local cluster = bundle.cluster
+  return function(t, want)
+    local total = 0
+    for ns, per in next, bundle.usage do
+      local o = cluster:namespace(ns)
+      if o ~= nil and object.label(o, tenant.TENANT_PREFIX .. t) ~= nil then
+        for cls, n in next, per do
+          if want(cls) then total = total + n end
+        end
+      end
+    end
+    return total, {}
+  end
+end
+
+-- the message a claim over budget carries: the tenant, the key and the
+-- limit, never what else uses it (other tenants' objects)
+local function bind_message(s, count)
+  if s.rule == "R4" then return s.message end
+  if s.rule == "quantity" then
+    return ("tenant %q: a GPU budget in its ResourceQuotas is not a whole, non-negative number of GPUs; orders under it wait until it is corrected"):format(s.tenant)
+  end
+  local what = s.rule == "R5" and " (it caps the classes of that resource name together with raw-name VMs)" or ""
+  return ("over the budget of tenant %q: %s is %d%s; %d more GPU%s not fit"):format(s.tenant, s.key, s.limit, what,
+    count, count == 1 and " does" or "s do")
+end
+
+-- the check itself, run under host.invoke
+local function check_bind(bundle, ns, class_name, count)
+  local cluster = bundle.cluster
+  local class = cluster:gpuclass(class_name) or { metadata = { name = class_name }, spec = {} }
+  local ok, short = budget.check_set(cluster, ns, { { class = class, count = count } }, { claims = usage_counter(bundle) })
+  if ok then return true end
+  local s = short[1]
+  return false, bind_message(s, count), s.tenant, s.key, s.limit, s.rule
+end
+
+--- The budget check at bind (DESIGN.md §5, decision 0020 §3): may `count`
+--- units of class `class_name` go Pending -> Bound in namespace `ns`,
+--- given the units bundle.usage holds and the Running raw-name VMIs of the
+--- cluster view? Rules R1–R5 are cozygpu.budget's (check_set), with the
+--- claims counted from bundle.usage. Runs under host.invoke (budget,
+--- memory cap, deadline). Returns the outcome word and, when "allowed"
+--- (the check ran): true, or false, message, tenant, key, limit, rule;
+--- on a failure ("error", "budget", "memory", "deadline"): the word and
+--- a message (the caller refuses: fail closed).
+function M.binder_budget(bundle, ns, class_name, count)
+  local host = bundle.host
+  local st, ok, message, t, key, limit, rule = host.invoke("budget check at bind", check_bind, bundle, ns, class_name, count)
+  if st ~= "ok" then return st, describe(st, ok) end
+  return "allowed", ok, message, t, key, limit, rule
 end
 
 --- Applies a JSONPatch to a document (for `cozygpu policy test`).

@@ -140,9 +140,12 @@ vms: [{namespace: t, name: vm, claims: [c], gpus: [{class: l40s, count: 1}]}]
 classes: [{name: l40s}]
 vms: [{namespace: t, name: vm, gpus: [{class: a100, count: 1}]}]
 ]], "vms%[0%]%.gpus%[0%]%.class: unknown class \"a100\"" },
-    { "a negative budget", BASE .. [[
-budgets: {t: -1}
-]], "budgets%.t: must be a whole number of units" },
+    { "a ResourceQuota without a namespace", BASE .. [[
+resourceQuotas: [{metadata: {name: gpu}, spec: {hard: {gpuclass.cozystack.io/devices: "1"}}}]
+]], "resourceQuotas%[0%]%.metadata%.namespace: must be a non%-empty string" },
+    { "a namespace that is no object", BASE .. [[
+namespaces: [tenant-a]
+]], "namespaces%[0%]: must be a Namespace object" },
     { "a bad runStrategy", [[
 classes: [{name: l40s}]
 claims: [{namespace: t, name: c, class: l40s, count: 1}]

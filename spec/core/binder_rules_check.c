@@ -53,10 +53,10 @@ static void on_delete(void *ud, const char *ns, const char *vmi, const char *why
         snprintf(r->deleted[r->n_deleted++], sizeof r->deleted[0], "%s/%s", ns, vmi);
 }
 
-static int on_budget(void *ud, const binder_claim_status *c)
+static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t why_size)
 {
     rec *r = ud;
-    (void)c;
+    (void)c, (void)why, (void)why_size;
     r->budget_calls++;
     if(r->budget_left < 0)
         return 1;
@@ -659,9 +659,9 @@ static void snap_row(void *ud, const binder_claim_status *c)
 /* Hooks of the random run, answering from their arguments alone (as
  * binder.h assumes): claim c3 is always over budget; a set of VM v1 takes
  * the last candidate and refuses a lone one; others take the first. */
-static int rand_budget(void *ud, const binder_claim_status *c)
+static int rand_budget(void *ud, const binder_claim_status *c, char *why, size_t why_size)
 {
-    (void)ud;
+    (void)ud, (void)why, (void)why_size;
     return strcmp(c->name, "c3") != 0;
 }
 

@@ -36,6 +36,7 @@
 
 ---@class cozygpu.BudgetOptions
 ---@field raw boolean? the order comes from a VMI without the class-reference label: R4 does not block it
+---@field claims (fun(tenant: string, want: fun(class: string): boolean): integer, table[])? the GPUs held by claims in the tenant's subtree whose class satisfies want, and their users (may be empty); replaces the walk of every GPUClaim of the view (the binder's own count, docs/decisions/0024)
 
 ---@class cozygpu.budget
 ---".gpuclass.cozystack.io/devices"
