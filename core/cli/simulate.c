@@ -99,6 +99,7 @@
 #include <string.h>
 
 #include "binder/binder.h"
+#include "controller/bindpolicy.h"
 #include "engine/engine.h"
 #include "format/config.h"
 #include "format/manifest.h"
@@ -146,7 +147,7 @@ typedef struct sim {
     json_t *vm_claims; /* "ns/name" -> [claim names] */
     engine *e;         /* policies/binder.lua and the budget check at bind (borrowed) */
     const json_t *settings; /* --config or the defaults (borrowed) */
-    json_t *allowed;   /* "ns/name" -> {class, count}: allowed by the budget hook, not yet Bound */
+    bindpolicy bp;     /* the chooser and budget hooks, and the usage table (controller/bindpolicy.h) */
     int policy_failures[ENGINE_OUTCOME_LAST]; /* the chooser's failures by kind (the leader's metric) */
     int choose_calls;
     char bad[1024];
@@ -253,67 +254,20 @@ static void out_event(sim *s, json_t *ev)
     json_array_append_new(json_object_get(s->step_out, "events"), ev);
 }
 
-/* Units a claim in phase p holds against its tenant's budgets (DESIGN.md
- * §5 at bind, decision 0020 §3): Bound, Attached and Lost. */
-static int holds(binder_phase p)
+/* A failure of the usage table (bindpolicy's last_error) stops the run. */
+static void usage_check(sim *s)
 {
-    return p == BINDER_BOUND || p == BINDER_ATTACHED || p == BINDER_LOST;
-}
-
-/* engine_binder_usage_add, a failure being a bug of the run */
-static void usage_add(sim *s, const char *ns, const char *cls, long long delta)
-{
-    cozy_err err = {{0}};
-    if(engine_binder_usage_add(s->e, ns, cls, delta, &err) != COZY_OK)
-        bad(s, "internal: the usage table: %s", err.msg);
-}
-
-/* Keeps the engine's usage table equal to the held units, per transition:
- * what the leader does from its own events (decision 0024). A claim the
- * budget hook allowed was added then, so its Pending -> Bound adds
- * nothing. */
-static void usage_on_event(sim *s, const binder_event *e)
-{
-    binder_claim_status cs;
-    if(binder_state_claim_get(s->st, e->ns, e->name, &cs))
-        return;
-    char key[400];
-    snprintf(key, sizeof key, "%s/%s", e->ns, e->name);
-    if(json_object_get(s->allowed, key) && e->from == BINDER_PENDING && holds(e->to)) {
-        json_object_del(s->allowed, key);
-        return;
+    if(s->bp.last_error.msg[0]) {
+        bad(s, "internal: the usage table: %s", s->bp.last_error.msg);
+        s->bp.last_error.msg[0] = 0;
     }
-    if(holds(e->from) != holds(e->to))
-        usage_add(s, e->ns, cs.class_name, holds(e->to) ? (long long)cs.count : -(long long)cs.count);
-}
-
-/* A claim is deleted: what it held leaves the usage table. */
-static void usage_on_delete(sim *s, const char *ns, const char *name)
-{
-    binder_claim_status cs;
-    if(!binder_state_claim_get(s->st, ns, name, &cs) && holds(cs.phase))
-        usage_add(s, ns, cs.class_name, -(long long)cs.count);
-}
-
-/* After a pass: what the budget hook allowed but was not bound (the set
- * waited for another reason) leaves the usage table again. */
-static void usage_settle_allowed(sim *s)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach(s->allowed, k, v) {
-        char ns[BINDER_MAX_NAMESPACE + 1];
-        const char *slash = strchr(k, '/');
-        snprintf(ns, sizeof ns, "%.*s", (int)(slash - k), k);
-        usage_add(s, ns, json_string_value(json_object_get(v, "class")), -json_integer_value(json_object_get(v, "count")));
-    }
-    json_object_clear(s->allowed);
 }
 
 static void on_event(void *ud, const binder_event *e)
 {
     sim *s = ud;
-    usage_on_event(s, e);
+    bindpolicy_on_event(&s->bp, e);
+    usage_check(s);
     const char *fn = e->from_node ? e->from_node : "-", *tn = e->to_node ? e->to_node : "-";
     say(s, "  claim %s/%s: %s -> %s, node %s%s%s, %s: %s\n", e->ns, e->name, binder_phase_name(e->from),
         binder_phase_name(e->to), fn, strcmp(fn, tn) ? " -> " : "", strcmp(fn, tn) ? tn : "",
@@ -415,7 +369,7 @@ static void tmpl_delete(sim *s, sim_vm *v)
     size_t i;
     json_t *c;
     json_array_foreach(list, i, c) {
-        usage_on_delete(s, v->ns, json_string_value(c));
+        bindpolicy_on_delete(&s->bp, v->ns, json_string_value(c));
         binder_state_claim_delete(s->st, v->ns, json_string_value(c), NULL);
         say(s, "  template claim %s/%s deleted (its VMI is %s)\n", v->ns, json_string_value(c),
             v->phase == BINDER_VMI_NONE ? "gone" : "final");
@@ -481,69 +435,31 @@ static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t w
 {
     sim *s = ud;
     engine_binder_verdict v;
-    cozy_err err = {{0}};
-    if(engine_binder_budget(s->e, c->ns, c->class_name, c->count, &v, &err) != COZY_OK && v.allow)
-        v.allow = 0;
-    if(!v.allow) {
-        /* the set waits whole: what this hook allowed and is not Bound yet
-         * (the set's earlier claims; events come as claims bind) is
-         * taken back now, so no later set of the pass counts it */
-        usage_settle_allowed(s);
-        snprintf(why, why_size, "%s", v.message);
-        if(v.outcome != ENGINE_ALLOWED)
-            say(s, "  budget check failed (%s) for claim %s/%s: it waits (fail closed)\n",
-                engine_outcome_name(v.outcome), c->ns, c->name);
-        return 0;
-    }
-    char key[400];
-    snprintf(key, sizeof key, "%s/%s", c->ns, c->name);
-    json_object_set_new(s->allowed, key, json_pack("{s:s,s:I}", "class", c->class_name, "count", (json_int_t)c->count));
-    usage_add(s, c->ns, c->class_name, c->count);
-    return 1;
+    int ok = bindpolicy_budget(&s->bp, c, why, why_size, &v);
+    usage_check(s);
+    if(!ok && v.outcome != ENGINE_ALLOWED)
+        say(s, "  budget check failed (%s) for claim %s/%s: it waits (fail closed)\n",
+            engine_outcome_name(v.outcome), c->ns, c->name);
+    return ok;
 }
 
 /* The chooser (DESIGN.md §6, decision 0024) through engine_binder_choose:
  * policies/binder.lua, or the hoster's file of that name, picks among the
  * index's candidates. A policy failure binds in packing order (the first
  * candidate), is counted by kind and shown. */
+/* A scenario node's labels for the chooser. */
+static json_t *node_labels(void *ud, const char *node)
+{
+    sim_node *nd = node_get(ud, node);
+    return nd && nd->labels ? json_incref(nd->labels) : NULL;
+}
+
 static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate *cands, size_t n)
 {
     sim *s = ud;
     s->choose_calls++;
-    json_t *claims = json_array(), *list = json_array();
-    const binder_index *ix = binder_state_index(s->st);
-    for(size_t i = 0; i < sv->n; i++) {
-        const binder_claim_status *c = &sv->claims[i];
-        json_array_append_new(claims, json_pack("{s:s,s:s,s:I,s:s,s:o}", "name", c->name, "class", c->class_name,
-                                                "count", (json_int_t)c->count, "phase", binder_phase_name(c->phase),
-                                                "node", c->node ? json_string(c->node) : json_null()));
-    }
-    json_t *set = json_pack("{s:s,s:o,s:o}", "namespace", sv->ns, "vm", sv->vm ? json_string(sv->vm) : json_null(),
-                            "claims", claims);
-    for(size_t k = 0; k < n; k++) {
-        json_t *classes = json_object();
-        for(size_t i = 0; i < sv->n; i++) {
-            binder_slot_view sl = {0, 0};
-            binder_node_slot(ix, cands[k].node, sv->claims[i].class_name, &sl);
-            json_object_set_new(classes, sv->claims[i].class_name,
-                                json_pack("{s:I,s:I,s:I}", "offered", (json_int_t)sl.offered, "bound",
-                                          (json_int_t)sl.bound, "free",
-                                          (json_int_t)(sl.offered > sl.bound ? sl.offered - sl.bound : 0)));
-        }
-        sim_node *nd = node_get(s, cands[k].node);
-        json_t *labels = nd && nd->labels ? json_incref(nd->labels) : json_object();
-        json_array_append_new(list, json_pack("{s:s,s:o,s:o}", "node", cands[k].node, "classes", classes, "labels",
-                                              labels));
-    }
     engine_binder_choice ch;
-    cozy_err err = {{0}};
-    cozy_result rc = engine_binder_choose(s->e, set, list, &ch, &err);
-    json_decref(set);
-    json_decref(list);
-    if(rc == COZY_ERR_INPUT) {
-        bad(s, "internal: the chooser's input: %s", err.msg);
-        return -1;
-    }
+    bindpolicy_choose(&s->bp, sv, cands, n, &ch);
     if(ch.outcome != ENGINE_ALLOWED) {
         s->policy_failures[ch.outcome]++;
         say(s, "  binder policy failed (%s): %s; placed in the packing order instead\n",
@@ -567,7 +483,8 @@ static void settle(sim *s)
     binder_hooks h = {s, on_choose, on_budget, on_event, on_delete_vmi};
     for(int round = 0; round < SIM_MAX_PASSES && !s->bad[0]; round++) {
         size_t n = binder_reconcile(s->st, &h);
-        usage_settle_allowed(s);
+        bindpolicy_settle(&s->bp);
+        usage_check(s);
         int changed = 0;
         for(size_t i = 0; i < s->n_vms; i++) {
             sim_vm *v = &s->vms[i];
@@ -1100,7 +1017,7 @@ static void delete_claim(sim *s, const char *ref, const char *path)
     if(split_ref(s, ref, path, ns, name))
         return;
     cozy_err err = {{0}};
-    usage_on_delete(s, ns, name);
+    bindpolicy_on_delete(&s->bp, ns, name);
     if(binder_state_claim_delete(s->st, ns, name, &err))
         return bad(s, "%s: unknown claim \"%s\"", path, ref);
     /* the VM's list loses it too */
@@ -1131,14 +1048,6 @@ static void copy_claim(void *ud, const binder_claim_status *c)
     cozy_err err = {{0}};
     if(binder_state_claim_put(cc->to, c, &err))
         bad(cc->s, "leaderChange: %s", err.msg);
-}
-
-/* binder_state_claims callback: a held claim's units into the usage table. */
-static void usage_of_claim(void *ud, const binder_claim_status *c)
-{
-    sim *s = ud;
-    if(holds(c->phase))
-        usage_add(s, c->ns, c->class_name, c->count);
 }
 
 /* A new leader: a fresh binder from the classes, nodes and VMs the watches
@@ -1178,9 +1087,9 @@ static void leader_change(sim *s, const char *path)
     if(binder_state_restore(s->st, &err))
         bad(s, "%s: %s", path, err.msg);
     binder_state_free(old);
-    if(engine_binder_usage_reset(s->e, &err) != COZY_OK)
+    s->bp.st = s->st;
+    if(bindpolicy_feed(&s->bp, &err) != COZY_OK)
         bad(s, "%s: %s", path, err.msg);
-    binder_state_claims(s->st, usage_of_claim, s);
     say(s, "  leader change: the binder is rebuilt from the claims' status\n");
 }
 
@@ -1391,7 +1300,9 @@ static int run(sim *s)
     s->st = binder_state_new();
     s->classes = json_object();
     s->vm_claims = json_object();
-    s->allowed = json_object();
+    bindpolicy_init(&s->bp, s->e, s->st);
+    s->bp.labels = node_labels;
+    s->bp.labels_ud = s;
     s->out = json_array();
     if(!s->st)
         bad(s, "out of memory");
@@ -1423,7 +1334,7 @@ static int run(sim *s)
     binder_state_free(s->st);
     json_decref(s->classes);
     json_decref(s->vm_claims);
-    json_decref(s->allowed);
+    bindpolicy_free(&s->bp);
     return s->bad[0] ? -1 : 0;
 }
 
