@@ -40,6 +40,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "binder/binder.h"
+#include "controller/bindpolicy.h"
 #include "engine/luajson.h"
 
 #define GATE "gpu.cozystack.io/claims"
@@ -49,7 +50,18 @@
 
 /* What changed, as "K:ns/name" (K one of the kinds below; ns empty for
  * cluster-scoped objects). Filled by the watcher thread under ctl.mu. */
-enum { K_CLASS = 'c', K_NODE = 'n', K_GPUNODE = 'g', K_CLAIM = 'l', K_VM = 'm', K_VMI = 'i', K_POD = 'p', K_KUBEVIRT = 'k' };
+enum {
+    K_CLASS = 'c',
+    K_NODE = 'n',
+    K_GPUNODE = 'g',
+    K_CLAIM = 'l',
+    K_VM = 'm',
+    K_VMI = 'i',
+    K_POD = 'p',
+    K_KUBEVIRT = 'k',
+    K_NAMESPACE = 's', /* the budget check's view only */
+    K_QUOTA = 'q',     /* the budget check's view only */
+};
 
 typedef struct dirty {
     char *key;
@@ -131,6 +143,10 @@ typedef struct raw_use {
 typedef struct loop {
     binder_state *st;
     engine *e;          /* runtime.binder: node capacity */
+    engine *pe;         /* the served bundle's engine: policies/binder.lua, budgets at bind */
+    ctl_bundle *peb;    /* the bundle pe was built on (a reference) */
+    bindpolicy bp;      /* the hooks over pe and st, and the usage table */
+    int view_dirty;     /* pe's cluster view (namespaces, quotas, classes, raw-name VMIs) is stale */
     dirty *writes;      /* claims whose status must be written ("ns/name") */
     dirty *deletes;     /* VMIs to delete ("ns/name") */
     dirty *gated;       /* launcher pods carrying the gate ("ns/name") */
@@ -469,6 +485,7 @@ static void raw_update(loop *L, const char *key, const json_t *vmi, const char *
         json_decref(used);
         return;
     }
+    L->view_dirty = 1;
     if(r) {
         raw_node_add(L, r->node, r->used, -1);
         snprintf(buf_a, n, "%s", r->node);
@@ -551,6 +568,7 @@ static void apply_set(loop *L, const char *ns, const char *name)
 
 static void loop_drop(loop *L)
 {
+    bindpolicy_free(&L->bp);
     binder_state_free(L->st);
     L->st = NULL;
     dirty_free(&L->writes);
@@ -648,6 +666,7 @@ static int build(loop *L)
 static void on_event(void *ud, const binder_event *ev)
 {
     loop *L = ud;
+    bindpolicy_on_event(&L->bp, ev);
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ev->ns, ev->name);
     dirty_add(&L->writes, key);
@@ -662,6 +681,126 @@ static void on_delete_vmi(void *ud, const char *ns, const char *vmi, const char 
     dirty_add(&L->deletes, key);
     log_write(LOG_INFO, "binder", "deleting a pending VMI whose claims left its node", "namespace", ns, "vmi", vmi,
               "why", why, NULL);
+}
+
+/* A deadline one second from now for one policy call of the binder (the
+ * instruction budget bounds its CPU; this bounds a call stuck otherwise). */
+static void policy_deadline(loop *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += 1;
+    engine_set_deadline(L->pe, &ts);
+}
+
+static json_t *node_labels(void *ud, const char *node)
+{
+    (void)ud;
+    json_t *n = node_inf_get(node);
+    json_t *labels = json_incref(json_object_get(json_object_get(n, "metadata"), "labels"));
+    json_decref(n);
+    return labels;
+}
+
+/* binder_hooks.choose: policies/binder.lua (decision 0024); a failure
+ * places in packing order, is counted and logged. */
+static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate *cands, size_t n)
+{
+    loop *L = ud;
+    policy_deadline(L);
+    engine_binder_choice ch;
+    int i = bindpolicy_choose(&L->bp, sv, cands, n, &ch);
+    if(ch.outcome != ENGINE_ALLOWED) {
+        char lbl[64];
+        snprintf(lbl, sizeof lbl, "kind=\"%s\"", engine_outcome_name(ch.outcome));
+        metrics_counter_add("cozygpu_binder_policy_failures_total", lbl, 1);
+        log_write(LOG_WARN, "binder", "the binder policy failed; placing in packing order", "namespace", sv->ns,
+                  "vm", sv->vm ? sv->vm : "", "kind", engine_outcome_name(ch.outcome), "error", ch.message, NULL);
+    }
+    return i;
+}
+
+/* binder_hooks.budget: the tenant-tree budgets at bind (DESIGN.md §5,
+ * decision 0020 §3), fail closed. */
+static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t why_size)
+{
+    loop *L = ud;
+    policy_deadline(L);
+    engine_binder_verdict v;
+    int ok = bindpolicy_budget(&L->bp, c, why, why_size, &v);
+    if(!ok && v.outcome != ENGINE_ALLOWED)
+        log_write(LOG_WARN, "binder", "the budget check at bind failed; the claim waits", "namespace", c->ns,
+                  "gpuclaim", c->name, "kind", engine_outcome_name(v.outcome), "error", v.message, NULL);
+    if(L->bp.last_error.msg[0]) {
+        log_write(LOG_ERROR, "binder", "the budget usage table failed; it is counted again", "error",
+                  L->bp.last_error.msg, NULL);
+        L->bp.last_error.msg[0] = 0;
+    }
+    return ok;
+}
+
+/* The served bundle's engine for the hooks, (re)built when the bundle
+ * changed (the usage table is fed again from the state), and its cluster
+ * view (Namespaces, ResourceQuotas, GPUClasses, Running raw-name VMIs:
+ * what the budget rules read) set again when one of those changed.
+ * Returns 0 when the hooks can run. */
+static int policy_ready(loop *L)
+{
+    cozy_err err;
+    ctl_bundle *b = ctl_bundle_current();
+    if(!b)
+        return -1;
+    if(!L->pe || b != L->peb) {
+        engine *e = NULL;
+        engine_options eo = ctl_bundle_engine_options(b);
+        if(engine_open(&e, &eo, &err) != COZY_OK) {
+            log_write(LOG_ERROR, "binder", "cannot open the policy engine for the binder", "error", err.msg, NULL);
+            ctl_bundle_unref(b);
+            return -1;
+        }
+        engine_close(L->pe);
+        ctl_bundle_unref(L->peb);
+        L->pe = e;
+        L->peb = b;
+        L->view_dirty = 1;
+        bindpolicy_free(&L->bp);
+        bindpolicy_init(&L->bp, L->pe, L->st);
+        L->bp.labels = node_labels;
+        if(bindpolicy_feed(&L->bp, &err) != COZY_OK) {
+            log_write(LOG_ERROR, "binder", "cannot count the claims' usage for the budget check", "error", err.msg,
+                      NULL);
+            return -1;
+        }
+    } else
+        ctl_bundle_unref(b);
+    if(L->view_dirty) {
+        json_t *view = json_array();
+        static const kube_resource *const kinds[] = {&KUBE_NAMESPACES, &KUBE_RESOURCEQUOTAS, &KUBE_GPUCLASSES};
+        for(size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+            json_t *items = kube_informer_list(cluster_inf(kinds[k]));
+            size_t i;
+            json_t *o;
+            json_array_foreach(items, i, o) json_array_append_new(view, ctl_cluster_with_kind(o, kinds[k]));
+            json_decref(items);
+        }
+        raw_use *r, *rt;
+        HASH_ITER(hh, L->raw, r, rt)
+        {
+            char buf[600];
+            const char *ns, *name;
+            split_key(r->key, buf, sizeof buf, &ns, &name);
+            json_t *v = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+            if(v)
+                json_array_append_new(view, ctl_cluster_with_kind(v, &KUBE_VMIS));
+            json_decref(v);
+        }
+        if(engine_set_cluster(L->pe, view, ctl_proc->settings, &err) != COZY_OK)
+            log_write(LOG_ERROR, "binder", "cannot give the binder policy its cluster view", "error", err.msg, NULL);
+        else
+            L->view_dirty = 0;
+        json_decref(view);
+    }
+    return 0;
 }
 
 /* --- status writes --- */
@@ -980,8 +1119,11 @@ static void apply_dirty(loop *L, dirty *batch)
         if(d->key[0] == K_CLASS) {
             apply_class(L, d->key + 3);
             classes_changed = 1;
+            L->view_dirty = 1;
         } else if(d->key[0] == K_KUBEVIRT)
             kubevirt_changed = 1;
+        else if(d->key[0] == K_NAMESPACE || d->key[0] == K_QUOTA)
+            L->view_dirty = 1;
     }
     json_t *classes = kube_informer_list(ctl_proc->classes_inf);
     dirty *nodes = NULL;
@@ -1022,8 +1164,10 @@ static void apply_dirty(loop *L, dirty *batch)
         binder_claim_status s;
         int known = binder_state_claim_get(L->st, ns, name, &s) == BINDER_OK;
         if(!obj) {
-            if(known)
+            if(known) {
+                bindpolicy_on_delete(&L->bp, ns, name);
                 binder_state_claim_delete(L->st, ns, name, NULL);
+            }
         } else if(!known) {
             take_claim(L, obj, 0);
             claims_added = 1;
@@ -1230,7 +1374,8 @@ void *ctl_bind_main(void *arg)
         json_decref(L.raw_by_node);
         return NULL;
     }
-    binder_hooks hooks = {.ud = &L, .event = on_event, .delete_vmi = on_delete_vmi};
+    binder_hooks hooks = {.ud = &L, .choose = on_choose, .budget = on_budget, .event = on_event,
+                          .delete_vmi = on_delete_vmi};
     for(;;) {
         pthread_mutex_lock(&ctl_proc->mu);
         if(!ctl_proc->stopping && !g_dirty && !g_wake) {
@@ -1259,21 +1404,37 @@ void *ctl_bind_main(void *arg)
             dirty_free(&batch); /* the caches hold all of it */
             if(build(&L) != 0)
                 continue;
+            ctl_bundle_unref(L.peb); /* a new state: the usage table is fed again */
+            L.peb = NULL;
+            engine_close(L.pe);
+            L.pe = NULL;
+            if(policy_ready(&L) != 0) {
+                loop_drop(&L); /* no bind without the budget check */
+                continue;
+            }
             binder_reconcile_all(L.st, &hooks);
+            bindpolicy_settle(&L.bp);
             metrics_counter_add("cozygpu_binder_passes_total", "kind=\"full\"", 1);
         } else if(batch) {
             apply_dirty(&L, batch);
             dirty_free(&batch);
+            if(policy_ready(&L) != 0)
+                continue; /* the batch is in the state; the next wake passes */
             binder_reconcile(L.st, &hooks);
+            bindpolicy_settle(&L.bp);
             metrics_counter_add("cozygpu_binder_passes_total", "kind=\"incremental\"", 1);
-        }
+        } else if(policy_ready(&L) != 0)
+            continue;
         /* a pass whose transitions need another (room freed by a move is
          * retried by the next pass, decision 0023) */
         for(int i = 0; i < 4 && binder_reconcile(L.st, &hooks) > 0; i++)
-            ;
+            bindpolicy_settle(&L.bp);
+        bindpolicy_settle(&L.bp);
         flush(&L);
     }
     loop_drop(&L);
+    engine_close(L.pe);
+    ctl_bundle_unref(L.peb);
     json_decref(L.raw_by_node);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);

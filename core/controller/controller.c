@@ -163,6 +163,8 @@ int controller_main(int argc, char **argv)
     metrics_declare("cozygpu_binder_transitions_total", "counter", "Claim status transitions the binder decided.");
     metrics_declare("cozygpu_binder_status_writes_total", "counter",
                     "GPUClaim status writes by result (ok, conflict: the cache was behind, error).");
+    metrics_declare("cozygpu_binder_policy_failures_total", "counter",
+                    "Binder policy (binder.lua) failures by kind; the set was placed in packing order (decision 0024).");
     metrics_declare("cozygpu_binder_pod_pins_total", "counter",
                     "Gated virt-launcher pods pinned to their claims' node and ungated.");
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 0);
@@ -216,7 +218,8 @@ int controller_main(int argc, char **argv)
         /* the binder's kinds wake it (bind.c: the kind letter as ctx) */
         const kube_resource *r = cluster_kinds[i];
         int kind = r == &KUBE_GPUCLASSES ? 'c' : r == &KUBE_NODES ? 'n' : r == &KUBE_GPUCLAIMS ? 'l'
-                 : r == &KUBE_VMIS ? 'i' : r == &KUBE_KUBEVIRTS ? 'k' : 0;
+                 : r == &KUBE_VMIS ? 'i' : r == &KUBE_KUBEVIRTS ? 'k' : r == &KUBE_NAMESPACES ? 's'
+                 : r == &KUBE_RESOURCEQUOTAS ? 'q' : 0;
         kube_event_fn fn = kind ? ctl_bind_on_event : NULL;
         ctl_proc->cluster_inf[ctl_proc->n_cluster_inf++] =
             kube_watcher_add(ctl_proc->watcher, r, NULL, NULL, NULL, fn, (void *)(intptr_t)kind);

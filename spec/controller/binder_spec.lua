@@ -13,7 +13,7 @@ local json = H.json
 
 local L40S = "nvidia.com/AD102GL_L40S" -- examples/classes/l40s.yaml, 10DE:26B9
 local BOOT = "3b1f5c2e-6d0a-4f8e-9a7b-2c4d6e8f0a1b"
-local NS = "tenant-a"
+local NS = "tenant-b" -- no ResourceQuota (examples/cluster/quotas.yaml budgets tenant-a): capacity alone decides
 
 local function kubectl(d, args, stdin)
   if stdin then
@@ -159,8 +159,9 @@ describe("the leader's binder (two replicas against the double)", function()
     end, 10), json.encode(c))
     assert.are.equal("False", ready_cond(c).status)
     assert.matches("l40s", ready_cond(c).message)
-    -- another tenant's objects never appear in it
-    assert.is_nil(ready_cond(c).message:find("tenant-b", 1, true))
+    -- no inventory leaks into it: no node names, no counts of free units
+    -- elsewhere (decision 0020 §2: capacity is the hoster's business)
+    assert.is_nil(ready_cond(c).message:find("gpu-1", 1, true), ready_cond(c).message)
   end)
 
   it("moves an unattached claim off a cordoned node (onCordon Move) to a node with room", function()
