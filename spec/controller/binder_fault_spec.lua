@@ -3,7 +3,8 @@
 -- loss and return, node deletion, capacity changes, VM starts, runs and
 -- stops, leader kills, watch cuts, and 409s and 500s from the double on
 -- the status writes and lists. Checked while it runs (every CHECK steps)
--- and once settled:
+-- and once settled (after the run, and again once the cluster is healed):
+--   * tenant-a never holds more than its budget (2 devices);
 --   * no node ever shows more units booked than it ever offered
 --     (settled: than it offers now, unless only Attached claims are over a
 --     capacity that dropped under them, DESIGN.md §6);
@@ -133,7 +134,23 @@ describe("binder fault run", function()
       return per, bound
     end
 
+    -- tenant-a's budget (examples/cluster/quotas.yaml: 2 devices in all)
+    -- holds at every moment: Bound, Attached and Lost claims count
+    -- (DESIGN.md §5; a Lost rebind is never checked, but a Lost claim
+    -- never stopped counting)
+    local function check_budget(cl, when)
+      local used = 0
+      for _, c in ipairs(cl) do
+        local ph = c.status and c.status.phase
+        if c.metadata.namespace == "tenant-a" and (ph == "Bound" or ph == "Attached" or ph == "Lost") then
+          used = used + c.spec.count
+        end
+      end
+      assert(used <= 2, ("%s (seed %d): tenant-a holds %d devices, its budget is 2"):format(when, SEED, used))
+    end
+
     local function check_running(step)
+      check_budget(items("gpuclaims"), "step " .. step)
       local per = booked(items("gpuclaims"))
       for n, u in pairs(per) do
         local s = node[n]
@@ -308,6 +325,7 @@ describe("binder fault run", function()
       end, 120, 0.5), "the claims never settled")
 
       cl = items("gpuclaims")
+      check_budget(cl, label)
       local live = {}
       for _, v in ipairs(items("virtualmachineinstances")) do live[v.metadata.namespace .. "/" .. v.metadata.name] = v end
       local per, bound = booked(cl)
