@@ -6,12 +6,9 @@
 -- ResourceQuota key on the tenant, as a hoster sets it.
 local P = require "proc"
 local E = require "controller_env"
-local sysfs = require "sysfs"
-local layout = require "runtime.layout"
+local G = require "gpu_nodes"
 local json = H.json
 
-local L40S = "nvidia.com/AD102GL_L40S"
-local BOOT = "3b1f5c2e-6d0a-4f8e-9a7b-2c4d6e8f0a1b"
 local NS = "tenant-a"
 
 local function must(d, method, path, body)
@@ -20,28 +17,7 @@ local function must(d, method, path, body)
   return v
 end
 
-local function add_node(d, name, units)
-  local fns = {}
-  for i = 1, units do
-    fns[i] = { address = ("0000:%02x:00.0"):format(0x10 + i), device = "26b9", subsystem = "10de:1851",
-      driver = "vfio-pci", iommu = 10 + i, numa = 0 }
-  end
-  local tree = sysfs.build { functions = fns }
-  local inv, err = sysfs.inventory(tree)
-  tree:remove()
-  assert(inv, err)
-  local node = must(d, "POST", "/api/v1/nodes", { apiVersion = "v1", kind = "Node", metadata = { name = name },
-    spec = { taints = { { key = "gpu.cozystack.io/mode", value = "passthrough", effect = "NoSchedule" } } } })
-  node.status = { allocatable = { [L40S] = tostring(units) }, conditions = { { type = "Ready", status = "True" } },
-    nodeInfo = { bootID = BOOT } }
-  must(d, "PUT", "/api/v1/nodes/" .. name .. "/status", node)
-  local g = must(d, "POST", "/apis/cozystack.io/v1alpha1/gpunodes", { apiVersion = "cozystack.io/v1alpha1",
-    kind = "GPUNode", metadata = { name = name, ownerReferences = { { apiVersion = "v1", kind = "Node", name = name,
-      uid = node.metadata.uid } } }, spec = json.object() })
-  g.status = json.decode(json.encode(layout.status { inventory = inv, now = "2026-12-01T09:00:00Z", boot_id = BOOT,
-    generation = 1 }))
-  must(d, "PUT", "/apis/cozystack.io/v1alpha1/gpunodes/" .. name .. "/status", g)
-end
+local function add_node(d, name, units) G.add_node(d, name, units) end
 
 local function ready_cond(c)
   for _, x in ipairs(c.status and c.status.conditions or {}) do
@@ -50,23 +26,14 @@ local function ready_cond(c)
 end
 
 describe("budgets at bind (two replicas)", function()
-  local dir, d, certs, replicas
+  local d, certs, cluster, dir
 
   before_each(function()
-    dir = H.tmpdir()
-    certs = certs or P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
-    d = E.start_double()
-    E.load_examples(d)
-    replicas = {}
-    for _, id in ipairs { "replica-a", "replica-b" } do
-      replicas[id] = E.start_controller { double = d, dir = dir, certs = certs, identity = id }
-    end
+    cluster = E.start_cluster { certs = certs }
+    d, certs, dir = cluster.d, cluster.certs, cluster.dir
   end)
 
-  after_each(function()
-    for _, c in pairs(replicas) do P.stop(c.pid, 5) end
-    d:stop()
-  end)
+  after_each(function() E.stop_cluster(cluster) end)
 
   teardown(function() P.stop_all() end)
 

@@ -18,12 +18,9 @@
 -- the same interleaving with the replicas' threads.
 local P = require "proc"
 local E = require "controller_env"
-local sysfs = require "sysfs"
-local layout = require "runtime.layout"
+local G = require "gpu_nodes"
 local json = H.json
 
-local L40S = "nvidia.com/AD102GL_L40S"
-local BOOT = "3b1f5c2e-6d0a-4f8e-9a7b-2c4d6e8f0a1b"
 -- 10,000 steps in `make test`; 3,000 under ASan (`make test-asan` runs the
 -- same code sanitized, where each step costs about three times as much)
 local STEPS = tonumber(os.getenv("COZYGPU_FAULT_STEPS") or "") or (H.asan and 3000 or 10000)
@@ -32,20 +29,6 @@ local CHECK = 250
 local NODES = { "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6" }
 local UNITS = { 4, 4, 2, 2, 1, 8 } -- L40S per node (GPUNode functions)
 local NSS = { "tenant-a", "tenant-b" }
-
-local function gpunode_status(units)
-  local fns = {}
-  for i = 1, units do
-    fns[i] = { address = ("0000:%02x:00.0"):format(0x40 + i), device = "26b9", subsystem = "10de:1851",
-      driver = "vfio-pci", iommu = 40 + i, numa = 0 }
-  end
-  local tree = sysfs.build { functions = fns }
-  local inv, err = sysfs.inventory(tree)
-  tree:remove()
-  assert(inv, err)
-  return json.decode(json.encode(layout.status { inventory = inv, now = "2026-12-01T09:00:00Z", boot_id = BOOT,
-    generation = 1 }))
-end
 
 describe("binder fault run", function()
   it(("keeps its invariants through %d randomized steps with leader kills, watch cuts, 409s and 500s"):format(STEPS), function()
@@ -76,33 +59,17 @@ describe("binder fault run", function()
     end
 
     -- the model of what the driver did (the API is the truth for checks)
-    local node = {}   -- name -> {units, alloc, present, ready, cordoned, max}
-    local statuses = {}
-    for i, n in ipairs(NODES) do statuses[n] = gpunode_status(UNITS[i]) end
-
+    local node = {}   -- name -> {units, alloc, present, ready, cordoned}
     local function put_node_status(n)
       local s = node[n]
-      local obj = must("GET", "/api/v1/nodes/" .. n)
-      obj.status = { allocatable = { [L40S] = tostring(s.alloc) }, capacity = { [L40S] = tostring(s.units) },
-        conditions = { { type = "Ready", status = s.ready and "True" or "Unknown" } }, nodeInfo = { bootID = BOOT } }
-      must("PUT", "/api/v1/nodes/" .. n .. "/status", obj)
+      G.node_status(d, n, { units = s.units, alloc = s.alloc, ready = s.ready and "True" or "Unknown" })
     end
     local function create_node(i)
       local n = NODES[i]
-      local obj = must("POST", "/api/v1/nodes", { apiVersion = "v1", kind = "Node", metadata = { name = n },
-        spec = { taints = { { key = "gpu.cozystack.io/mode", value = "passthrough", effect = "NoSchedule" } } } })
-      local s = node[n] or { units = UNITS[i], max = 0 }
+      G.add_node(d, n, UNITS[i])
+      local s = node[n] or { units = UNITS[i] }
       s.alloc, s.present, s.ready, s.cordoned = UNITS[i], true, true, false
-      s.max = math.max(s.max, s.alloc)
       node[n] = s
-      put_node_status(n)
-      local _, gst = req("GET", "/apis/cozystack.io/v1alpha1/gpunodes/" .. n)
-      if gst == 200 then req("DELETE", "/apis/cozystack.io/v1alpha1/gpunodes/" .. n) end
-      local g = must("POST", "/apis/cozystack.io/v1alpha1/gpunodes", { apiVersion = "cozystack.io/v1alpha1",
-        kind = "GPUNode", metadata = { name = n, ownerReferences = { { apiVersion = "v1", kind = "Node", name = n,
-          uid = obj.metadata.uid } } }, spec = json.object() })
-      g.status = statuses[n]
-      must("PUT", "/apis/cozystack.io/v1alpha1/gpunodes/" .. n .. "/status", g)
     end
     for i = 1, #NODES do create_node(i) end
 
@@ -226,7 +193,7 @@ describe("binder fault run", function()
           apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
           metadata = { name = v.name, namespace = ns, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
             annotations = { ["gpu.cozystack.io/claims"] = table.concat(names, ",") } },
-          spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+          spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = G.L40S } } } } } })
         if st == 201 then vmis[#vmis + 1] = v end
       end },
       { 10, "VM scheduled and running where its claims are", function()
@@ -376,9 +343,11 @@ describe("binder fault run", function()
       for _, c in ipairs(cl) do
         local key = c.metadata.namespace .. "/" .. c.metadata.name
         local st = c.status or {}
-        if st.phase == "Pending" and not named[key] then
+        local waiting = st.phase == "Pending" or (st.phase == "Lost" and not st.node)
+      if waiting and not named[key] then
           for n, s in pairs(node) do
-            if s.present and s.ready and not s.cordoned then
+            local over = st.conditions and st.conditions[1] and st.conditions[1].reason == "OverBudget"
+          if s.present and s.ready and not s.cordoned and not over then
               local free = math.min(s.alloc, s.units) - (per[n] or 0)
               assert(free < c.spec.count, ("seed %d: %s (%d) waits (%s) while %s has %d free"):format(SEED, key,
                 c.spec.count, json.encode(st.conditions), n, free))

@@ -7,12 +7,10 @@
 -- spec asserts is read back from the double with kubectl or GET.
 local P = require "proc"
 local E = require "controller_env"
-local sysfs = require "sysfs"
-local layout = require "runtime.layout"
+local G = require "gpu_nodes"
 local json = H.json
 
-local L40S = "nvidia.com/AD102GL_L40S" -- examples/classes/l40s.yaml, 10DE:26B9
-local BOOT = "3b1f5c2e-6d0a-4f8e-9a7b-2c4d6e8f0a1b"
+local L40S = G.L40S
 local NS = "tenant-b" -- no ResourceQuota (examples/cluster/quotas.yaml budgets tenant-a): capacity alone decides
 
 local function kubectl(d, args, stdin)
@@ -32,44 +30,40 @@ local function must(d, method, path, body, ctype)
   return v
 end
 
--- The GPUNode status the agent writes for `units` L40S on vfio-pci.
-local function gpunode_status(units)
-  local fns = {}
-  for i = 1, units do
-    fns[i] = { address = ("0000:%02x:00.0"):format(0x40 + i), device = "26b9", subsystem = "10de:1851",
-      driver = "vfio-pci", iommu = 40 + i, numa = 0 }
-  end
-  local tree = sysfs.build { functions = fns }
-  local inv, err = sysfs.inventory(tree)
-  tree:remove()
-  assert(inv, err)
-  return json.decode(json.encode(layout.status { inventory = inv, now = "2026-12-01T09:00:00Z", boot_id = BOOT,
-    generation = 1 }))
-end
-
--- A GPU node as a cluster would show it: the Node (tainted as l40s.yaml's
--- toleration expects), its status, and its GPUNode.
 local function add_node(d, name, units)
-  local out, code = kubectl(d, { "apply" }, {
-    apiVersion = "v1", kind = "Node", metadata = { name = name, labels = { ["kubernetes.io/hostname"] = name } },
-    spec = { taints = { { key = "gpu.cozystack.io/mode", value = "passthrough", effect = "NoSchedule" } } } })
-  assert(code == 0, out)
-  local node = must(d, "GET", "/api/v1/nodes/" .. name)
-  node.status = { allocatable = { [L40S] = tostring(units), cpu = "64" }, capacity = { [L40S] = tostring(units) },
-    conditions = { { type = "Ready", status = "True", reason = "KubeletReady" } }, nodeInfo = { bootID = BOOT } }
-  must(d, "PUT", "/api/v1/nodes/" .. name .. "/status", node)
-  local g = must(d, "POST", "/apis/cozystack.io/v1alpha1/gpunodes", {
-    apiVersion = "cozystack.io/v1alpha1", kind = "GPUNode",
-    metadata = { name = name, ownerReferences = { { apiVersion = "v1", kind = "Node", name = name, uid = node.metadata.uid } } },
-    spec = json.object() })
-  g.status = gpunode_status(units)
-  must(d, "PUT", "/apis/cozystack.io/v1alpha1/gpunodes/" .. name .. "/status", g)
+  G.add_node(d, name, units)
 end
 
 local function add_claim(d, name, count, class)
   local out, code = kubectl(d, { "apply" }, { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim",
     metadata = { name = name, namespace = NS }, spec = { class = class or "l40s", count = count } })
   assert(code == 0, out)
+end
+
+-- Creates a virt-launcher pod of VMI `vmi` (the object as created) with
+-- kubectl, as KubeVirt would (label kubevirt.io=virt-launcher, controller
+-- ownerReference to the VMI); o = {annotations, gates (list of names),
+-- affinity, resources}. Returns nothing; fails on a refusal.
+local function launcher(d, name, vmi, o)
+  o = o or {}
+  local gates
+  if o.gates then
+    gates = {}
+    for i, g in ipairs(o.gates) do gates[i] = { name = g } end
+  end
+  local out, code = kubectl(d, { "create" }, {
+    apiVersion = "v1", kind = "Pod",
+    metadata = { name = name, namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
+      annotations = o.annotations,
+      ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = vmi.metadata.name,
+        uid = vmi.metadata.uid, controller = true, blockOwnerDeletion = true } } },
+    spec = { schedulingGates = gates, affinity = o.affinity,
+      containers = { { name = "compute", image = "quay.io/kubevirt/virt-launcher:v1.4.0", resources = o.resources } } } })
+  assert.are.equal(0, code, out)
+end
+
+local function required_terms(terms)
+  return { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = terms } } }
 end
 
 local function claim(d, name)
@@ -195,19 +189,11 @@ describe("the leader's binder (two replicas against the double)", function()
       metadata = { name = "vm2", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
         annotations = { ["gpu.cozystack.io/claims"] = "c1" } },
       spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
-    local out, code = kubectl(d, { "create" }, {
-      apiVersion = "v1", kind = "Pod",
-      metadata = { name = "virt-launcher-vm2-abcde", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
-        annotations = { ["gpu.cozystack.io/claims"] = "c1" },
-        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm2",
-          uid = vmi.metadata.uid, controller = true, blockOwnerDeletion = true } } },
-      spec = {
-        schedulingGates = { { name = "gpu.cozystack.io/claims" } },
-        affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = {
-          { matchExpressions = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } } } } } },
-        containers = { { name = "compute", image = "quay.io/kubevirt/virt-launcher:v1.4.0",
-          resources = { limits = { [L40S] = "1" }, requests = { [L40S] = "1" } } } } } })
-    assert.are.equal(0, code, out)
+    launcher(d, "virt-launcher-vm2-abcde", vmi, {
+      annotations = { ["gpu.cozystack.io/claims"] = "c1" },
+      gates = { "gpu.cozystack.io/claims" },
+      affinity = required_terms { { matchExpressions = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } } },
+      resources = { limits = { [L40S] = "1" }, requests = { [L40S] = "1" } } })
     local pod
     assert(P.wait_until(function()
       pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm2-abcde")
@@ -255,32 +241,21 @@ end)
 -- One case per rule of DESIGN.md §6, each in a fresh cluster with two
 -- replicas, so that what one case leaves cannot steer another.
 describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
-  local dir, d, certs
-  local replicas
+  local d, certs, cluster
 
   before_each(function()
-    dir = H.tmpdir()
-    certs = certs or P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
-    d = E.start_double()
-    E.load_examples(d)
-    replicas = {}
-    for _, id in ipairs { "replica-a", "replica-b" } do
-      replicas[id] = E.start_controller { double = d, dir = dir, certs = certs, identity = id }
-    end
-    assert(P.wait_until(function() return lease_holder(d) ~= nil end, 20), "no replica took the Lease")
+    cluster = E.start_cluster { certs = certs }
+    d, certs = cluster.d, cluster.certs
   end)
 
-  after_each(function()
-    for _, c in pairs(replicas) do P.stop(c.pid, 5) end
-    d:stop()
-  end)
+  after_each(function() E.stop_cluster(cluster) end)
 
   teardown(function() P.stop_all() end)
 
   local function set_ready(name, status)
     local node = must(d, "GET", "/api/v1/nodes/" .. name)
-    node.status.conditions = { { type = "Ready", status = status, reason = status == "True" and "KubeletReady" or "NodeStatusUnknown" } }
-    must(d, "PUT", "/api/v1/nodes/" .. name .. "/status", node)
+    local units = tonumber(node.status.capacity[L40S])
+    G.node_status(d, name, { units = units, ready = status })
   end
 
   local function vmi(name, claims, phase, node)
@@ -415,16 +390,9 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     add_claim(d, "st1", 1)
     wait_claim(d, "st1", "Bound", "gpu-1")
     local v = vmi("vm-st", "st1", "Pending")
-    local out, code = kubectl(d, { "create" }, {
-      apiVersion = "v1", kind = "Pod",
-      metadata = { name = "virt-launcher-vm-st-x", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
-        annotations = { ["gpu.cozystack.io/claims"] = "st1" },
-        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm-st",
-          uid = v.metadata.uid, controller = true } } },
-      spec = { affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = {
-          { matchFields = { { key = "metadata.name", operator = "In", values = { "gpu-old" } } } } } } } },
-        containers = { { name = "compute", image = "virt-launcher" } } } })
-    assert.are.equal(0, code, out)
+    launcher(d, "virt-launcher-vm-st-x", v, {
+      annotations = { ["gpu.cozystack.io/claims"] = "st1" },
+      affinity = required_terms { { matchFields = { { key = "metadata.name", operator = "In", values = { "gpu-old" } } } } } })
     assert(P.wait_until(function()
       local _, st = E.get(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-st")
       return st == 404
@@ -436,17 +404,9 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     add_claim(d, "e1", 1)
     wait_claim(d, "e1", "Bound", "gpu-1")
     local v = vmi("vm-e", "e1", "Pending")
-    local out, code = kubectl(d, { "create" }, {
-      apiVersion = "v1", kind = "Pod",
-      metadata = { name = "virt-launcher-vm-e-x", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
-        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm-e",
-          uid = v.metadata.uid, controller = true } } },
-      spec = { schedulingGates = { { name = "example.com/other" }, { name = "gpu.cozystack.io/claims" } },
-        affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = {
-          json.object(),
-          { matchExpressions = { { key = "zone", operator = "In", values = { "a" } } } } } } } },
-        containers = { { name = "compute", image = "virt-launcher" } } } })
-    assert.are.equal(0, code, out)
+    launcher(d, "virt-launcher-vm-e-x", v, {
+      gates = { "example.com/other", "gpu.cozystack.io/claims" },
+      affinity = required_terms { json.object(), { matchExpressions = { { key = "zone", operator = "In", values = { "a" } } } } } })
     local pod
     assert(P.wait_until(function()
       pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm-e-x")
@@ -464,14 +424,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     add_claim(d, "g1", 1) -- no node at all
     wait_reason("g1", "NoNodeWithRoom")
     local v = vmi("vm-g", "g1", "Pending")
-    local out, code = kubectl(d, { "create" }, {
-      apiVersion = "v1", kind = "Pod",
-      metadata = { name = "virt-launcher-vm-g-x", namespace = NS, labels = { ["kubevirt.io"] = "virt-launcher" },
-        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "vm-g",
-          uid = v.metadata.uid, controller = true } } },
-      spec = { schedulingGates = { { name = "gpu.cozystack.io/claims" } },
-        containers = { { name = "compute", image = "virt-launcher" } } } })
-    assert.are.equal(0, code, out)
+    launcher(d, "virt-launcher-vm-g-x", v, { gates = { "gpu.cozystack.io/claims" } })
     P.sleep(1.5)
     local pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm-g-x")
     assert.are.same({ { name = "gpu.cozystack.io/claims" } }, pod.spec.schedulingGates)

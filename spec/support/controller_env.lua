@@ -87,6 +87,34 @@ function E.start_controller(o)
   return { pid = pid, port = port, url = "https://127.0.0.1:" .. port, log = log, identity = id, cacert = o.certs.ca }
 end
 
+--- A fresh double with the examples loaded and `n` (default 2) controller
+--- replicas "replica-a", "replica-b", ... against it, one of which holds
+--- the Lease when this returns. o = {n, certs (reused when given), extra}.
+--- Returns {d, dir, certs, replicas = {identity = replica}}; stop it with
+--- E.stop_cluster.
+function E.start_cluster(o)
+  o = o or {}
+  local c = { dir = H.tmpdir(), replicas = {} }
+  c.certs = o.certs or P.certs(c.dir, { "cozygpu-webhook.cozy-gpu.svc" })
+  c.d = E.start_double()
+  E.load_examples(c.d)
+  for i = 1, o.n or 2 do
+    local id = "replica-" .. string.char(96 + i)
+    c.replicas[id] = E.start_controller { double = c.d, dir = c.dir, certs = c.certs, identity = id, extra = o.extra }
+  end
+  assert(P.wait_until(function()
+    local l = E.get(c.d, "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+    return l and l.spec and l.spec.holderIdentity ~= nil
+  end, 20), "no replica took the Lease")
+  return c
+end
+
+--- Stops the replicas and the double of E.start_cluster.
+function E.stop_cluster(c)
+  for _, r in pairs(c.replicas) do P.stop(r.pid, 5) end
+  c.d:stop()
+end
+
 --- Waits until the replica answers /readyz with 200.
 function E.wait_ready(c, timeout)
   return P.wait_until(function()
