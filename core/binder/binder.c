@@ -924,6 +924,12 @@ binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *
     return BINDER_OK;
 }
 
+const char *binder_state_claim_set(const binder_state *st, const char *ns, const char *name)
+{
+    sm_claim *c = claim_find(st, ns, name);
+    return c && c->set ? c->set->name : NULL;
+}
+
 binder_rc binder_state_set_get(const binder_state *st, const char *ns, const char *name, binder_vmi_phase *phase,
                                const char **node)
 {

@@ -262,6 +262,10 @@ binder_rc binder_state_set_vmi(binder_state *st, const char *ns, const char *nam
  * Errors: BINDER_ERR_NO_CLAIM (no such set). */
 binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *name, cozy_err *err);
 
+/* The name of the set (VM or VMI, same namespace) that names claim
+ * ns/name, or NULL when none does or the claim is unknown (borrowed). */
+const char *binder_state_claim_set(const binder_state *st, const char *ns, const char *name);
+
 /* The VMI phase and node of set ns/name. Errors: BINDER_ERR_NO_CLAIM. */
 binder_rc binder_state_set_get(const binder_state *st, const char *ns, const char *name, binder_vmi_phase *phase,
                                const char **node);

@@ -152,6 +152,10 @@ typedef struct loop {
     dirty *gated;       /* launcher pods carrying the gate ("ns/name") */
     dirty *waiting_sets; /* sets that named a claim not known yet ("ns/name") */
     raw_use *raw;       /* running raw-name VMIs */
+    json_t *uids;       /* "ns/name" -> metadata.uid of each claim in the state */
+    dirty *recheck;     /* VMIs ("ns/name") whose claims changed in a pass: raw use looked at again */
+    long long log_quiet_until; /* ms: policy failure log lines are held back until then */
+    unsigned long log_held;    /* lines held back since the last one written */
     json_t *raw_by_node; /* node -> {resource name: units} */
 } loop;
 
@@ -370,9 +374,15 @@ static void take_claim(loop *L, const json_t *obj, int restore)
         if((s.phase == BINDER_BOUND || s.phase == BINDER_ATTACHED) && !s.node)
             s.phase = BINDER_PENDING; /* a status no binder writes: start over */
     }
-    if(binder_state_claim_put(L->st, &s, &err) != BINDER_OK)
+    if(binder_state_claim_put(L->st, &s, &err) != BINDER_OK) {
         log_write(LOG_WARN, "binder", "cannot take the claim", "namespace", ns, "gpuclaim", name, "error", err.msg,
                   NULL);
+        return;
+    }
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
+    const char *uid = md_str(obj, "uid");
+    json_object_set_new(L->uids, key, json_string(uid ? uid : ""));
 }
 
 /* --- sets (a VM or VMI naming claims) --- */
@@ -416,17 +426,49 @@ static const char *annotation(const json_t *meta_owner, const char *key)
     return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
 }
 
-/* The VMI's units on its node when no claim covers them (a raw-name VM):
- * one per gpus[] and hostDevices[] entry, by deviceName, while Running or
- * Unknown with a node (capacity item 5 of issue 12, decision 0022). */
-static json_t *raw_units(const json_t *vmi)
+/* Whether the claims VMI `vmi` names cover its GPU entries on `node`:
+ * the VMI's own set (the binder took the annotation for this VMI, not for
+ * another VM naming the same claims) exists, and every claim of it is
+ * Bound or Attached on `node`, attached to nobody else, with at least as
+ * many units as the VMI has entries. Otherwise its devices are in use on
+ * the node with no claim booked for them (an annotation naming nothing,
+ * changed after start, or claims held elsewhere: issue 12 item 5). */
+static int claims_cover(loop *L, const char *ns, const char *vmi, const char *node, long entries)
 {
-    if(vmi_phase(vmi) != BINDER_VMI_RUNNING)
-        return NULL;
-    const char *ann = annotation(json_object_get(vmi, "metadata"), CLAIMS_ANNOTATION);
-    if(ann && strspn(ann, " \t,") != strlen(ann))
+    json_t *obj = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi);
+    char nb[8192];
+    const char *names[BINDER_MAX_SET_CLAIMS];
+    size_t k = claim_names(annotation(json_object_get(obj, "metadata"), CLAIMS_ANNOTATION), nb, sizeof nb, names,
+                           BINDER_MAX_SET_CLAIMS);
+    json_decref(obj);
+    if(k == 0 || binder_state_set_get(L->st, ns, vmi, NULL, NULL) != BINDER_OK)
+        return 0;
+    long units = 0;
+    for(size_t i = 0; i < k; i++) {
+        binder_claim_status c;
+        const char *owner = binder_state_claim_set(L->st, ns, names[i]);
+        if(binder_state_claim_get(L->st, ns, names[i], &c) != BINDER_OK || !owner || strcmp(owner, vmi) != 0 ||
+           (c.phase != BINDER_BOUND && c.phase != BINDER_ATTACHED) || !c.node || strcmp(c.node, node) != 0 ||
+           (c.attached_to && strcmp(c.attached_to, vmi) != 0))
+            return 0;
+        units += c.count;
+    }
+    return units >= entries;
+}
+
+/* The VMI's units on its node that no claim covers (a raw-name VM, or
+ * claims that do not cover it: claims_cover): one per gpus[] and
+ * hostDevices[] entry, by deviceName, while Scheduled (its pod is bound
+ * to the node: the kubelet hands it the devices), Running or Unknown with
+ * a node (issue 12 item 5, decision 0022). NULL when none. */
+static json_t *raw_units(loop *L, const json_t *vmi)
+{
+    binder_vmi_phase ph = vmi_phase(vmi);
+    const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
+    if((ph != BINDER_VMI_RUNNING && ph != BINDER_VMI_SCHEDULED) || !node)
         return NULL;
     json_t *used = json_object();
+    long entries = 0;
     const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
     static const char *const lists[] = {"gpus", "hostDevices"};
     for(int l = 0; l < 2; l++) {
@@ -435,11 +477,14 @@ static json_t *raw_units(const json_t *vmi)
         json_array_foreach(json_object_get(dev, lists[l]), i, g)
         {
             const char *dn = json_string_value(json_object_get(g, "deviceName"));
-            if(dn && *dn)
+            if(dn && *dn) {
                 json_object_set_new(used, dn, json_integer(json_integer_value(json_object_get(used, dn)) + 1));
+                entries++;
+            }
         }
     }
-    if(json_object_size(used) == 0) {
+    const char *ns = md_str(vmi, "namespace"), *name = md_str(vmi, "name");
+    if(json_object_size(used) == 0 || (ns && name && claims_cover(L, ns, name, node, entries))) {
         json_decref(used);
         return NULL;
     }
@@ -475,7 +520,7 @@ static void raw_update(loop *L, const char *key, const json_t *vmi, const char *
     *changed_a = *changed_b = NULL;
     raw_use *r;
     HASH_FIND_STR(L->raw, key, r);
-    json_t *used = vmi ? raw_units(vmi) : NULL;
+    json_t *used = vmi ? raw_units(L, vmi) : NULL;
     const char *node = vmi ? json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName")) : NULL;
     if(used && !node) {
         json_decref(used);
@@ -485,6 +530,8 @@ static void raw_update(loop *L, const char *key, const json_t *vmi, const char *
         json_decref(used);
         return;
     }
+    if(!r && !used)
+        return;
     L->view_dirty = 1;
     if(r) {
         raw_node_add(L, r->node, r->used, -1);
@@ -554,6 +601,28 @@ static void apply_set(loop *L, const char *ns, const char *name)
         binder_state_set_delete(L->st, ns, name, NULL);
     } else {
         binder_rc rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
+        if(rc == BINDER_ERR_BOUND && phase != BINDER_VMI_NONE && phase != BINDER_VMI_SUCCEEDED &&
+           phase != BINDER_VMI_FAILED) {
+            /* A live VMI names claims a stopped VM's template names too
+             * (admission checks only live VMIs, decision 0019): the claims
+             * go with the VMI that runs, the stopped VM's set waits until
+             * they are free again. A live owner keeps them. */
+            int moved = 0;
+            for(size_t i = 0; i < n; i++) {
+                const char *owner = binder_state_claim_set(L->st, ns, names[i]);
+                binder_vmi_phase oph;
+                if(owner && strcmp(owner, name) != 0 &&
+                   binder_state_set_get(L->st, ns, owner, &oph, NULL) == BINDER_OK && oph == BINDER_VMI_NONE) {
+                    char ok[600];
+                    snprintf(ok, sizeof ok, "%s/%s", ns, owner);
+                    binder_state_set_delete(L->st, ns, owner, NULL);
+                    dirty_add(&L->waiting_sets, ok);
+                    moved = 1;
+                }
+            }
+            if(moved)
+                rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
+        }
         if(rc == BINDER_ERR_NO_CLAIM || rc == BINDER_ERR_BOUND)
             dirty_add(&L->waiting_sets, key); /* a claim not seen yet, or still another set's */
         else if(rc != BINDER_OK)
@@ -575,6 +644,8 @@ static void loop_drop(loop *L)
     dirty_free(&L->deletes);
     dirty_free(&L->waiting_sets);
     dirty_free(&L->gated);
+    dirty_free(&L->recheck);
+    json_object_clear(L->uids);
     raw_use *r, *rt;
     HASH_ITER(hh, L->raw, r, rt)
     {
@@ -601,8 +672,36 @@ static int build(loop *L)
         if(md_str(o, "name"))
             apply_class(L, md_str(o, "name"));
     }
-    /* raw-name use first: it is part of what a node offers */
+    /* Claims from a fresh, consistent LIST, not the cache: the last
+     * leader's last writes may not have reached this replica's watch yet,
+     * and a status missed here would book its units twice (decision 0026). */
+    long code = 0;
+    json_t *list = NULL;
+    if(kube_list(ctl_proc->client, &KUBE_GPUCLAIMS, NULL, NULL, &code, &list, &err) != COZY_OK || code != 200) {
+        log_write(LOG_WARN, "binder", "cannot list GPUClaims to take the lead; trying again", "error",
+                  code ? json_string_value(json_object_get(list, "message")) : err.msg, NULL);
+        json_decref(list);
+        json_decref(classes);
+        loop_drop(L);
+        return -1;
+    }
+    json_array_foreach(json_object_get(list, "items"), i, o) take_claim(L, o, 1);
+    json_decref(list);
+    /* sets next (which VMI holds which claims), then raw-name use (a VMI
+     * its claims do not cover), then what each node offers */
+    json_t *vms = kube_informer_list(ctl_proc->vms_inf);
+    json_array_foreach(vms, i, o)
+    {
+        if(md_str(o, "namespace") && md_str(o, "name"))
+            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
+    }
+    json_decref(vms);
     json_t *vmis = kube_informer_list(cluster_inf(&KUBE_VMIS));
+    json_array_foreach(vmis, i, o)
+    {
+        if(md_str(o, "namespace") && md_str(o, "name"))
+            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
+    }
     json_array_foreach(vmis, i, o)
     {
         const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
@@ -613,35 +712,9 @@ static int build(loop *L)
         snprintf(key, sizeof key, "%s/%s", ns, name);
         raw_update(L, key, o, &ca, &cb, a, b, sizeof a);
     }
+    json_decref(vmis);
     apply_all_nodes(L, classes);
     json_decref(classes);
-    /* Claims from a fresh, consistent LIST, not the cache: the last
-     * leader's last writes may not have reached this replica's watch yet,
-     * and a status missed here would book its units twice (decision 0026). */
-    long code = 0;
-    json_t *list = NULL;
-    if(kube_list(ctl_proc->client, &KUBE_GPUCLAIMS, NULL, NULL, &code, &list, &err) != COZY_OK || code != 200) {
-        log_write(LOG_WARN, "binder", "cannot list GPUClaims to take the lead; trying again", "error",
-                  code ? json_string_value(json_object_get(list, "message")) : err.msg, NULL);
-        json_decref(list);
-        loop_drop(L);
-        return -1;
-    }
-    json_array_foreach(json_object_get(list, "items"), i, o) take_claim(L, o, 1);
-    json_decref(list);
-    json_t *vms = kube_informer_list(ctl_proc->vms_inf);
-    json_array_foreach(vms, i, o)
-    {
-        if(md_str(o, "namespace") && md_str(o, "name"))
-            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
-    }
-    json_decref(vms);
-    json_array_foreach(vmis, i, o)
-    {
-        if(md_str(o, "namespace") && md_str(o, "name"))
-            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
-    }
-    json_decref(vmis);
     json_t *pods = kube_informer_list(ctl_proc->pods_inf);
     json_array_foreach(pods, i, o)
     {
@@ -667,6 +740,12 @@ static void on_event(void *ud, const binder_event *ev)
 {
     loop *L = ud;
     bindpolicy_on_event(&L->bp, ev);
+    const char *set = binder_state_claim_set(L->st, ev->ns, ev->name);
+    if(set) {
+        char vk[600];
+        snprintf(vk, sizeof vk, "%s/%s", ev->ns, set);
+        dirty_add(&L->recheck, vk); /* does it still cover its VMI's devices? */
+    }
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ev->ns, ev->name);
     dirty_add(&L->writes, key);
@@ -714,8 +793,20 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
         char lbl[64];
         snprintf(lbl, sizeof lbl, "kind=\"%s\"", engine_outcome_name(ch.outcome));
         metrics_counter_add("cozygpu_binder_policy_failures_total", lbl, 1);
-        log_write(LOG_WARN, "binder", "the binder policy failed; placing in packing order", "namespace", sv->ns,
-                  "vm", sv->vm ? sv->vm : "", "kind", engine_outcome_name(ch.outcome), "error", ch.message, NULL);
+        /* at most one line per 10 s (the metric counts every failure) */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        if(ms >= L->log_quiet_until) {
+            char held[32];
+            snprintf(held, sizeof held, "%lu", L->log_held);
+            log_write(LOG_WARN, "binder", "the binder policy failed; placing in packing order", "namespace", sv->ns,
+                      "vm", sv->vm ? sv->vm : "", "gpuclaim", sv->n ? sv->claims[0].name : "", "kind",
+                      engine_outcome_name(ch.outcome), "error", ch.message, "failures_not_logged", held, NULL);
+            L->log_quiet_until = ms + 10000;
+            L->log_held = 0;
+        } else
+            L->log_held++;
     }
     return i;
 }
@@ -922,6 +1013,18 @@ static const char *owner_vmi(const json_t *pod)
     return NULL;
 }
 
+/* Whether `r` is the pin's requirement metadata.name In [one node]; the
+ * node, or NULL. */
+static const char *pin_of(const json_t *r)
+{
+    const char *k = json_string_value(json_object_get(r, "key"));
+    const char *op = json_string_value(json_object_get(r, "operator"));
+    const json_t *v = json_object_get(r, "values");
+    if(k && op && strcmp(k, "metadata.name") == 0 && strcmp(op, "In") == 0 && json_array_size(v) == 1)
+        return json_string_value(json_array_get(v, 0));
+    return NULL;
+}
+
 /* A NodeSelectorTerm with no requirement (it matches no node: k8s.io/api
  * core/v1 NodeSelectorTerm). */
 static int empty_term(const json_t *term)
@@ -940,9 +1043,15 @@ static int empty_term(const json_t *term)
  * kube_update_retry's mutate: 1 when the gate is gone already, -1 for a
  * shape the API server would not have stored (left as it is) or when this
  * replica no longer leads. */
+typedef struct pin_ctx {
+    const char *node;
+    int bad_shape; /* set when the pod's affinity is a shape the API server would not have stored */
+} pin_ctx;
+
 static int pin_mutate(json_t *pod, void *ctx)
 {
-    const char *node = ctx;
+    pin_ctx *pc = ctx;
+    const char *node = pc->node;
     if(!has_gate(pod))
         return 1;
     json_t *spec = json_object_get(pod, "spec");
@@ -966,6 +1075,7 @@ static int pin_mutate(json_t *pod, void *ctx)
         json_t *terms = json_object_get(req, "nodeSelectorTerms");
         if(!json_is_array(terms) || json_array_size(terms) == 0) {
             json_decref(requirement);
+            pc->bad_shape = 1;
             return -1;
         }
         size_t i;
@@ -974,6 +1084,7 @@ static int pin_mutate(json_t *pod, void *ctx)
         {
             if(!json_is_object(term)) {
                 json_decref(requirement);
+                pc->bad_shape = 1;
                 return -1;
             }
             if(empty_term(term))
@@ -983,6 +1094,9 @@ static int pin_mutate(json_t *pod, void *ctx)
                 mf = json_array();
                 json_object_set_new(term, "matchFields", mf);
             }
+            const char *last = pin_of(json_array_get(mf, json_array_size(mf) - 1));
+            if(last && strcmp(last, node) == 0)
+                continue; /* pinned already (a retry, or the webhook's pin): no second copy */
             json_array_append(mf, requirement);
         }
         json_decref(requirement);
@@ -998,25 +1112,36 @@ static int pin_mutate(json_t *pod, void *ctx)
     return leading() ? 0 : -1; /* the last check before the write */
 }
 
-/* The node an ungated pod's pin names: a matchFields requirement
- * metadata.name In [one node] in its first required term, or NULL. */
-static const char *pinned_node(const json_t *pod)
+static const json_t *required_terms(const json_t *pod)
 {
-    const json_t *terms = json_object_get(
+    return json_object_get(
         json_object_get(json_object_get(json_object_get(json_object_get(pod, "spec"), "affinity"), "nodeAffinity"),
                         "requiredDuringSchedulingIgnoredDuringExecution"),
         "nodeSelectorTerms");
+}
+
+/* The node an ungated pod's pin names: the pin is appended last to every
+ * term that has a requirement (cozygpu.pin, pin_mutate), so it is the
+ * last matchFields requirement of each such term, naming the same node;
+ * NULL when the pod carries no such pin (a requirement of the pod's own is
+ * not ours). */
+static const char *pinned_node(const json_t *pod)
+{
+    const json_t *terms = required_terms(pod);
+    const char *node = NULL;
     size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(json_array_get(terms, 0), "matchFields"), i, r)
+    json_t *term;
+    json_array_foreach(terms, i, term)
     {
-        const char *k = json_string_value(json_object_get(r, "key"));
-        const char *op = json_string_value(json_object_get(r, "operator"));
-        const json_t *v = json_object_get(r, "values");
-        if(k && op && strcmp(k, "metadata.name") == 0 && strcmp(op, "In") == 0 && json_array_size(v) == 1)
-            return json_string_value(json_array_get(v, 0));
+        if(empty_term(term))
+            continue;
+        const json_t *mf = json_object_get(term, "matchFields");
+        const char *n = pin_of(json_array_get(mf, json_array_size(mf) - 1));
+        if(!n || (node && strcmp(node, n) != 0))
+            return NULL;
+        node = n;
     }
-    return NULL;
+    return node;
 }
 
 /* The node all claims of the set named by the pod's VMI are Bound (or
@@ -1037,9 +1162,14 @@ static const char *set_node(loop *L, const char *ns, const char *vmi_name, char 
         binder_claim_status s;
         json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, names[i]);
         const char *api = json_string_value(json_object_get(json_object_get(c, "status"), "node"));
+        const char *owner = binder_state_claim_set(L->st, ns, names[i]);
         int ok = binder_state_claim_get(L->st, ns, names[i], &s) == BINDER_OK &&
                  (s.phase == BINDER_BOUND || s.phase == BINDER_ATTACHED) && s.node && api &&
-                 strcmp(api, s.node) == 0 && (!node || strcmp(node, s.node) == 0);
+                 strcmp(api, s.node) == 0 && (!node || strcmp(node, s.node) == 0) &&
+                 /* the claims are this VMI's: its own set holds them and
+                  * no other VMI is attached (decision 0019: another VMI's
+                  * launcher pod stays gated) */
+                 owner && strcmp(owner, vmi_name) == 0 && (!s.attached_to || strcmp(s.attached_to, vmi_name) == 0);
         json_decref(c);
         if(!ok) {
             node = NULL;
@@ -1071,7 +1201,7 @@ static int pin_pod(loop *L, const char *key)
          * claims' old node (decision 0025): while its VMI is not
          * scheduled, that VMI goes, as for a set that moved (DESIGN.md
          * §6), and the VM's runStrategy starts one pinned right. */
-        const char *pin = pinned_node(pod);
+        const char *pin = annotation(json_object_get(pod, "metadata"), CLAIMS_ANNOTATION) ? pinned_node(pod) : NULL;
         const char *now = vmi ? set_node(L, ns, vmi, nodebuf, sizeof nodebuf) : NULL;
         json_t *v = vmi ? kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi) : NULL;
         if(pin && now && strcmp(pin, now) != 0 && v && vmi_phase(v) == BINDER_VMI_PENDING &&
@@ -1091,11 +1221,19 @@ static int pin_pod(loop *L, const char *key)
     if(node && leading()) {
         cozy_err err;
         json_t *out = NULL;
-        if(kube_update_retry(ctl_proc->client, &KUBE_PODS, ns, name, 0, pin_mutate, (void *)node, &out, &err) ==
-           COZY_OK) {
+        pin_ctx pc = {node, 0};
+        if(kube_update_retry(ctl_proc->client, &KUBE_PODS, ns, name, 0, pin_mutate, &pc, &out, &err) == COZY_OK) {
             log_write(LOG_INFO, "binder", "pinned the launcher pod to its claims' node and removed its gate",
                       "namespace", ns, "pod", name, "node", node, NULL);
             metrics_counter_add("cozygpu_binder_pod_pins_total", NULL, 1);
+            done = 1;
+        } else if(pc.bad_shape) {
+            /* the API server refuses such a pod; a double or a hand-made
+             * object can hold one: said once, not tried again */
+            log_write(LOG_WARN, "binder",
+                      "cannot pin the launcher pod: its required node affinity has no term or a term that is not "
+                      "an object; it stays gated",
+                      "namespace", ns, "pod", name, NULL);
             done = 1;
         } else
             log_write(LOG_WARN, "binder", "cannot pin the launcher pod", "namespace", ns, "pod", name, "error",
@@ -1108,12 +1246,34 @@ static int pin_pod(loop *L, const char *key)
 
 /* --- one batch --- */
 
+/* Looks again at the raw-name use of the VMIs in L->recheck (their
+ * objects changed, or their claims did in a pass) and adds the nodes
+ * whose use changed to *nodes. Empties L->recheck. */
+static void recheck_raw(loop *L, dirty **nodes)
+{
+    dirty *d, *t;
+    HASH_ITER(hh, L->recheck, d, t)
+    {
+        char buf[600], a[256], b[256];
+        const char *ns, *name, *ca, *cb;
+        split_key(d->key, buf, sizeof buf, &ns, &name);
+        json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+        raw_update(L, d->key, vmi, &ca, &cb, a, b, sizeof a);
+        if(ca)
+            dirty_add(nodes, ca);
+        if(cb)
+            dirty_add(nodes, cb);
+        json_decref(vmi);
+    }
+    dirty_free(&L->recheck);
+}
+
 static void apply_dirty(loop *L, dirty *batch)
 {
-    int classes_changed = 0, kubevirt_changed = 0;
+    int classes_changed = 0, kubevirt_changed = 0, sets_changed = 0;
     dirty *d, *t;
-    /* classes first (a node's offers depend on them), then nodes, claims,
-     * sets: the order the state's checks want */
+    /* classes first (a node's offers depend on them), then claims, sets,
+     * the raw-name use that depends on sets, and last what nodes offer */
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_CLASS) {
@@ -1125,34 +1285,6 @@ static void apply_dirty(loop *L, dirty *batch)
         else if(d->key[0] == K_NAMESPACE || d->key[0] == K_QUOTA)
             L->view_dirty = 1;
     }
-    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
-    dirty *nodes = NULL;
-    HASH_ITER(hh, batch, d, t)
-    {
-        if(d->key[0] == K_VMI) {
-            char buf[600], a[256], b[256];
-            const char *ns, *name, *ca, *cb;
-            split_key(d->key + 2, buf, sizeof buf, &ns, &name);
-            json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
-            raw_update(L, d->key + 2, vmi, &ca, &cb, a, b, sizeof a);
-            if(ca)
-                dirty_add(&nodes, ca);
-            if(cb)
-                dirty_add(&nodes, cb);
-            json_decref(vmi);
-        } else if(d->key[0] == K_NODE || d->key[0] == K_GPUNODE)
-            dirty_add(&nodes, d->key + 3);
-    }
-    if(classes_changed || kubevirt_changed)
-        apply_all_nodes(L, classes);
-    else {
-        json_t *kv = first_kubevirt();
-        HASH_ITER(hh, nodes, d, t) apply_node(L, d->key, classes, kv);
-        json_decref(kv);
-    }
-    dirty_free(&nodes);
-    json_decref(classes);
-    int claims_added = 0;
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] != K_CLAIM)
@@ -1163,15 +1295,21 @@ static void apply_dirty(loop *L, dirty *batch)
         json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
         binder_claim_status s;
         int known = binder_state_claim_get(L->st, ns, name, &s) == BINDER_OK;
-        if(!obj) {
-            if(known) {
-                bindpolicy_on_delete(&L->bp, ns, name);
-                binder_state_claim_delete(L->st, ns, name, NULL);
-            }
-        } else if(!known) {
+        const char *uid = obj ? md_str(obj, "uid") : NULL;
+        const char *had = json_string_value(json_object_get(L->uids, d->key + 2));
+        if(known && (!obj || (uid && had && strcmp(uid, had) != 0))) {
+            /* gone, or deleted and created again under the same name
+             * (another uid: a new claim, with its own class and count) */
+            bindpolicy_on_delete(&L->bp, ns, name);
+            binder_state_claim_delete(L->st, ns, name, NULL);
+            json_object_del(L->uids, d->key + 2);
+            known = 0;
+            sets_changed = 1;
+        }
+        if(obj && !known) {
             take_claim(L, obj, 0);
-            claims_added = 1;
-        } else
+            sets_changed = 1;
+        } else if(obj)
             dirty_add(&L->writes, d->key + 2); /* written again if the API holds another status */
         json_decref(obj);
     }
@@ -1182,10 +1320,13 @@ static void apply_dirty(loop *L, dirty *batch)
             const char *ns, *name;
             split_key(d->key + 2, buf, sizeof buf, &ns, &name);
             apply_set(L, ns, name);
+            sets_changed = 1;
         } else if(d->key[0] == K_POD)
             dirty_add(&L->gated, d->key + 2);
     }
-    if(claims_added && L->waiting_sets) {
+    if(sets_changed && L->waiting_sets) {
+        /* a claim arrived or a set let go of one: the sets that named a
+         * claim not known yet, or held by a set, try again */
         dirty *w = L->waiting_sets, *wt;
         L->waiting_sets = NULL;
         HASH_ITER(hh, w, d, wt)
@@ -1197,6 +1338,25 @@ static void apply_dirty(loop *L, dirty *batch)
         }
         dirty_free(&w);
     }
+    dirty *nodes = NULL;
+    HASH_ITER(hh, batch, d, t)
+    {
+        if(d->key[0] == K_VMI)
+            dirty_add(&L->recheck, d->key + 2);
+        else if(d->key[0] == K_NODE || d->key[0] == K_GPUNODE)
+            dirty_add(&nodes, d->key + 3);
+    }
+    recheck_raw(L, &nodes);
+    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+    if(classes_changed || kubevirt_changed)
+        apply_all_nodes(L, classes);
+    else {
+        json_t *kv = first_kubevirt();
+        HASH_ITER(hh, nodes, d, t) apply_node(L, d->key, classes, kv);
+        json_decref(kv);
+    }
+    dirty_free(&nodes);
+    json_decref(classes);
 }
 
 static void drop_key(dirty **set, dirty *d)
@@ -1366,6 +1526,7 @@ void *ctl_bind_main(void *arg)
     (void)arg;
     loop L = {0};
     L.raw_by_node = json_object();
+    L.uids = json_object();
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
     cozy_err err;
@@ -1426,16 +1587,32 @@ void *ctl_bind_main(void *arg)
         } else if(policy_ready(&L) != 0)
             continue;
         /* a pass whose transitions need another (room freed by a move is
-         * retried by the next pass, decision 0023) */
-        for(int i = 0; i < 4 && binder_reconcile(L.st, &hooks) > 0; i++)
+         * retried by the next pass, decision 0023), or whose claims no
+         * longer cover (or now cover) a VMI's devices */
+        for(int i = 0; i < 4; i++) {
+            dirty *nodes = NULL, *d, *t;
+            recheck_raw(&L, &nodes);
+            if(nodes) {
+                json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+                json_t *kv = first_kubevirt();
+                HASH_ITER(hh, nodes, d, t) apply_node(&L, d->key, classes, kv);
+                json_decref(kv);
+                json_decref(classes);
+                dirty_free(&nodes);
+            }
+            size_t n = binder_reconcile(L.st, &hooks);
             bindpolicy_settle(&L.bp);
-        bindpolicy_settle(&L.bp);
+            if(n == 0 && !L.recheck)
+                break;
+        }
+        dirty_free(&L.recheck);
         flush(&L);
     }
     loop_drop(&L);
     engine_close(L.pe);
     ctl_bundle_unref(L.peb);
     json_decref(L.raw_by_node);
+    json_decref(L.uids);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);
     dirty_free(&g_dirty);

@@ -261,8 +261,10 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
   local function vmi(name, claims, phase, node)
     local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
       apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-      metadata = { name = name, namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
-        annotations = { ["gpu.cozystack.io/claims"] = claims } },
+      metadata = { name = name, namespace = NS,
+        -- a raw-name VMI (claims nil) has neither the label nor the annotation
+        labels = claims and { ["gpu.cozystack.io/class-reference"] = "true" } or nil,
+        annotations = claims and { ["gpu.cozystack.io/claims"] = claims } or nil },
       spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
     if phase then
       v.status = { phase = phase, nodeName = node }
@@ -418,6 +420,75 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     assert.are.equal(2, #terms)
     assert.is_nil(next(terms[1]))
     assert.are.same({ { key = "metadata.name", operator = "In", values = { "gpu-1" } } }, terms[2].matchFields)
+  end)
+
+  it("a claim deleted and created again under its name (another uid) is a new claim, not the old one's hold", function()
+    add_node(d, "gpu-1", 2)
+    add_claim(d, "r1", 1)
+    wait_claim(d, "r1", "Bound", "gpu-1")
+    -- keep the leader busy in a slow write so that the delete and the
+    -- create reach it in one batch (its watch then holds only the new one)
+    d:latency { method = "PUT", path = "/apis/cozystack.io/v1alpha1/namespaces/", ms = 1500, count = 1 }
+    add_claim(d, "busy", 1)
+    P.sleep(0.3)
+    must(d, "DELETE", "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/r1")
+    add_claim(d, "r1", 1, "a100-40c") -- a class no node offers
+    local c = wait_reason("r1", "NoNodeWithRoom")
+    assert.are.equal("Pending", c.status.phase)
+    assert.is_nil(c.status.node)
+    assert.are.equal(1, held(d)["gpu-1"]) -- busy alone
+  end)
+
+  it("a VMI naming claims another VMI is attached to: its launcher pod stays gated", function()
+    add_node(d, "gpu-1", 2)
+    add_claim(d, "o1", 1)
+    wait_claim(d, "o1", "Bound", "gpu-1")
+    vmi("vm-o1", "o1", "Running", "gpu-1")
+    wait_claim(d, "o1", "Attached", "gpu-1")
+    local v2 = vmi("vm-o2", "o1", "Pending")
+    launcher(d, "virt-launcher-vm-o2-x", v2, { annotations = { ["gpu.cozystack.io/claims"] = "o1" },
+      gates = { "gpu.cozystack.io/claims" } })
+    P.sleep(1.5)
+    local pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-vm-o2-x")
+    assert.are.same({ { name = "gpu.cozystack.io/claims" } }, pod.spec.schedulingGates)
+    assert.is_nil(pod.spec.affinity)
+  end)
+
+  it("a running VMI takes its claim from a stopped VM that names it too", function()
+    add_node(d, "gpu-1", 1)
+    add_node(d, "gpu-2", 1)
+    add_claim(d, "s1", 1)
+    local out, code = kubectl(d, { "apply" }, { apiVersion = "kubevirt.io/v1", kind = "VirtualMachine",
+      metadata = { name = "vm-stopped", namespace = NS },
+      spec = { runStrategy = "Halted", template = { metadata = { annotations = { ["gpu.cozystack.io/claims"] = "s1" } },
+        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } } } })
+    assert.are.equal(0, code, out)
+    local n = wait_claim(d, "s1", "Bound").status.node
+    vmi("vm-running", "s1", "Running", n)
+    local c = wait_claim(d, "s1", "Attached", n)
+    assert.are.equal("vm-running", c.status.attachedTo)
+    -- and a cordon does not move it from under the running VM
+    out, code = E.kubectl(d, { "cordon", n })
+    assert.are.equal(0, code, out)
+    P.sleep(1.5)
+    c = claim(d, "s1")
+    assert.are.equal("Attached", c.status.phase)
+    assert.are.equal(n, c.status.node)
+  end)
+
+  it("a running VMI whose claims annotation names nothing real still uses its node's GPUs", function()
+    add_node(d, "gpu-1", 1)
+    -- a raw-name VM runs there: the node has no room
+    vmi("raw", nil, "Running", "gpu-1")
+    add_claim(d, "w1", 1)
+    wait_reason("w1", "NoNodeWithRoom")
+    -- the tenant annotates the running VMI with claims that do not exist
+    local out, code = E.kubectl(d, { "annotate", "vmi", "raw", "-n", NS, "gpu.cozystack.io/claims=nothing" })
+    assert.are.equal(0, code, out)
+    P.sleep(1.5)
+    local c = claim(d, "w1")
+    assert.are.equal("Pending", c.status.phase)
+    assert.are.equal("NoNodeWithRoom", ready_cond(c).reason)
   end)
 
   it("a gated launcher pod whose claims are not bound stays gated", function()
