@@ -44,6 +44,10 @@
 #include "engine/luajson.h"
 
 #define GATE "gpu.cozystack.io/claims"
+/* On every claim the leader sees, so that a claim deleted while a VM uses
+ * its GPUs keeps its hold until the VMI ends (as kubernetes.io/pvc-protection
+ * keeps a PVC a pod uses; decision 0026). */
+#define PROTECTION "gpu.cozystack.io/claim-protection"
 #define CLAIMS_ANNOTATION "gpu.cozystack.io/claims"
 
 /* ------------------------------------------------------------ dirty keys */
@@ -154,6 +158,8 @@ typedef struct loop {
     raw_use *raw;       /* running raw-name VMIs */
     json_t *uids;       /* "ns/name" -> metadata.uid of each claim in the state */
     dirty *recheck;     /* VMIs ("ns/name") whose claims changed in a pass: raw use looked at again */
+    dirty *protect;     /* claims ("ns/name") that lack the protection finalizer */
+    dirty *deleting;    /* claims ("ns/name") being deleted: the finalizer goes once nothing uses them */
     long long log_quiet_until; /* ms: policy failure log lines are held back until then */
     unsigned long log_held;    /* lines held back since the last one written */
     json_t *raw_by_node; /* node -> {resource name: units} */
@@ -344,6 +350,29 @@ static const char *ready_reason(const json_t *claim)
     return NULL;
 }
 
+static int has_protection(const json_t *obj)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "finalizers"), i, f)
+    {
+        if(json_is_string(f) && strcmp(json_string_value(f), PROTECTION) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Queues what the protection finalizer of claim `obj` needs: added while
+ * it is not being deleted, looked at (removed once unused) while it is. */
+static void watch_protection(loop *L, const json_t *obj, const char *key)
+{
+    if(md_str(obj, "deletionTimestamp")) {
+        if(has_protection(obj))
+            dirty_add(&L->deleting, key);
+    } else if(!has_protection(obj))
+        dirty_add(&L->protect, key);
+}
+
 /* A cached claim into the state: restored from its status when
  * `restore` (a new leader), else added Pending. */
 static void take_claim(loop *L, const json_t *obj, int restore)
@@ -383,6 +412,7 @@ static void take_claim(loop *L, const json_t *obj, int restore)
     snprintf(key, sizeof key, "%s/%s", ns, name);
     const char *uid = md_str(obj, "uid");
     json_object_set_new(L->uids, key, json_string(uid ? uid : ""));
+    watch_protection(L, obj, key);
 }
 
 /* --- sets (a VM or VMI naming claims) --- */
@@ -645,6 +675,8 @@ static void loop_drop(loop *L)
     dirty_free(&L->waiting_sets);
     dirty_free(&L->gated);
     dirty_free(&L->recheck);
+    dirty_free(&L->protect);
+    dirty_free(&L->deleting);
     json_object_clear(L->uids);
     raw_use *r, *rt;
     HASH_ITER(hh, L->raw, r, rt)
@@ -1309,8 +1341,10 @@ static void apply_dirty(loop *L, dirty *batch)
         if(obj && !known) {
             take_claim(L, obj, 0);
             sets_changed = 1;
-        } else if(obj)
+        } else if(obj) {
             dirty_add(&L->writes, d->key + 2); /* written again if the API holds another status */
+            watch_protection(L, obj, d->key + 2);
+        }
         json_decref(obj);
     }
     HASH_ITER(hh, batch, d, t)
@@ -1493,12 +1527,98 @@ static void flush_status(loop *L)
     free(w);
 }
 
+typedef struct fin_ctx {
+    int add; /* 1: add the finalizer (claim not being deleted); 0: remove it */
+} fin_ctx;
+
+/* kube_update_retry's mutate for the protection finalizer. */
+static int fin_mutate(json_t *obj, void *ctx)
+{
+    fin_ctx *fc = ctx;
+    json_t *meta = json_object_get(obj, "metadata");
+    json_t *fins = json_object_get(meta, "finalizers");
+    if(fc->add) {
+        if(md_str(obj, "deletionTimestamp") || has_protection(obj))
+            return 1; /* an object being deleted takes no new finalizer */
+        if(!json_is_array(fins)) {
+            fins = json_array();
+            json_object_set_new(meta, "finalizers", fins);
+        }
+        json_array_append_new(fins, json_string(PROTECTION));
+    } else {
+        if(!has_protection(obj))
+            return 1;
+        for(size_t i = json_array_size(fins); i-- > 0;)
+            if(strcmp(json_string_value(json_array_get(fins, i)) ? json_string_value(json_array_get(fins, i)) : "",
+                      PROTECTION) == 0)
+                json_array_remove(fins, i);
+    }
+    return leading() ? 0 : -1;
+}
+
+/* Whether claim ns/name is in use, so that its deletion waits: Attached,
+ * Lost while its VMI may still run on its node (WaitingForVMIEnd), or
+ * Bound for a VMI scheduled or running (its pod holds the devices). */
+static int claim_in_use(loop *L, const char *ns, const char *name)
+{
+    binder_claim_status c;
+    if(binder_state_claim_get(L->st, ns, name, &c) != BINDER_OK)
+        return 0;
+    if(c.phase == BINDER_ATTACHED || (c.phase == BINDER_LOST && c.node))
+        return 1;
+    const char *set = binder_state_claim_set(L->st, ns, name);
+    binder_vmi_phase ph;
+    return c.phase == BINDER_BOUND && set && binder_state_set_get(L->st, ns, set, &ph, NULL) == BINDER_OK &&
+           (ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING);
+}
+
+/* Adds the protection finalizer where it is missing and removes it from
+ * the claims being deleted that nothing uses any more. */
+static void flush_protection(loop *L)
+{
+    dirty *d, *t;
+    HASH_ITER(hh, L->protect, d, t)
+    {
+        if(!leading())
+            return;
+        char buf[600];
+        const char *ns, *name;
+        split_key(d->key, buf, sizeof buf, &ns, &name);
+        fin_ctx fc = {1};
+        cozy_err err;
+        if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
+               COZY_OK ||
+           strstr(err.msg, "NotFound") || strstr(err.msg, "404"))
+            drop_key(&L->protect, d);
+    }
+    HASH_ITER(hh, L->deleting, d, t)
+    {
+        if(!leading())
+            return;
+        char buf[600];
+        const char *ns, *name;
+        split_key(d->key, buf, sizeof buf, &ns, &name);
+        if(claim_in_use(L, ns, name))
+            continue; /* its VMI still runs: the hold stays until it ends */
+        fin_ctx fc = {0};
+        cozy_err err;
+        if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
+               COZY_OK ||
+           strstr(err.msg, "NotFound") || strstr(err.msg, "404")) {
+            log_write(LOG_INFO, "binder", "released a deleted claim nothing uses any more", "namespace", ns,
+                      "gpuclaim", name, NULL);
+            drop_key(&L->deleting, d);
+        }
+    }
+}
+
 /* Sends the writes the last passes left: statuses (flush_status), VMI
  * deletions, pins. */
 static void flush(loop *L)
 {
     dirty *d, *t;
     flush_status(L);
+    flush_protection(L);
     HASH_ITER(hh, L->deletes, d, t)
     {
         if(!leading())

@@ -11,7 +11,8 @@
 --   * a claim is on at most one node (status.node is one field: checked
 --     as "Bound/Attached claims have a node, Pending ones none");
 --   * no claim is Attached to a VMI that is final or gone;
---   * every Pending or Lost claim carries a Ready condition with a reason.
+--   * every Pending or Lost claim carries a Ready condition with a reason;
+--   * a deleted claim is kept only while a VMI uses it.
 -- The seed and step count are printed; COZYGPU_FAULT_SEED and
 -- COZYGPU_FAULT_STEPS replay or lengthen a run. The double and the
 -- replicas are real processes, so a replay repeats the same steps, not
@@ -312,6 +313,23 @@ describe("binder fault run", function()
           assert(node[st.node] and node[st.node].present, key .. " is " .. st.phase .. " on deleted node " .. tostring(st.node))
         end
         if st.phase == "Pending" then assert.is_nil(st.node, key) end
+        -- a deleted claim is kept only while a VMI uses it (the protection
+        -- finalizer, decision 0026)
+        if c.metadata.deletionTimestamp then
+          assert(st.phase == "Attached" or (st.phase == "Lost" and st.node) or st.phase == "Bound",
+            key .. " is deleted and unused but still there: " .. json.encode(st))
+          if st.phase == "Bound" then
+            local users = 0
+            for _, v in pairs(live) do
+              local ann = v.metadata.annotations and v.metadata.annotations["gpu.cozystack.io/claims"] or ""
+              local vp = v.status and v.status.phase
+              if v.metadata.namespace == c.metadata.namespace and (vp == "Running" or vp == "Scheduled") then
+                for n in ann:gmatch("[^,]+") do if n == c.metadata.name then users = users + 1 end end
+              end
+            end
+            assert(users > 0, key .. " is deleted, Bound and used by no running VMI, but still there")
+          end
+        end
         if st.phase == "Attached" then
           local v = live[c.metadata.namespace .. "/" .. tostring(st.attachedTo)]
           assert(v, key .. " is Attached to a VMI that is gone: " .. tostring(st.attachedTo))

@@ -431,6 +431,10 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     d:latency { method = "PUT", path = "/apis/cozystack.io/v1alpha1/namespaces/", ms = 1500, count = 1 }
     add_claim(d, "busy", 1)
     P.sleep(0.3)
+    -- r1 is unused: the tenant may take the protection finalizer off
+    -- (as with kubernetes.io/pvc-protection) and delete it at once
+    must(d, "PATCH", "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/r1",
+      { metadata = { finalizers = json.null } })
     must(d, "DELETE", "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/r1")
     add_claim(d, "r1", 1, "a100-40c") -- a class no node offers
     local c = wait_reason("r1", "NoNodeWithRoom")
@@ -489,6 +493,34 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     local c = claim(d, "w1")
     assert.are.equal("Pending", c.status.phase)
     assert.are.equal("NoNodeWithRoom", ready_cond(c).reason)
+  end)
+
+  it("a claim deleted while its VMI runs keeps its hold until the VMI ends (finalizer gpu.cozystack.io/claim-protection)", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "u1", 1)
+    local c = wait_claim(d, "u1", "Bound", "gpu-1")
+    assert(P.wait_until(function()
+      c = claim(d, "u1")
+      for _, f in ipairs(c.metadata.finalizers or {}) do
+        if f == "gpu.cozystack.io/claim-protection" then return true end
+      end
+    end, 10), json.encode(c))
+    vmi("vm-u", "u1", "Running", "gpu-1")
+    wait_claim(d, "u1", "Attached", "gpu-1")
+    local out, code = E.kubectl(d, { "delete", "gpuclaim", "u1", "-n", NS, "--wait=false" })
+    assert.are.equal(0, code, out)
+    add_claim(d, "u2", 1) -- the unit is still in use: it waits
+    wait_reason("u2", "NoNodeWithRoom")
+    c = claim(d, "u1")
+    assert.is_string(c.metadata.deletionTimestamp)
+    assert.are.equal("Attached", c.status.phase)
+    -- the VMI ends: the deleted claim goes, and its unit is free again
+    vmi_phase("vm-u", "Succeeded", "gpu-1")
+    assert(P.wait_until(function()
+      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/u1")
+      return st == 404
+    end, 15), "the deleted claim was kept after its VMI ended")
+    wait_claim(d, "u2", "Bound", "gpu-1")
   end)
 
   it("a gated launcher pod whose claims are not bound stays gated", function()
