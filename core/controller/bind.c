@@ -160,6 +160,8 @@ typedef struct loop {
     dirty *recheck;     /* VMIs ("ns/name") whose claims changed in a pass: raw use looked at again */
     dirty *protect;     /* claims ("ns/name") that lack the protection finalizer */
     dirty *deleting;    /* claims ("ns/name") being deleted: the finalizer goes once nothing uses them */
+    json_t *creates;    /* "ns/name" -> template claim to create (decision 0027) */
+    json_t *tdeletes;   /* "ns/name" -> 1: template claims of a final VMI, to delete */
     long long log_quiet_until; /* ms: policy failure log lines are held back until then */
     unsigned long log_held;    /* lines held back since the last one written */
     json_t *raw_by_node; /* node -> {resource name: units} */
@@ -456,6 +458,75 @@ static const char *annotation(const json_t *meta_owner, const char *key)
     return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
 }
 
+#define TEMPLATE_LABEL "gpu.cozystack.io/template-claim"
+#define CLASS_REFERENCE "gpu.cozystack.io/class-reference"
+
+/* The claims VMI `vmi` holds, into names[] (pointers into buf, at most
+ * `max`): the names of its gpu.cozystack.io/claims annotation when it has
+ * one (decision 0019); else, for a VMI with the class-reference label
+ * (decision 0003), its template claims: one per GPU class its
+ * gpus[]/hostDevices[] deviceNames map to (a class's spec.resourceName),
+ * named "<vmi>-<class>", with as many units as entries of that class
+ * (issue 12 item 2, decision 0027). *tmpl (when not NULL) gets a new array
+ * [{name, class, count}] for template claims, NULL otherwise. Returns how
+ * many names. A name longer than BINDER_MAX_NAME is left out (admission
+ * refuses such a VMI). */
+static size_t vmi_claims(const json_t *vmi, char *buf, size_t n, const char **names, size_t max, json_t **tmpl)
+{
+    if(tmpl)
+        *tmpl = NULL;
+    const json_t *meta = json_object_get(vmi, "metadata");
+    const char *ann = annotation(meta, CLAIMS_ANNOTATION);
+    if(ann && strspn(ann, " \t,") != strlen(ann))
+        return claim_names(ann, buf, n, names, max);
+    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), CLASS_REFERENCE));
+    const char *vname = json_string_value(json_object_get(meta, "name"));
+    if(!ref || strcmp(ref, "true") != 0 || !vname)
+        return 0;
+    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+    json_t *per = json_object(); /* class -> units, in entry order */
+    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
+    static const char *const lists[] = {"gpus", "hostDevices"};
+    for(int l = 0; l < 2; l++) {
+        size_t i, j;
+        json_t *g, *c;
+        json_array_foreach(json_object_get(dev, lists[l]), i, g)
+        {
+            const char *dn = json_string_value(json_object_get(g, "deviceName"));
+            json_array_foreach(classes, j, c)
+            {
+                const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
+                const char *cn = md_str(c, "name");
+                if(dn && rn && cn && strcmp(dn, rn) == 0) {
+                    json_object_set_new(per, cn, json_integer(json_integer_value(json_object_get(per, cn)) + 1));
+                    break;
+                }
+            }
+        }
+    }
+    json_decref(classes);
+    size_t k = 0, used = 0;
+    json_t *out = tmpl ? json_array() : NULL;
+    const char *cn;
+    json_t *u;
+    json_object_foreach(per, cn, u)
+    {
+        size_t len = strlen(vname) + 1 + strlen(cn);
+        if(k >= max || len > BINDER_MAX_NAME || used + len + 1 > n)
+            continue;
+        char *at = buf + used;
+        snprintf(at, n - used, "%s-%s", vname, cn);
+        used += len + 1;
+        names[k++] = at;
+        if(out)
+            json_array_append_new(out, json_pack("{s:s, s:s, s:O}", "name", at, "class", cn, "count", u));
+    }
+    json_decref(per);
+    if(tmpl)
+        *tmpl = out;
+    return k;
+}
+
 /* Whether the claims VMI `vmi` names cover its GPU entries on `node`:
  * the VMI's own set (the binder took the annotation for this VMI, not for
  * another VM naming the same claims) exists, and every claim of it is
@@ -468,8 +539,7 @@ static int claims_cover(loop *L, const char *ns, const char *vmi, const char *no
     json_t *obj = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi);
     char nb[8192];
     const char *names[BINDER_MAX_SET_CLAIMS];
-    size_t k = claim_names(annotation(json_object_get(obj, "metadata"), CLAIMS_ANNOTATION), nb, sizeof nb, names,
-                           BINDER_MAX_SET_CLAIMS);
+    size_t k = obj ? vmi_claims(obj, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL) : 0;
     json_decref(obj);
     if(k == 0 || binder_state_set_get(L->st, ns, vmi, NULL, NULL) != BINDER_OK)
         return 0;
@@ -590,6 +660,47 @@ static void raw_update(loop *L, const char *key, const json_t *vmi, const char *
     }
 }
 
+/* What a template VMI's claims need (issue 12 item 2, decision 0027):
+ * while the VMI is not final, each of `tmpl` ([{name, class, count}]) that
+ * the cache does not hold is queued for creation — labelled a template
+ * claim, owned by the VMI (controller ownerReference: garbage collection
+ * removes it with the VMI), protected by the finalizer; once the VMI is
+ * final (Succeeded, Failed), each that exists is queued for deletion (it
+ * then goes once nothing uses it). */
+static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, binder_vmi_phase phase)
+{
+    const char *ns = md_str(vmi, "namespace"), *vname = md_str(vmi, "name"), *uid = md_str(vmi, "uid");
+    if(!ns || !vname || !uid)
+        return;
+    int final = phase == BINDER_VMI_SUCCEEDED || phase == BINDER_VMI_FAILED;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tmpl, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        char key[600];
+        snprintf(key, sizeof key, "%s/%s", ns, name);
+        json_t *have = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+        if(final) {
+            json_object_del(L->creates, key);
+            if(have && !md_str(have, "deletionTimestamp"))
+                json_object_set_new(L->tdeletes, key, json_true());
+        } else if(!have && !md_str(vmi, "deletionTimestamp")) {
+            json_object_set_new(
+                L->creates, key,
+                json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s}, s:[{s:s, s:s, s:s, s:s, s:b, s:b}], s:[s]},"
+                          " s:{s:s, s:O}}",
+                          "apiVersion", "cozystack.io/v1alpha1", "kind", "GPUClaim", "metadata", "name", name,
+                          "namespace", ns, "labels", TEMPLATE_LABEL, "true", "annotations", "gpu.cozystack.io/vmi",
+                          vname, "ownerReferences", "apiVersion", "kubevirt.io/v1", "kind", "VirtualMachineInstance",
+                          "name", vname, "uid", uid, "controller", 1, "blockOwnerDeletion", 1, "finalizers",
+                          PROTECTION, "spec", "class", json_string_value(json_object_get(t, "class")), "count",
+                          json_object_get(t, "count")));
+        }
+        json_decref(have);
+    }
+}
+
 /* Set ns/name from the caches: the VMI's annotation, phase and node when a
  * VMI exists, else the VM's template annotation (a stopped VM still holds
  * its claims on one node, DESIGN.md §6). No claims named: no set. A set
@@ -616,7 +727,12 @@ static void apply_set(loop *L, const char *ns, const char *name)
     }
     char buf[8192];
     const char *names[BINDER_MAX_SET_CLAIMS];
-    size_t n = claim_names(ann, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS);
+    json_t *tmpl = NULL;
+    size_t n = vmi ? vmi_claims(vmi, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS, &tmpl)
+                   : claim_names(ann, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS);
+    if(tmpl)
+        template_claims(L, vmi, tmpl, phase);
+    json_decref(tmpl);
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ns, name);
     dirty *w;
@@ -677,6 +793,8 @@ static void loop_drop(loop *L)
     dirty_free(&L->recheck);
     dirty_free(&L->protect);
     dirty_free(&L->deleting);
+    json_object_clear(L->creates);
+    json_object_clear(L->tdeletes);
     json_object_clear(L->uids);
     raw_use *r, *rt;
     HASH_ITER(hh, L->raw, r, rt)
@@ -1185,8 +1303,7 @@ static const char *set_node(loop *L, const char *ns, const char *vmi_name, char 
         return NULL;
     char nb[8192];
     const char *names[BINDER_MAX_SET_CLAIMS];
-    size_t k = claim_names(annotation(json_object_get(vmi, "metadata"), CLAIMS_ANNOTATION), nb, sizeof nb, names,
-                           BINDER_MAX_SET_CLAIMS);
+    size_t k = vmi_claims(vmi, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL);
     const char *node = NULL;
     for(size_t i = 0; i < k; i++) {
         /* the state's decision, and the API showing it (a write not sent
@@ -1614,11 +1731,58 @@ static void flush_protection(loop *L)
 
 /* Sends the writes the last passes left: statuses (flush_status), VMI
  * deletions, pins. */
+/* Creates the template claims queued by template_claims and deletes
+ * those of final VMIs. A create refused (a budget at admission, a name
+ * taken by a claim of someone else) is logged and dropped: the VMI's
+ * launcher pod stays gated, and the next change of the VMI tries again. */
+static void flush_templates(loop *L)
+{
+    const char *key;
+    json_t *v, *tmp;
+    json_object_foreach_safe(L->creates, tmp, key, v)
+    {
+        if(!leading())
+            return;
+        const char *ns = md_str(v, "namespace"), *name = md_str(v, "name");
+        long code = 0;
+        json_t *out = NULL;
+        cozy_err err;
+        if(kube_create(ctl_proc->client, &KUBE_GPUCLAIMS, ns, v, &code, &out, &err) != COZY_OK) {
+            json_decref(out);
+            continue; /* transport: tried again */
+        }
+        if(code / 100 == 2)
+            log_write(LOG_INFO, "binder", "created a template claim for its VMI", "namespace", ns, "gpuclaim", name,
+                      NULL);
+        else if(code != 409) {
+            const char *m = json_string_value(json_object_get(out, "message"));
+            log_write(LOG_WARN, "binder", "cannot create the template claim; the VMI's launcher pod stays gated",
+                      "namespace", ns, "gpuclaim", name, "error", m ? m : "", NULL);
+        }
+        json_decref(out);
+        json_object_del(L->creates, key);
+    }
+    json_object_foreach_safe(L->tdeletes, tmp, key, v)
+    {
+        if(!leading())
+            return;
+        char buf[600];
+        const char *ns, *name;
+        split_key(key, buf, sizeof buf, &ns, &name);
+        long code = 0;
+        cozy_err err;
+        if(kube_delete(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, &code, NULL, &err) == COZY_OK &&
+           (code / 100 == 2 || code == 404))
+            json_object_del(L->tdeletes, key);
+    }
+}
+
 static void flush(loop *L)
 {
     dirty *d, *t;
     flush_status(L);
     flush_protection(L);
+    flush_templates(L);
     HASH_ITER(hh, L->deletes, d, t)
     {
         if(!leading())
@@ -1647,6 +1811,8 @@ void *ctl_bind_main(void *arg)
     loop L = {0};
     L.raw_by_node = json_object();
     L.uids = json_object();
+    L.creates = json_object();
+    L.tdeletes = json_object();
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
     cozy_err err;
@@ -1733,6 +1899,8 @@ void *ctl_bind_main(void *arg)
     ctl_bundle_unref(L.peb);
     json_decref(L.raw_by_node);
     json_decref(L.uids);
+    json_decref(L.creates);
+    json_decref(L.tdeletes);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);
     dirty_free(&g_dirty);

@@ -523,6 +523,49 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     wait_claim(d, "u2", "Bound", "gpu-1")
   end)
 
+  it("a template VMI gets its claims while it lives: created owned by it, bound, attached, deleted once it is final", function()
+    add_node(d, "gpu-1", 2)
+    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = "pool-w1", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S }, { name = "gpu1", deviceName = L40S } } } } } })
+    -- one claim for the class, two units, named <vmi>-<class> (decision 0027)
+    local c = wait_claim(d, "pool-w1-l40s", "Bound", "gpu-1")
+    assert.are.equal(2, c.spec.count)
+    assert.are.equal("l40s", c.spec.class)
+    assert.are.equal("true", c.metadata.labels["gpu.cozystack.io/template-claim"])
+    local ref = c.metadata.ownerReferences[1]
+    assert.are.same({ "VirtualMachineInstance", "pool-w1", v.metadata.uid, true },
+      { ref.kind, ref.name, ref.uid, ref.controller })
+    -- it runs there: Attached
+    vmi_phase("pool-w1", "Running", "gpu-1")
+    c = wait_claim(d, "pool-w1-l40s", "Attached", "gpu-1")
+    assert.are.equal("pool-w1", c.status.attachedTo)
+    -- final: the claim goes (pay only while running), and its units are free
+    vmi_phase("pool-w1", "Succeeded", "gpu-1")
+    assert(P.wait_until(function()
+      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-w1-l40s")
+      return st == 404
+    end, 15), "the template claim of a final VMI was kept")
+    add_claim(d, "after", 2)
+    wait_claim(d, "after", "Bound", "gpu-1")
+  end)
+
+  it("a template VMI deleted before it ends: garbage collection and the binder remove its claims", function()
+    add_node(d, "gpu-1", 1)
+    must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = "pool-w2", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    wait_claim(d, "pool-w2-l40s", "Bound", "gpu-1")
+    local out, code = E.kubectl(d, { "delete", "vmi", "pool-w2", "-n", NS, "--wait=false" })
+    assert.are.equal(0, code, out)
+    assert(P.wait_until(function()
+      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-w2-l40s")
+      return st == 404
+    end, 15), "the template claim outlived its VMI")
+  end)
+
   it("a gated launcher pod whose claims are not bound stays gated", function()
     add_claim(d, "g1", 1) -- no node at all
     wait_reason("g1", "NoNodeWithRoom")

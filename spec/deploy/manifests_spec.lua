@@ -201,7 +201,7 @@ describe("deploy/ RBAC", function()
     local read = { "get", "list", "watch" }
     assert.are.same({
       ["cozystack.io/gpuclasses"] = read,
-      ["cozystack.io/gpuclaims"] = { "get", "list", "update", "watch" },
+      ["cozystack.io/gpuclaims"] = { "create", "delete", "get", "list", "update", "watch" },
       ["cozystack.io/gpunodes"] = read,
       ["cozystack.io/gpuclasses/status"] = { "patch", "update" },
       ["cozystack.io/gpuclaims/status"] = { "patch", "update" },
