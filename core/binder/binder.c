@@ -607,6 +607,22 @@ static binder_node_spec spec_of(const sm_node *n)
     return s;
 }
 
+/* A node arrives or turns Ready: the sets whose VMI is scheduled or runs
+ * there are looked at, so that claims released when the node was deleted
+ * go back to Attached on it (upkeep). Their claims are not booked on the
+ * node, so mark_node does not reach them. O(sets), on these transitions
+ * only (decision 0023). */
+static void mark_sets_on(binder_state *st, const char *name)
+{
+    sm_set *s, *stmp;
+    HASH_ITER(hh, st->sets, s, stmp)
+    {
+        if(s->node && strcmp(s->node, name) == 0 &&
+           (s->phase == BINDER_VMI_SCHEDULED || s->phase == BINDER_VMI_RUNNING))
+            mark_set(st, s);
+    }
+}
+
 binder_rc binder_state_node_set(binder_state *st, const char *name, const binder_node_spec *spec, cozy_err *err)
 {
     if(!name_ok(name, BINDER_MAX_NAME))
@@ -615,6 +631,7 @@ binder_rc binder_state_node_set(binder_state *st, const char *name, const binder
     if(!copy)
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     sm_node *old = node_find(st, name);
+    uint32_t tmp_flags = old ? old->flags : 0;
     if(!old) {
         HASH_ADD_KEYPTR(hh, st->nodes, copy->name, strlen(copy->name), copy);
         if(!copy->hh.tbl) {
@@ -644,6 +661,8 @@ binder_rc binder_state_node_set(binder_state *st, const char *name, const binder
         node_free(copy);
     }
     mark_node(st, name);
+    if(!old || (!(tmp_flags & BINDER_NODE_READY) && (spec->flags & BINDER_NODE_READY)))
+        mark_sets_on(st, name);
     gain_node(st, node_find(st, name));
     return BINDER_OK;
 }
@@ -656,8 +675,11 @@ binder_rc binder_state_node_flags(binder_state *st, const char *name, uint32_t f
     binder_rc rc = binder_node_set_flags(st->ix, name, flags);
     if(rc)
         return fail(err, rc, "node %s: %s", name, binder_strerror(rc));
+    uint32_t was = n->flags;
     n->flags = flags;
     mark_node(st, name);
+    if(!(was & BINDER_NODE_READY) && (flags & BINDER_NODE_READY))
+        mark_sets_on(st, name);
     gain_node(st, n);
     return BINDER_OK;
 }
@@ -1053,12 +1075,15 @@ static void upkeep(pass *p, sm_claim *c)
         break;
     case BINDER_ATTACHED:
         if(!vmi_live(vp)) { /* DESIGN §6: leaves Attached only when its VMI is final or removed */
+            /* the VMI's name: the one it was attached to (its set may be
+             * gone with its VM) */
+            const char *was = c->attached_to ? c->attached_to : vmi ? vmi : "?";
             if(n)
-                set_status(p, c, BINDER_BOUND, c->node, BINDER_R_PLACED, "VMI %s ended; the claim keeps node %s",
-                           vmi ? vmi : "", c->node);
+                set_status(p, c, BINDER_BOUND, c->node, BINDER_R_PLACED,
+                           "VMI %s is no longer running; the claim keeps node %s", was, c->node);
             else
                 set_status(p, c, BINDER_LOST, NULL, BINDER_R_NODE_LOST,
-                           "VMI %s ended and node %s is gone; waiting for a node with room", vmi ? vmi : "",
+                           "VMI %s is no longer running and node %s is gone; waiting for a node with room", was,
                            c->node);
         } else if(!n)
             set_status(p, c, BINDER_LOST, NULL, BINDER_R_WAITING_FOR_VMI_END,
@@ -1082,6 +1107,19 @@ static void upkeep(pass *p, sm_claim *c)
                        c->node, vmi);
             if(!c->attached_to)
                 c->attached_to = strdup(vmi);
+        } else if(!c->node && vp == BINDER_VMI_RUNNING && c->set->node) {
+            /* its node was deleted and is registered again while the VMI
+             * still runs there: the VMI holds those units, so they are
+             * booked again (past what the node offers if others took them:
+             * the unattached ones then move, step 2) and it is Attached */
+            sm_node *vn = node_find(st, c->set->node);
+            if(vn && (vn->flags & BINDER_NODE_READY) &&
+               binder_bind(st->ix, c->ns, c->name, c->set->node, BINDER_BIND_RESTORE, NULL) == BINDER_OK) {
+                set_status(p, c, BINDER_ATTACHED, c->set->node, BINDER_R_ATTACHED,
+                           "node %s is back; attached to VMI %s", c->set->node, vmi);
+                if(!c->attached_to)
+                    c->attached_to = strdup(vmi);
+            }
         }
         break;
     default: break;
