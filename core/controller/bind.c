@@ -835,7 +835,18 @@ static int build(loop *L)
         loop_drop(L);
         return -1;
     }
-    json_array_foreach(json_object_get(list, "items"), i, o) take_claim(L, o, 1);
+    json_array_foreach(json_object_get(list, "items"), i, o)
+    {
+        take_claim(L, o, 1);
+        /* every claim is compared with what the API holds once (a status
+         * no binder wrote, or the last leader's write that failed, is put
+         * right even when this pass changes nothing for it) */
+        if(md_str(o, "namespace") && md_str(o, "name")) {
+            char key[600];
+            snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
+            dirty_add(&L->writes, key);
+        }
+    }
     json_decref(list);
     /* sets next (which VMI holds which claims), then raw-name use (a VMI
      * its claims do not cover), then what each node offers */
