@@ -6,6 +6,14 @@
 -- all Bound or Attached to one node, a required node affinity to that
 -- node and no gate; otherwise the gate gpu.cozystack.io/claims, which the
 -- leader removes after binding the set and pinning the pod the same way.
+-- A virt-launcher pod of a VMI with template claims (DESIGN.md §3, issue 12
+-- item 2, docs/decisions/0027: the class-reference label, which KubeVirt
+-- copies from the VMI, template.go podLabels, and no claims annotation) is
+-- judged the same way against the claims `<vmi>-<class>` the leader creates
+-- for the classes its compute container requests; each must also be that
+-- VMI's template claim (label, controller owner with the VMI's uid, class
+-- and count), and one not created yet — the usual case at pod creation —
+-- gates.
 -- Whatever this rule cannot judge (a claim the view does not hold yet, a
 -- malformed list or affinity) gates: the pod waits for the leader rather
 -- than run on a guess. A malformed list is also refused, at /validate/pod.
@@ -15,18 +23,36 @@ local pin = require "cozygpu.pin"
 
 -- The VMI a virt-launcher pod runs: label kubevirt.io=virt-launcher and a
 -- controller owner reference to a VirtualMachineInstance (KubeVirt's
--- template service, pkg/virt-controller/services/template.go); nil for any
--- other pod.
+-- template service, pkg/virt-controller/services/template.go); its name
+-- and uid (nil when the reference has none), or nil for any other pod.
 local function launcher_vmi(pod)
   if object.label(pod, "kubevirt.io") ~= "virt-launcher" then return nil end
   local owner = object.controller_of(pod)
   if owner == nil or object.get(owner, "kind") ~= "VirtualMachineInstance" then return nil end
-  local name = object.get(owner, "name")
-  return type(name) == "string" and name or nil
+  local name, uid = object.get(owner, "name"), object.get(owner, "uid")
+  if type(name) ~= "string" then return nil end
+  return name, type(uid) == "string" and uid or nil
+end
+
+-- The node of a template VMI's claims (decision 0027), or nil: `set`, the
+-- claims the pod's compute container asks for
+-- (claims.template_names_of_pod; nil when it could not be formed), each
+-- in the view and this VMI's template claim (claims.template_mismatch),
+-- before pin.node_of judges their phases and nodes. A claim not created
+-- yet gives nil: the caller gates.
+local function template_node(cluster, ns, set, vmi, uid)
+  if set == nil or #set == 0 or type(ns) ~= "string" or ns == "" then return nil end
+  local names = {}
+  for _, want in ipairs(set) do
+    local c = cluster:get("GPUClaim", ns, want.name)
+    if c == nil or claims.template_mismatch(c, want, vmi, uid) ~= nil then return nil end
+    names[#names + 1] = want.name
+  end
+  return (pin.node_of(cluster, ns, names, vmi))
 end
 
 return rule "gpu/launcher-claims" {
-  description = "virt-launcher pods of VMIs naming GPUClaims: pinned to the claims' node when bound, else gated until the leader binds them",
+  description = "virt-launcher pods of VMIs naming GPUClaims or getting template claims: pinned to the claims' node when bound, else gated until the leader binds them",
   match = { kind = "Pod", group = "", operations = { "CREATE" } },
   -- /validate/pod: the list must parse (KubeVirt copies it verbatim from
   -- the VMI, where it was checked at creation: a malformed one was edited
@@ -43,15 +69,27 @@ return rule "gpu/launcher-claims" {
   end,
   mutate = function(req, cluster)
     local pod = req.object
-    local vmi = launcher_vmi(pod)
+    local vmi, uid = launcher_vmi(pod)
     if vmi == nil then return nil end
+    local ns = req.namespace or object.get(pod, "metadata", "namespace")
     local names, problems = claims.of(pod)
-    if names == nil then return nil end
-    -- already gated (by an earlier call of this webhook on reinvocation, or
-    -- by its creator): from here the pod is the leader's
-    if pin.gated(pod) then return nil end
+    local node
+    if names == nil then
+      -- no claims annotation: a template VMI's pod, or none of ours
+      if not claims.templated(pod) then return nil end
+      local set = claims.template_names_of_pod(pod, vmi, cluster)
+      -- no GPU requested: no template claims to wait for
+      if set ~= nil and #set == 0 then return nil end
+      if pin.gated(pod) then return nil end
+      node = template_node(cluster, ns, set, vmi, uid)
+      problems = {}
+    else
+      -- already gated (by an earlier call of this webhook on reinvocation,
+      -- or by its creator): from here the pod is the leader's
+      if pin.gated(pod) then return nil end
+      if #problems == 0 then node = pin.node_of(cluster, ns, names, vmi) end
+    end
     if #problems == 0 then
-      local node = pin.node_of(cluster, req.namespace or object.get(pod, "metadata", "namespace"), names, vmi)
       -- a pod that names a node skips the scheduler: pinned only when that
       -- is the claims' node; otherwise it is gated, which the API server
       -- refuses for a pod with spec.nodeName (ValidatePodCreate)

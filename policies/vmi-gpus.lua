@@ -8,7 +8,9 @@
 -- held by another live VMI, and its GPU entries must match them class by
 -- class; the claims already count against the budgets (§5 R6), so the
 -- VMI's set is not counted again, and a class being deleted still serves
--- them (§6).
+-- them (§6). A class-referencing VMI without the annotation gets template
+-- claims named `<VMI name>-<class>` (docs/decisions/0027): a name the API
+-- server would refuse for a GPUClaim (over 253 characters) refuses the VMI.
 local object = require "cozygpu.object"
 local tenant = require "cozygpu.tenant"
 local budget = require "cozygpu.budget"
@@ -145,6 +147,20 @@ return rule "gpu/vmi-entries" {
       out[#out + 1] = deny(p, { field = claims.FIELD, code = 422 })
     end
     local by_claims = names ~= nil
+    -- a VMI that gets template claims (DESIGN.md §3, decision 0027) must
+    -- give each a name the API server accepts as a GPUClaim's:
+    -- `<VMI name>-<class>`, a DNS-1123 subdomain of at most 253
+    -- characters. Otherwise the leader could never create them and its
+    -- pod would wait behind the gate for ever: an invalid object (422),
+    -- refused before any state-dependent refusal. A VMI without a name is
+    -- not judged here: the API server names every object (generateName)
+    -- before the validating webhooks see it.
+    if not by_claims and claims.templated(vmi) and #entries > 0 then
+      local _, tproblems = claims.template_names(vmi, cluster)
+      for _, p in ipairs(tproblems or {}) do
+        if p.reason == "name" then out[#out + 1] = deny(p.message, { field = p.field, code = 422 }) end
+      end
+    end
     local by_class = {}
     local class_order = {}
     local by_class_ref = object.label(vmi, CLASS_REFERENCE) == "true"
