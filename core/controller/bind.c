@@ -701,6 +701,45 @@ static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, bind
     }
 }
 
+/* Whether every template claim of `tmpl` the cache holds is this VMI's:
+ * labelled a template claim, its controller ownerReference naming the
+ * VMI's uid, of the class and count the VMI's entries ask (decision 0027;
+ * the launcher webhook checks the same before it pins). A claim not
+ * created yet counts as ours (it will be). */
+static int template_claims_ours(const json_t *vmi, const json_t *tmpl)
+{
+    const char *ns = md_str(vmi, "namespace"), *uid = md_str(vmi, "uid");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tmpl, i, t)
+    {
+        json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns,
+                                      json_string_value(json_object_get(t, "name")));
+        if(!c)
+            continue;
+        int ok = 0;
+        const json_t *labels = json_object_get(json_object_get(c, "metadata"), "labels");
+        const char *tl = json_string_value(json_object_get(labels, TEMPLATE_LABEL));
+        const json_t *spec = json_object_get(c, "spec");
+        const char *cls = json_string_value(json_object_get(spec, "class"));
+        if(tl && strcmp(tl, "true") == 0 && cls && strcmp(cls, json_string_value(json_object_get(t, "class"))) == 0 &&
+           json_integer_value(json_object_get(spec, "count")) == json_integer_value(json_object_get(t, "count"))) {
+            size_t j;
+            json_t *r;
+            json_array_foreach(json_object_get(json_object_get(c, "metadata"), "ownerReferences"), j, r)
+            {
+                const char *ruid = json_string_value(json_object_get(r, "uid"));
+                if(json_is_true(json_object_get(r, "controller")) && ruid && uid && strcmp(ruid, uid) == 0)
+                    ok = 1;
+            }
+        }
+        json_decref(c);
+        if(!ok)
+            return 0;
+    }
+    return 1;
+}
+
 /* Set ns/name from the caches: the VMI's annotation, phase and node when a
  * VMI exists, else the VM's template annotation (a stopped VM still holds
  * its claims on one node, DESIGN.md §6). No claims named: no set. A set
@@ -730,8 +769,11 @@ static void apply_set(loop *L, const char *ns, const char *name)
     json_t *tmpl = NULL;
     size_t n = vmi ? vmi_claims(vmi, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS, &tmpl)
                    : claim_names(ann, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS);
-    if(tmpl)
+    int not_ours = 0;
+    if(tmpl) {
         template_claims(L, vmi, tmpl, phase);
+        not_ours = !template_claims_ours(vmi, tmpl);
+    }
     json_decref(tmpl);
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ns, name);
@@ -745,6 +787,13 @@ static void apply_set(loop *L, const char *ns, const char *name)
     cozy_err err;
     if(n == 0) {
         binder_state_set_delete(L->st, ns, name, NULL);
+    } else if(not_ours) {
+        /* a claim of a template name that this VMI does not own (a claim
+         * left by an earlier VMI of the name, or a tenant's own claim of
+         * that name): never taken over (decision 0027); the set waits,
+         * and is tried again when claims change */
+        binder_state_set_delete(L->st, ns, name, NULL);
+        dirty_add(&L->waiting_sets, key);
     } else {
         binder_rc rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
         if(rc == BINDER_ERR_BOUND && phase != BINDER_VMI_NONE && phase != BINDER_VMI_SUCCEEDED &&

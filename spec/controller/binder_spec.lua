@@ -537,6 +537,16 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     local ref = c.metadata.ownerReferences[1]
     assert.are.same({ "VirtualMachineInstance", "pool-w1", v.metadata.uid, true },
       { ref.kind, ref.name, ref.uid, ref.controller })
+    -- its launcher pod, gated by the webhook (decision 0027), is pinned there
+    launcher(d, "virt-launcher-pool-w1-x", v, { gates = { "gpu.cozystack.io/claims" },
+      resources = { limits = { [L40S] = "2" }, requests = { [L40S] = "2" } } })
+    local pod
+    assert(P.wait_until(function()
+      pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-pool-w1-x")
+      return pod.spec.schedulingGates == nil
+    end, 15), json.encode(pod or {}))
+    assert.are.same({ { matchFields = { { key = "metadata.name", operator = "In", values = { "gpu-1" } } } } },
+      pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
     -- it runs there: Attached
     vmi_phase("pool-w1", "Running", "gpu-1")
     c = wait_claim(d, "pool-w1-l40s", "Attached", "gpu-1")
@@ -549,6 +559,28 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     end, 15), "the template claim of a final VMI was kept")
     add_claim(d, "after", 2)
     wait_claim(d, "after", "Bound", "gpu-1")
+  end)
+
+  it("a claim of a template name the VMI does not own is never taken over", function()
+    add_node(d, "gpu-1", 2)
+    add_claim(d, "pool-w3-l40s", 1) -- the tenant's own claim, of the name the VMI's would have
+    wait_claim(d, "pool-w3-l40s", "Bound", "gpu-1")
+    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = "pool-w3", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    launcher(d, "virt-launcher-pool-w3-x", v, { gates = { "gpu.cozystack.io/claims" } })
+    P.sleep(1.5)
+    local pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-pool-w3-x")
+    assert.are.same({ { name = "gpu.cozystack.io/claims" } }, pod.spec.schedulingGates)
+    local c = claim(d, "pool-w3-l40s")
+    assert.are.same({}, c.metadata.ownerReferences or {})
+    -- it runs anyway (say the webhook was off): the claim is not attached to it
+    vmi_phase("pool-w3", "Running", "gpu-1")
+    P.sleep(1.5)
+    c = claim(d, "pool-w3-l40s")
+    assert.are.equal("Bound", c.status.phase)
+    assert.is_nil(c.status.attachedTo)
   end)
 
   it("a template VMI deleted before it ends: garbage collection and the binder remove its claims", function()
