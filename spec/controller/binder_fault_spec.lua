@@ -1,7 +1,8 @@
 -- A randomized fault run of the leader's binder against the API server
 -- double (issue 12 "Must show"): claim creates and deletes, cordons, node
 -- loss and return, node deletion, capacity changes, VM starts, runs and
--- stops, leader kills, watch cuts, and 409s and 500s from the double on
+-- stops (pool workers with template claims too), leader kills, watch
+-- cuts, and 409s and 500s from the double on
 -- the status writes and lists. Checked while it runs (every CHECK steps)
 -- and once settled (after the run, and again once the cluster is healed):
 --   * tenant-a never holds more than its budget (2 devices);
@@ -12,7 +13,8 @@
 --     as "Bound/Attached claims have a node, Pending ones none");
 --   * no claim is Attached to a VMI that is final or gone;
 --   * every Pending or Lost claim carries a Ready condition with a reason;
---   * a deleted claim is kept only while a VMI uses it.
+--   * a deleted claim is kept only while a VMI uses it;
+--   * a template claim exists only while its VMI is not final.
 -- The seed and step count are printed; COZYGPU_FAULT_SEED and
 -- COZYGPU_FAULT_STEPS replay or lengthen a run. The double and the
 -- replicas are real processes, so a replay repeats the same steps, not
@@ -197,6 +199,20 @@ describe("binder fault run", function()
           spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = G.L40S } } } } } })
         if st == 201 then vmis[#vmis + 1] = v end
       end },
+      { 4, "template VM start", function()
+        -- a pool worker: no claims annotation, the leader creates
+        -- <vmi>-l40s for its 1 or 2 GPUs (decision 0027)
+        nvmi = nvmi + 1
+        local ns = pick(NSS)
+        local v = { ns = ns, name = "pool" .. nvmi, claims = { "pool" .. nvmi .. "-l40s" } }
+        local gpus = {}
+        for i = 1, math.random(2) do gpus[i] = { name = "gpu" .. i, deviceName = G.L40S } end
+        local _, st = req("POST", "/apis/kubevirt.io/v1/namespaces/" .. ns .. "/virtualmachineinstances", {
+          apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+          metadata = { name = v.name, namespace = ns, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+          spec = { domain = { devices = { gpus = gpus } } } })
+        if st == 201 then vmis[#vmis + 1] = v end
+      end },
       { 10, "VM scheduled and running where its claims are", function()
         if #vmis == 0 then return end
         local v = pick(vmis)
@@ -315,6 +331,14 @@ describe("binder fault run", function()
         if st.phase == "Pending" then assert.is_nil(st.node, key) end
         -- a deleted claim is kept only while a VMI uses it (the protection
         -- finalizer, decision 0026)
+        -- a template claim lives only with its VMI, until the VMI is final
+        if (c.metadata.labels or {})["gpu.cozystack.io/template-claim"] == "true" and not c.metadata.deletionTimestamp then
+          local owner = (c.metadata.ownerReferences or {})[1]
+          local v = owner and live[c.metadata.namespace .. "/" .. owner.name]
+          local vp = v and v.status and v.status.phase
+          assert(v and v.metadata.uid == owner.uid and vp ~= "Succeeded" and vp ~= "Failed",
+            key .. " is a template claim whose VMI is final or gone")
+        end
         if c.metadata.deletionTimestamp then
           assert(st.phase == "Attached" or (st.phase == "Lost" and st.node) or st.phase == "Bound",
             key .. " is deleted and unused but still there: " .. json.encode(st))
