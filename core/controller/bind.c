@@ -162,6 +162,7 @@ typedef struct loop {
     dirty *deleting;    /* claims ("ns/name") being deleted: the finalizer goes once nothing uses them */
     json_t *creates;    /* "ns/name" -> template claim to create (decision 0027) */
     json_t *tdeletes;   /* "ns/name" -> 1: template claims of a final VMI, to delete */
+    json_t *refused;    /* "ns/vm" -> {node: true}: nodes a template VMI of the VM failed on (DESIGN.md §6) */
     long long log_quiet_until; /* ms: policy failure log lines are held back until then */
     unsigned long log_held;    /* lines held back since the last one written */
     json_t *raw_by_node; /* node -> {resource name: units} */
@@ -773,6 +774,23 @@ static void apply_set(loop *L, const char *ns, const char *name)
     if(tmpl) {
         template_claims(L, vmi, tmpl, phase);
         not_ours = !template_claims_ours(vmi, tmpl);
+        const char *fnode = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
+        if(phase == BINDER_VMI_FAILED && fnode) {
+            /* remembered against the VM (its VMIs share its name), so that
+             * its next VMI's template set tries elsewhere */
+            char rk[600];
+            snprintf(rk, sizeof rk, "%s/%s", ns, name);
+            json_t *r = json_object_get(L->refused, rk);
+            if(!r) {
+                r = json_object();
+                json_object_set_new(L->refused, rk, r);
+            }
+            if(!json_object_get(r, fnode) && json_object_size(r) < 64) {
+                json_object_set_new(r, fnode, json_true());
+                log_write(LOG_INFO, "binder", "a template VMI failed on a node; its VM's next claims go elsewhere",
+                          "namespace", ns, "vm", name, "node", fnode, NULL);
+            }
+        }
     }
     json_decref(tmpl);
     char key[600];
@@ -996,9 +1014,26 @@ static json_t *node_labels(void *ud, const char *node)
 static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate *cands, size_t n)
 {
     loop *L = ud;
+    /* a template set does not go back to a node one of its VM's VMIs
+     * failed on (DESIGN.md §6, last rule; in memory: a restart forgets) */
+    binder_candidate kept[BINDER_MAX_CANDIDATES];
+    size_t at[BINDER_MAX_CANDIDATES], k = 0;
+    char rk[600];
+    snprintf(rk, sizeof rk, "%s/%s", sv->ns, sv->vm ? sv->vm : "");
+    const json_t *refused = sv->vm ? json_object_get(L->refused, rk) : NULL;
+    for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
+        if(refused && json_object_get(refused, cands[j].node))
+            continue;
+        at[k] = j;
+        kept[k++] = cands[j];
+    }
+    if(k == 0)
+        return -1; /* every candidate was refused to this VM: it waits for another */
     policy_deadline(L);
     engine_binder_choice ch;
-    int i = bindpolicy_choose(&L->bp, sv, cands, n, &ch);
+    int i = bindpolicy_choose(&L->bp, sv, kept, k, &ch);
+    if(i >= 0 && (size_t)i < k)
+        i = (int)at[i];
     if(ch.outcome != ENGINE_ALLOWED) {
         char lbl[64];
         snprintf(lbl, sizeof lbl, "kind=\"%s\"", engine_outcome_name(ch.outcome));
@@ -1872,6 +1907,7 @@ void *ctl_bind_main(void *arg)
     L.raw_by_node = json_object();
     L.uids = json_object();
     L.creates = json_object();
+    L.refused = json_object();
     L.tdeletes = json_object();
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
@@ -1960,6 +1996,7 @@ void *ctl_bind_main(void *arg)
     json_decref(L.raw_by_node);
     json_decref(L.uids);
     json_decref(L.creates);
+    json_decref(L.refused);
     json_decref(L.tdeletes);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);

@@ -583,6 +583,33 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     assert.is_nil(c.status.attachedTo)
   end)
 
+  it("a template VM whose VMI failed on a node gets its next VMI's claims placed elsewhere (DESIGN.md §6, last rule)", function()
+    add_node(d, "gpu-1", 1)
+    add_node(d, "gpu-2", 1)
+    local function start()
+      return must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+        apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+        metadata = { name = "pool-f1", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    end
+    start()
+    local first = wait_claim(d, "pool-f1-l40s", "Bound").status.node
+    local other = first == "gpu-1" and "gpu-2" or "gpu-1"
+    vmi_phase("pool-f1", "Failed", first) -- it failed there (say the device would not attach)
+    assert(P.wait_until(function()
+      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-f1-l40s")
+      return st == 404
+    end, 15))
+    -- the VM controller replaces the VMI (same name): its claim goes to the other node
+    must(d, "DELETE", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-f1")
+    assert(P.wait_until(function()
+      local _, st = E.get(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-f1")
+      return st == 404
+    end, 10))
+    start()
+    wait_claim(d, "pool-f1-l40s", "Bound", other)
+  end)
+
   it("a template VMI deleted before it ends: garbage collection and the binder remove its claims", function()
     add_node(d, "gpu-1", 1)
     must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
