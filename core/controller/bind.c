@@ -1490,6 +1490,21 @@ static int pin_pod(loop *L, const char *key)
 
 /* --- one batch --- */
 
+typedef struct class_walk {
+    loop *L;
+    const json_t *classes; /* name -> true */
+} class_walk;
+
+static void queue_class_claim(void *ud, const binder_claim_status *c)
+{
+    class_walk *cw = ud;
+    if(json_object_get(cw->classes, c->class_name)) {
+        char key[600];
+        snprintf(key, sizeof key, "%s/%s", c->ns, c->name);
+        dirty_add(&cw->L->writes, key);
+    }
+}
+
 /* Looks again at the raw-name use of the VMIs in L->recheck (their
  * objects changed, or their claims did in a pass) and adds the nodes
  * whose use changed to *nodes. Empties L->recheck. */
@@ -1518,10 +1533,12 @@ static void apply_dirty(loop *L, dirty *batch)
     dirty *d, *t;
     /* classes first (a node's offers depend on them), then claims, sets,
      * the raw-name use that depends on sets, and last what nodes offer */
+    json_t *changed = json_object(); /* classes changed in this batch */
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_CLASS) {
             apply_class(L, d->key + 3);
+            json_object_set_new(changed, d->key + 3, json_true());
             classes_changed = 1;
             L->view_dirty = 1;
         } else if(d->key[0] == K_KUBEVIRT)
@@ -1529,6 +1546,15 @@ static void apply_dirty(loop *L, dirty *batch)
         else if(d->key[0] == K_NAMESPACE || d->key[0] == K_QUOTA)
             L->view_dirty = 1;
     }
+    if(json_object_size(changed) > 0) {
+        /* a class change can change its claims' messages alone (onCordon
+         * Move -> Stay), which the state records without an event: their
+         * statuses are compared with the API after the pass (class changes
+         * are rare; this walks every claim once) */
+        class_walk cw = {L, changed};
+        binder_state_claims(L->st, queue_class_claim, &cw);
+    }
+    json_decref(changed);
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] != K_CLAIM)
