@@ -339,16 +339,19 @@ static void take_claim(loop *L, const json_t *obj, int restore)
 
 /* --- sets (a VM or VMI naming claims) --- */
 
+/* bindread_vmi_phase. */
 static binder_vmi_phase vmi_phase(const json_t *vmi)
 {
     return bindread_vmi_phase(vmi);
 }
 
+/* bindread_claim_names. */
 static size_t claim_names(const char *v, char *buf, size_t n, const char **names, size_t max)
 {
     return bindread_claim_names(v, buf, n, names, max);
 }
 
+/* Annotation `key` of the metadata `meta_owner`, or NULL. */
 static const char *annotation(const json_t *meta_owner, const char *key)
 {
     return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));

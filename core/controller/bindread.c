@@ -9,6 +9,7 @@
 
 #include "engine/luajson.h"
 
+/* metadata.<field> of `obj` as a string, or NULL. */
 static const char *md_str(const json_t *obj, const char *field)
 {
     return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
@@ -45,6 +46,7 @@ size_t bindread_claim_names(const char *v, char *buf, size_t n, const char **nam
     return k;
 }
 
+/* Annotation `key` of the metadata `meta_owner`, or NULL. */
 static const char *annotation(const json_t *meta_owner, const char *key)
 {
     return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
