@@ -62,7 +62,8 @@
  * or a directory of .yaml/.yml/.json files (read as `kubectl apply -f`
  * reads them: multi-document YAML, kubectl `List`s, format/manifest.h),
  * e.g. `kubectl get nodes,gpunodes,gpuclasses,gpuclaims,vms,vmis,kubevirts,
- * namespaces,resourcequotas -A -o yaml`, or the controller's cache dump.
+ * namespaces,resourcequotas -A -o yaml`. (The controller's SIGUSR1 cache
+ * dump holds object identities only, not objects: it cannot serve.)
  * Its objects become the starting state as a new leader builds it from the
  * same objects (controller/bind.c build(), through controller/bindread.h):
  *   GPUClass      a class: onCordon, metadata.deletionTimestamp (deleting),
@@ -78,11 +79,17 @@
  *   GPUClaim      restored from its status (decision 0020 §1): phase,
  *                 node, attachedTo, the Ready condition's reason (a Bound
  *                 or Attached status without a node starts over Pending);
+ *                 one being deleted (metadata.deletionTimestamp) goes
+ *                 once nothing uses it (Attached, Lost with a node, Bound
+ *                 for a Scheduled or Running VMI), checked after every
+ *                 pass, as the leader lets its finalizer go (decision 0026);
  *   VirtualMachine, VirtualMachineInstance
- *                 a VM of this file: runStrategy (spec.runStrategy, or
+ *                 a VM of this file: runStrategy (spec.runStrategy, one
+ *                 not listed above replayed as Manual with a note; or
  *                 spec.running true/false; neither: Halted); with a VMI,
- *                 its phase (Pending, Scheduling: Pending; Unknown:
- *                 Running), status.nodeName and claims (the claims
+ *                 its phase (none, Pending, Scheduling: Pending; Unknown
+ *                 and any phase not KubeVirt's seven, noted: Running),
+ *                 status.nodeName and claims (the claims
  *                 annotation, or template claims <vmi>-<class> for a
  *                 class-referencing VMI: created when the snapshot lacks
  *                 them, deleted when the VMI is final); without one, the
@@ -221,6 +228,7 @@ typedef struct sim {
     engine *re;        /* runtime.binder: what a snapshot's nodes offer (borrowed; set with snap_recs) */
     snapshot *sn;      /* the snapshot's objects by kind, during the run */
     json_t *keep;      /* values the run's classes, nodes and VMs borrow */
+    json_t *deleting;  /* "ns/name" -> true: a snapshot's claims being deleted (metadata.deletionTimestamp) */
     int quiet; /* the silent validation run */
     int json;
     json_t *doc;
@@ -416,6 +424,54 @@ static void vm_key(const sim_vm *v, char *key, size_t n)
     snprintf(key, n, "%s/%s", v->ns, v->name);
 }
 
+/* Claim ns/name (deleted) leaves the claim lists of the VMs of its
+ * namespace. */
+static void vm_claims_forget(sim *s, const char *ns, const char *name)
+{
+    const char *k;
+    json_t *list;
+    json_object_foreach(s->vm_claims, k, list) {
+        size_t i;
+        json_t *c;
+        if(strncmp(k, ns, strlen(ns)) || k[strlen(ns)] != '/')
+            continue;
+        json_array_foreach(list, i, c) if(!strcmp(json_string_value(c), name))
+        {
+            json_array_remove(list, i);
+            break;
+        }
+    }
+}
+
+/* A snapshot's claims being deleted (metadata.deletionTimestamp) go once
+ * nothing uses them (bindread_claim_in_use), as the leader takes its
+ * protection finalizer off after a pass (decision 0026). Returns how many
+ * went. */
+static int release_deleted(sim *s)
+{
+    int n = 0;
+    const char *k;
+    json_t *v, *tmp;
+    json_object_foreach_safe(s->deleting, tmp, k, v) {
+        char ns[BINDER_MAX_NAMESPACE + 1], name[BINDER_MAX_NAME + 1];
+        const char *slash = strchr(k, '/');
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - k), k);
+        snprintf(name, sizeof name, "%s", slash + 1);
+        binder_claim_status cs;
+        if(binder_state_claim_get(s->st, ns, name, &cs) == BINDER_OK) {
+            if(bindread_claim_in_use(s->st, ns, name))
+                continue;
+            bindpolicy_on_delete(&s->bp, ns, name);
+            binder_state_claim_delete(s->st, ns, name, NULL);
+            vm_claims_forget(s, ns, name);
+            say(s, "  claim %s/%s deleted (it was being deleted and nothing uses it any more)\n", ns, name);
+            n++;
+        }
+        json_object_del(s->deleting, k);
+    }
+    return n;
+}
+
 /* Template claims (DESIGN.md §3): created by the controller for a VMI of a
  * VM whose template asks for GPUs without naming claims, one claim per
  * class entry, named VM-CLASS; deleted once the VMI is final or gone. */
@@ -571,7 +627,7 @@ static void settle(sim *s)
         size_t n = binder_reconcile(s->st, &h);
         bindpolicy_settle(&s->bp);
         usage_check(s);
-        int changed = 0;
+        int changed = s->deleting && release_deleted(s) > 0;
         for(size_t i = 0; i < s->n_vms; i++) {
             sim_vm *v = &s->vms[i];
             if(v->phase != BINDER_VMI_PENDING)
@@ -1192,9 +1248,12 @@ static int snap_check(sim *s, const json_t *rec, const char *kind, int namespace
         for(int i = 0; rs && i < 5; i++)
             if(!strcmp(json_string_value(rs), rs_names[i]))
                 r = i;
-        if(rs && r < 0)
-            return snap_bad(s, rec, "spec.runStrategy",
-                            "must be Always, RerunOnFailure, Once, Manual or Halted, not \"%s\"", json_string_value(rs));
+        if(rs && r < 0) {
+            char id[400];
+            snap_id(rec, id, sizeof id);
+            snap_note(s, "snapshot: %s: runStrategy %s is not modelled; replayed as Manual (nothing restarts it)", id,
+                      json_string_value(rs));
+        }
     } else if(!strcmp(kind, "VirtualMachineInstance")) {
         const json_t *ph = get(o, "status", "phase", NULL);
         if(want_str(s, rec, ph, "status.phase", 0) ||
@@ -1208,10 +1267,12 @@ static int snap_check(sim *s, const json_t *rec, const char *kind, int namespace
         int ok = !ph;
         for(size_t i = 0; ph && i < sizeof phases / sizeof *phases; i++)
             ok |= !strcmp(json_string_value(ph), phases[i]);
-        if(!ok)
-            return snap_bad(s, rec, "status.phase",
-                            "must be Pending, Scheduling, Scheduled, Running, Succeeded, Failed or Unknown, not \"%s\"",
-                            json_string_value(ph));
+        if(!ok) {
+            char id[400];
+            snap_id(rec, id, sizeof id);
+            snap_note(s, "snapshot: %s: status.phase %s is read as Running, as the leader reads it", id,
+                      json_string_value(ph));
+        }
     } else if(!strcmp(kind, "ResourceQuota")) {
         if(!json_is_object(get(o, "spec", "hard", NULL)))
             return snap_bad(s, rec, "spec.hard", "must be a mapping");
@@ -1389,17 +1450,26 @@ static void snap_claims(sim *s, snapshot *sn)
             snap_bad(s, rec, NULL, "%s", err.msg);
             return;
         }
+        if(get(o, "metadata", "deletionTimestamp", NULL)) {
+            char key[400];
+            snprintf(key, sizeof key, "%s/%s", cs.ns, cs.name);
+            json_object_set_new(s->deleting, key, json_true());
+            snap_note(s, "snapshot: GPUClaim %s is being deleted: it goes once nothing uses it", key);
+        }
     }
 }
 
-/* A snapshot VM's runStrategy: spec.runStrategy, or spec.running true
- * (Always) / false (Halted); neither: Halted. */
+/* A snapshot VM's runStrategy: spec.runStrategy (one not modelled here:
+ * Manual), or spec.running true (Always) / false (Halted); neither:
+ * Halted. */
 static sim_rs snap_rs(const json_t *vm)
 {
     const char *rs = json_string_value(get(vm, "spec", "runStrategy", NULL));
     for(int i = 0; rs && i < 5; i++)
         if(!strcmp(rs, rs_names[i]))
             return (sim_rs)i;
+    if(rs)
+        return RS_MANUAL; /* one this file does not model (snap_check noted it) */
     return json_is_true(get(vm, "spec", "running", NULL)) ? RS_ALWAYS : RS_HALTED;
 }
 
@@ -1896,22 +1966,10 @@ static void delete_claim(sim *s, const char *ref, const char *path)
     bindpolicy_on_delete(&s->bp, ns, name);
     if(binder_state_claim_delete(s->st, ns, name, &err))
         return bad(s, "%s: unknown claim \"%s\"", path, ref);
-    /* the VM's list loses it too */
-    const char *k;
-    json_t *list;
-    json_object_foreach(s->vm_claims, k, list) {
-        size_t i;
-        json_t *c;
-        if(strncmp(k, ns, strlen(ns)) || k[strlen(ns)] != '/')
-            continue;
-        json_array_foreach(list, i, c) if(!strcmp(json_string_value(c), name))
-        {
-            json_array_remove(list, i);
-            break;
-        }
-    }
+    vm_claims_forget(s, ns, name);
     say(s, "  claim %s/%s deleted\n", ns, name);
 }
+
 
 typedef struct cl_copy {
     binder_state *to;
@@ -2190,6 +2248,7 @@ static int run(sim *s)
     s->st = binder_state_new();
     s->classes = json_object();
     s->keep = json_array();
+    s->deleting = json_object();
     s->vm_claims = json_object();
     bindpolicy_init(&s->bp, s->e, s->st);
     s->bp.labels = node_labels;
@@ -2252,6 +2311,8 @@ static int run(sim *s)
     s->sn = NULL;
     json_decref(s->keep);
     s->keep = NULL;
+    json_decref(s->deleting);
+    s->deleting = NULL;
     return s->bad[0] ? -1 : 0;
 }
 

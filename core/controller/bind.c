@@ -1461,18 +1461,11 @@ static int fin_mutate(json_t *obj, void *ctx)
 
 /* Whether claim ns/name is in use, so that its deletion waits: Attached,
  * Lost while its VMI may still run on its node (WaitingForVMIEnd), or
- * Bound for a VMI scheduled or running (its pod holds the devices). */
+ * Bound for a VMI scheduled or running (its pod holds the devices);
+ * bindread_claim_in_use over the leader's state. */
 static int claim_in_use(loop *L, const char *ns, const char *name)
 {
-    binder_claim_status c;
-    if(binder_state_claim_get(L->st, ns, name, &c) != BINDER_OK)
-        return 0;
-    if(c.phase == BINDER_ATTACHED || (c.phase == BINDER_LOST && c.node))
-        return 1;
-    const char *set = binder_state_claim_set(L->st, ns, name);
-    binder_vmi_phase ph;
-    return c.phase == BINDER_BOUND && set && binder_state_set_get(L->st, ns, set, &ph, NULL) == BINDER_OK &&
-           (ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING);
+    return bindread_claim_in_use(L->st, ns, name);
 }
 
 /* Adds the protection finalizer where it is missing and removes it from

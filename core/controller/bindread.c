@@ -148,6 +148,19 @@ int bindread_claim(const json_t *obj, int restore, binder_claim_status *out)
     return 0;
 }
 
+int bindread_claim_in_use(const binder_state *st, const char *ns, const char *name)
+{
+    binder_claim_status c;
+    if(binder_state_claim_get(st, ns, name, &c) != BINDER_OK)
+        return 0;
+    if(c.phase == BINDER_ATTACHED || (c.phase == BINDER_LOST && c.node))
+        return 1;
+    const char *set = binder_state_claim_set(st, ns, name);
+    binder_vmi_phase ph;
+    return c.phase == BINDER_BOUND && set && binder_state_set_get(st, ns, set, &ph, NULL) == BINDER_OK &&
+           (ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING);
+}
+
 /* Whether the claims VMI `vmi` names cover its GPU entries on `node`:
  * the VMI's own set (the binder took the annotation for this VMI, not for
  * another VM naming the same claims) exists, and every claim of it is

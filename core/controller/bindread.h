@@ -52,6 +52,12 @@ size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, 
  * metadata.namespace, spec.class or spec.count (1..BINDER_MAX_UNITS). */
 int bindread_claim(const json_t *obj, int restore, binder_claim_status *out);
 
+/* Whether claim ns/name of `st` is in use, so that a claim being deleted
+ * keeps its hold (the protection finalizer stays, decision 0026):
+ * Attached, Lost with a node, or Bound to a set whose VMI is Scheduled or
+ * Running. An unknown claim is not. */
+int bindread_claim_in_use(const binder_state *st, const char *ns, const char *name);
+
 /* The units VMI `vmi` uses on its node that no claim covers: one per
  * gpus[] and hostDevices[] entry, by deviceName, while Scheduled, Running
  * or Unknown with a status.nodeName — unless its own set in `st` (the

@@ -241,6 +241,49 @@ steps:
     assert.is_true(found)
   end)
 
+  it("lets a claim being deleted go once nothing uses it, as the leader lets its finalizer go", function()
+    local n1, g1 = gpu_node("gpu-1", 4)
+    local d1 = claim("t", "d1", 1, { phase = "Bound", node = "gpu-1" })
+    local d2 = claim("t", "d2", 1, { phase = "Attached", node = "gpu-1", attachedTo = "vd2", reason = "Attached" })
+    d1.metadata.deletionTimestamp = "2026-12-01T10:00:00Z"
+    d2.metadata.deletionTimestamp = "2026-12-01T10:00:00Z"
+    local snap = write_list(cluster(n1, g1, d1, vm("t", "vd1", "d1"), d2, vm("t", "vd2", "d2", "Always"),
+      running_vmi("t", "vd2", "gpu-1", 1, "d2")))
+    local sc = tmp(".yaml", [[
+steps:
+  - name: d1 is used by nothing, d2 by a running VMI
+    expect:
+      - {claim: t/d1, absent: true}
+      - {claim: t/d2, phase: Attached, node: gpu-1}
+  - name: its VMI stops
+    stop: t/vd2
+    expect:
+      - {claim: t/d2, absent: true}
+]])
+    local out, err, code = H.run { "simulate", "--snapshot", snap, sc }
+    os.remove(snap)
+    os.remove(sc)
+    assert.are.equal(0, code, out .. err)
+    assert.matches("\n3 expect lines held, 0 failed\n$", out)
+    assert.matches("note: snapshot: GPUClaim t/d1 is being deleted: it goes once nothing uses it", out)
+  end)
+
+  it("reads a runStrategy or VMI phase it does not model with a note, not a refusal", function()
+    local n1, g1 = gpu_node("gpu-1", 2)
+    local v = vm("t", "va", "a")
+    v.spec.runStrategy = "WaitAsReceiver"
+    local vmi = running_vmi("t", "va", "gpu-1", 1, "a")
+    vmi.status.phase = "WaitingForSync"
+    local snap = write_list(cluster(n1, g1, claim("t", "a", 1, { phase = "Attached", node = "gpu-1",
+      attachedTo = "va", reason = "Attached" }), v, vmi))
+    local out, err, code = H.run { "simulate", "--snapshot", snap, EMPTY }
+    os.remove(snap)
+    assert.are.equal(0, code, out .. err)
+    assert.matches("VirtualMachine t/va: runStrategy WaitAsReceiver is not modelled; replayed as Manual", out)
+    assert.matches("VirtualMachineInstance t/va: status%.phase WaitingForSync is read as Running", out)
+    assert.matches("t/a%s+l40s%s+1%s+Attached%s+gpu%-1", out)
+  end)
+
   it("lets the scenario add claims and VMs to the snapshot, and survives a leader change", function()
     local sc = tmp(".yaml", ([[
 snapshot: %s
@@ -281,10 +324,12 @@ steps:
       "Node gpu%-1: spec%.taints%[0%]: must be a mapping" },
     { "a class onCordon neither Move nor Stay", function(o) o.class.spec.onCordon = "Drain" end,
       "GPUClass l40s: spec%.onCordon: must be Move or Stay, not \"Drain\"" },
-    { "a VM runStrategy KubeVirt does not know", function(o) o.vm.spec.runStrategy = "Sometimes" end,
-      "VirtualMachine t/va: spec%.runStrategy: must be Always, RerunOnFailure, Once, Manual or Halted" },
-    { "a VMI phase KubeVirt does not know", function(o) o.vmi.status.phase = "Sleeping" end,
-      "VirtualMachineInstance t/va: status%.phase: must be Pending, Scheduling" },
+    { "a VM runStrategy that is no string", function(o) o.vm.spec.runStrategy = 3 end,
+      "VirtualMachine t/va: spec%.runStrategy: must be a string" },
+    { "a VMI phase that is no string", function(o) o.vmi.status.phase = { "Running" } end,
+      "VirtualMachineInstance t/va: status%.phase: must be a string" },
+    { "a VMI's host device that is no mapping", function(o) o.vmi.spec.domain.devices.hostDevices = { "gpu" } end,
+      "VirtualMachineInstance t/va: spec%.domain%.devices%.hostDevices%[0%]: must be a mapping" },
     { "a claims annotation that is no string", function(o)
         o.vmi.metadata.annotations["gpu.cozystack.io/claims"] = { "a" }
       end, "VirtualMachineInstance t/va: metadata%.annotations%.gpu%.cozystack%.io/claims: must be a string" },
