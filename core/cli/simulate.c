@@ -217,8 +217,10 @@ static int snap_has_class(const snapshot *sn, const char *name)
 {
     size_t i;
     json_t *c;
-    json_array_foreach(sn->classes, i, c) if(!strcmp(json_string_value(json_object_get(json_object_get(c, "metadata"), "name")), name))
-        return 1;
+    json_array_foreach(sn->classes, i, c) {
+        if(!strcmp(json_string_value(json_object_get(json_object_get(c, "metadata"), "name")), name))
+            return 1;
+    }
     return 0;
 }
 
@@ -1210,7 +1212,8 @@ static int snap_check(sim *s, const json_t *rec, const char *kind, int namespace
             return -1;
         if(!json_is_integer(cnt) || json_integer_value(cnt) < 1 || json_integer_value(cnt) > BINDER_MAX_UNITS)
             return snap_bad(s, rec, "spec.count", "must be a whole number from 1 to %d", BINDER_MAX_UNITS);
-        if(want_str(s, rec, ph, "status.phase", 0) || want_str(s, rec, get(o, "status", "node", NULL), "status.node", 0) ||
+        if(want_str(s, rec, ph, "status.phase", 0) ||
+           want_str(s, rec, get(o, "status", "node", NULL), "status.node", 0) ||
            want_str(s, rec, get(o, "status", "attachedTo", NULL), "status.attachedTo", 0) ||
            want_maps(s, rec, get(o, "status", "conditions", NULL), "status.conditions", cond))
             return -1;
@@ -1259,8 +1262,8 @@ static int snap_check(sim *s, const json_t *rec, const char *kind, int namespace
         if(want_str(s, rec, ph, "status.phase", 0) ||
            want_str(s, rec, get(o, "status", "nodeName", NULL), "status.nodeName", 0) ||
            want_maps(s, rec, get(o, "spec", "domain", "devices", "gpus", NULL), "spec.domain.devices.gpus", dev) ||
-           want_maps(s, rec, get(o, "spec", "domain", "devices", "hostDevices", NULL), "spec.domain.devices.hostDevices",
-                     dev))
+           want_maps(s, rec, get(o, "spec", "domain", "devices", "hostDevices", NULL),
+                     "spec.domain.devices.hostDevices", dev))
             return -1;
         static const char *const phases[] = {"",        "Pending",   "Scheduling", "Scheduled",
                                              "Running", "Succeeded", "Failed",     "Unknown"};
@@ -1443,7 +1446,8 @@ static void snap_claims(sim *s, snapshot *sn)
         }
         if(cs.phase == BINDER_PENDING && json_string_value(get(o, "status", "phase", NULL)) &&
            strcmp(json_string_value(get(o, "status", "phase", NULL)), "Pending"))
-            snap_note(s, "snapshot: GPUClaim %s/%s is %s without status.node: it starts over Pending, as the leader does",
+            snap_note(s,
+                      "snapshot: GPUClaim %s/%s is %s without status.node: it starts over Pending, as the leader does",
                       cs.ns, cs.name, json_string_value(get(o, "status", "phase", NULL)));
         cozy_err err = {{0}};
         if(binder_state_claim_put(s->st, &cs, &err)) {
@@ -1790,8 +1794,8 @@ static void snap_apply(sim *s, snapshot *sn)
         for(size_t k = 0; k < 9; k++)
             n[k] = json_array_size(snap_list(sn, snap_kinds[k].kind));
         snap_note(s,
-                  "snapshot: %zu GPUClasses, %zu Nodes (%zu GPU nodes), %zu GPUNodes, %zu GPUClaims, %zu VMs, %zu VMIs, "
-                  "%zu Namespaces, %zu ResourceQuotas",
+                  "snapshot: %zu GPUClasses, %zu Nodes (%zu GPU nodes), %zu GPUNodes, %zu GPUClaims, %zu VMs, "
+                  "%zu VMIs, %zu Namespaces, %zu ResourceQuotas",
                   n[0], n[1], s->n_nodes, n[2], n[4], n[5], n[6], n[7], n[8]);
     }
 }
@@ -2349,10 +2353,11 @@ static void usage(FILE *f)
 
 int sim_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"output", required_argument, 0, 'o'},   {"config", required_argument, 0, 'c'},
-                                         {"policies", required_argument, 0, 'p'}, {"override", required_argument, 0, 'O'},
-                                         {"library", required_argument, 0, 'L'},  {"snapshot", required_argument, 0, 'S'},
-                                         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'},  {"config", required_argument, 0, 'c'},
+        {"policies", required_argument, 0, 'p'}, {"override", required_argument, 0, 'O'},
+        {"library", required_argument, 0, 'L'}, {"snapshot", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *output = "table", *config_path = NULL, *snapshot_path = NULL;
     engine_options eo = {0};
     int c;

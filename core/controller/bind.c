@@ -50,6 +50,7 @@
  * keeps a PVC a pod uses; decision 0026). */
 #define PROTECTION "gpu.cozystack.io/claim-protection"
 #define CLAIMS_ANNOTATION "gpu.cozystack.io/claims"
+#define TEMPLATE_LABEL BINDREAD_TEMPLATE_LABEL
 
 /* ------------------------------------------------------------ dirty keys */
 
@@ -358,10 +359,10 @@ static const char *annotation(const json_t *meta_owner, const char *key)
 }
 
 /* The claims VMI `vmi` holds (bindread_vmi_claims over the cached
- * GPUClasses). */
+ * GPUClasses, listed only for a VMI with template claims). */
 static size_t vmi_claims(const json_t *vmi, char *buf, size_t n, const char **names, size_t max, json_t **tmpl)
 {
-    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+    json_t *classes = bindread_vmi_uses_classes(vmi) ? kube_informer_list(ctl_proc->classes_inf) : NULL;
     size_t k = bindread_vmi_claims(vmi, classes, buf, n, names, max, tmpl);
     json_decref(classes);
     return k;
@@ -371,7 +372,9 @@ static size_t vmi_claims(const json_t *vmi, char *buf, size_t n, const char **na
  * over the state and the cached GPUClasses). NULL when none. */
 static json_t *raw_units(loop *L, const json_t *vmi)
 {
-    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+    if(!bindread_vmi_on_node(vmi))
+        return NULL;
+    json_t *classes = bindread_vmi_uses_classes(vmi) ? kube_informer_list(ctl_proc->classes_inf) : NULL;
     json_t *used = bindread_raw_units(L->st, vmi, classes);
     json_decref(classes);
     return used;
@@ -477,7 +480,7 @@ static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, bind
                 json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s}, s:[{s:s, s:s, s:s, s:s, s:b, s:b}], s:[s]},"
                           " s:{s:s, s:O}}",
                           "apiVersion", "cozystack.io/v1alpha1", "kind", "GPUClaim", "metadata", "name", name,
-                          "namespace", ns, "labels", BINDREAD_TEMPLATE_LABEL, "true", "annotations", "gpu.cozystack.io/vmi",
+                          "namespace", ns, "labels", TEMPLATE_LABEL, "true", "annotations", "gpu.cozystack.io/vmi",
                           vname, "ownerReferences", "apiVersion", "kubevirt.io/v1", "kind", "VirtualMachineInstance",
                           "name", vname, "uid", uid, "controller", 1, "blockOwnerDeletion", 1, "finalizers",
                           PROTECTION, "spec", "class", json_string_value(json_object_get(t, "class")), "count",

@@ -52,6 +52,16 @@ static const char *annotation(const json_t *meta_owner, const char *key)
     return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
 }
 
+int bindread_vmi_uses_classes(const json_t *vmi)
+{
+    const json_t *meta = json_object_get(vmi, "metadata");
+    const char *ann = annotation(meta, BINDREAD_CLAIMS_ANNOTATION);
+    if(ann && strspn(ann, " \t,") != strlen(ann))
+        return 0;
+    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), BINDREAD_CLASS_REFERENCE));
+    return ref && strcmp(ref, "true") == 0;
+}
+
 size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
                            size_t max, json_t **tmpl)
 {
@@ -190,12 +200,18 @@ static int claims_cover(const binder_state *st, const json_t *vmi, const json_t 
     return units >= entries;
 }
 
-json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes)
+int bindread_vmi_on_node(const json_t *vmi)
 {
     binder_vmi_phase ph = bindread_vmi_phase(vmi);
     const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
-    if((ph != BINDER_VMI_RUNNING && ph != BINDER_VMI_SCHEDULED) || !node)
+    return (ph == BINDER_VMI_RUNNING || ph == BINDER_VMI_SCHEDULED) && node;
+}
+
+json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes)
+{
+    if(!bindread_vmi_on_node(vmi))
         return NULL;
+    const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
     json_t *used = json_object();
     long entries = 0;
     const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");

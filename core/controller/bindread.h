@@ -43,6 +43,11 @@ size_t bindread_claim_names(const char *v, char *buf, size_t n, const char **nam
 size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
                            size_t max, json_t **tmpl);
 
+/* Whether bindread_vmi_claims reads `classes` for VMI `vmi` (it has no
+ * non-blank claims annotation and carries the class-reference label), so
+ * a caller whose class list costs something lists it only then. */
+int bindread_vmi_uses_classes(const json_t *vmi);
+
 /* GPUClaim `obj` as the binder takes it into *out (strings borrowed from
  * obj): Pending, or with `restore` (a new leader, decision 0020 §1) the
  * phase, node, attachedTo of its status and the reason of its Ready
@@ -66,6 +71,11 @@ int bindread_claim_in_use(const binder_state *st, const char *ns, const char *na
  * has entries (issue 12 item 5, decision 0022). A new {resource name:
  * units}, or NULL when none. */
 json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes);
+
+/* Whether bindread_raw_units can find any use for `vmi` at all (Scheduled,
+ * Running or Unknown, with a status.nodeName): a cheap test before the
+ * classes are listed. */
+int bindread_vmi_on_node(const json_t *vmi);
 
 /* What one node offers and whether it takes new sets, read by
  * runtime.binder.node (cozygpu.capacity's rules, decision 0022) into the
