@@ -12,6 +12,7 @@ local G = require "gpu_nodes"
 local binder = require "runtime.binder"
 
 local EXAMPLE = "examples/snapshots/cluster.yaml"
+local ROOT = io.popen("pwd"):read("l")
 local WORKED = "examples/scenarios/drain-from-snapshot.yaml"
 
 local function tmp(ext, text)
@@ -302,11 +303,32 @@ steps:
       - {claim: tenant-b/extra-gpu, phase: Bound, node: gpu-2}
       - {claim: tenant-a/db-gpu, phase: Bound, node: gpu-1}
       - {claim: tenant-b/batch-gpu, phase: Pending, reason: NoNodeWithRoom}
-]]):format(os.getenv("PWD") .. "/" .. EXAMPLE))
+]]):format(ROOT .. "/" .. EXAMPLE))
     local out, err, code = H.run { "simulate", sc }
     os.remove(sc)
     assert.are.equal(0, code, out .. err)
     assert.matches("\n5 expect lines held, 0 failed\n$", out)
+  end)
+
+  it("counts the snapshot's claims against the tenant budgets at bind", function()
+    -- tenant-a may hold 4 (its ResourceQuota in the snapshot) and holds 3
+    local sc = tmp(".yaml", ([[
+snapshot: %s
+claims:
+  - {namespace: tenant-a, name: more-gpu, class: l40s, count: 2}
+  - {namespace: tenant-a, name: one-gpu, class: l40s, count: 1}
+vms:
+  - {namespace: tenant-a, name: more, claims: [more-gpu], runStrategy: Halted}
+  - {namespace: tenant-a, name: one, claims: [one-gpu], runStrategy: Halted}
+steps:
+  - expect:
+      - {claim: tenant-a/more-gpu, phase: Pending, reason: OverBudget}
+      - {claim: tenant-a/one-gpu, phase: Bound, reason: Placed}
+]]):format(ROOT .. "/" .. EXAMPLE))
+    local out, err, code = H.run { "simulate", sc }
+    os.remove(sc)
+    assert.are.equal(0, code, out .. err)
+    assert.matches("\n2 expect lines held, 0 failed\n$", out)
   end)
 
   local bad = {
@@ -360,7 +382,7 @@ steps:
   end
 
   it("refuses a scenario class that the snapshot has already", function()
-    local sc = tmp(".yaml", "snapshot: " .. os.getenv("PWD") .. "/" .. EXAMPLE .. "\nclasses: [{name: l40s}]\n")
+    local sc = tmp(".yaml", "snapshot: " .. ROOT .. "/" .. EXAMPLE .. "\nclasses: [{name: l40s}]\n")
     local out, err, code = H.run { "simulate", sc }
     os.remove(sc)
     assert.are.equal(2, code, out .. err)
