@@ -1753,8 +1753,14 @@ static void snap_nodes(sim *s, snapshot *sn)
         n->labels = (json_t *)get(o, "metadata", "labels", NULL);
         size_t j;
         json_t *p;
-        json_array_foreach(json_object_get(nv.view, "problems"), j, p)
-            snap_note(s, "snapshot: node %s: %s", name, json_string_value(p));
+        json_array_foreach(json_object_get(nv.view, "problems"), j, p) {
+            const char *m = json_string_value(p);
+            size_t nl = strlen(name);
+            if(m && !strncmp(m, "node ", 5) && !strncmp(m + 5, name, nl) && (m[5 + nl] == ' ' || m[5 + nl] == ':'))
+                snap_note(s, "snapshot: %s", m); /* it names the node already */
+            else
+                snap_note(s, "snapshot: node %s: %s", name, m ? m : "?");
+        }
         json_array_append(s->keep, nv.view); /* the taints' strings */
         bindread_node_view_free(&nv);
         s->n_nodes++;
