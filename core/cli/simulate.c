@@ -7,6 +7,9 @@
  *
  * Scenario (one YAML or JSON document; every key below, nothing else):
  *
+ *   snapshot:  ../snapshots/cluster.yaml  # optional: a live cluster's objects as the
+ *                                      # starting state (below), relative to the
+ *                                      # scenario (--snapshot PATH wins)
  *   classes:   - name: l40s            # GPUClass
  *                resourceName: nvidia.com/AD102GL  # optional: raw keys (DESIGN §5 R4, R5)
  *                onCordon: Move        # Move (default) | Stay
@@ -55,6 +58,69 @@
  * absent: true} (deleted, or not created yet) or {vmi: NS/NAME, phase,
  * node}; each key but claim/vmi is optional; node null or "" means none.
  *
+ * Snapshot (issue 12: "what happens if I drain this node now?"): a file
+ * or a directory of .yaml/.yml/.json files (read as `kubectl apply -f`
+ * reads them: multi-document YAML, kubectl `List`s, format/manifest.h),
+ * e.g. `kubectl get nodes,gpunodes,gpuclasses,gpuclaims,vms,vmis,kubevirts,
+ * namespaces,resourcequotas -A -o yaml`. (The controller's SIGUSR1 cache
+ * dump holds object identities only, not objects: it cannot serve.)
+ * Its objects become the starting state as a new leader builds it from the
+ * same objects (controller/bind.c build(), through controller/bindread.h):
+ *   GPUClass      a class: onCordon, metadata.deletionTimestamp (deleting),
+ *                 tolerations, resourceName; the object itself is in the
+ *                 cluster view the policies read;
+ *   Node, GPUNode, KubeVirt (the first)
+ *                 a node: what it offers each class, Ready, cordoned,
+ *                 layout pending and its gpu.cozystack.io/ taints, from
+ *                 runtime.binder.node (cozygpu.capacity, decision 0022),
+ *                 less the raw-name use below; its metadata.labels go to
+ *                 the chooser; its capacity problems are shown as notes.
+ *                 A Node without a GPUNode that no claim is on is left out;
+ *   GPUClaim      restored from its status (decision 0020 §1): phase,
+ *                 node, attachedTo, the Ready condition's reason (a Bound
+ *                 or Attached status without a node starts over Pending);
+ *                 one being deleted (metadata.deletionTimestamp) goes
+ *                 once nothing uses it (Attached, Lost with a node, Bound
+ *                 for a Scheduled or Running VMI), checked after every
+ *                 pass, as the leader lets its finalizer go (decision 0026);
+ *   VirtualMachine, VirtualMachineInstance
+ *                 a VM of this file: runStrategy (spec.runStrategy, one
+ *                 not listed above replayed as Manual with a note; or
+ *                 spec.running true/false; neither: Halted); with a VMI,
+ *                 its phase (none, Pending, Scheduling: Pending; Unknown
+ *                 and any phase not KubeVirt's seven, noted: Running),
+ *                 status.nodeName and claims (the claims
+ *                 annotation, or template claims <vmi>-<class> for a
+ *                 class-referencing VMI: created when the snapshot lacks
+ *                 them, deleted when the VMI is final); without one, the
+ *                 template's claims annotation (a stopped VM holds its
+ *                 claims) or its template GPUs (claims made at `start`);
+ *                 a VMI without a VM is a VM under Manual. Live VMIs are
+ *                 taken first, so they win claims a stopped VM names too.
+ *                 A VM naming a claim the snapshot lacks, or one another
+ *                 VM holds, is left out with a note (the leader keeps it
+ *                 waiting). A VM with Always or RerunOnFailure and no VMI
+ *                 gets one (Pending), and one whose VMI is final gets a
+ *                 new one after the first pass, as its VM controller would.
+ *                 A Scheduled or Running VMI whose own claims do not cover
+ *                 its gpus/hostDevices on its node uses those units there
+ *                 (raw-name use, subtracted from what the node offers, for
+ *                 the whole run: steps do not change it), as the leader
+ *                 counts it; VMs naming no claim are not replayed;
+ *   Namespace, ResourceQuota
+ *                 the budgets at bind (DESIGN.md §5), as `namespaces` and
+ *                 `resourceQuotas`.
+ * Claims are then booked where their status says (binder_state_restore)
+ * and the budget usage counted from them, so step 0 shows what a new
+ * leader's first pass would change (nothing, for a settled cluster). The
+ * scenario's classes, nodes, claims and vms add to the snapshot (a name
+ * it has already is refused); steps apply to both alike. An object of
+ * any other kind is skipped (one note per kind); a known object that is
+ * malformed where simulate reads it, has no kind, or is given twice exits
+ * 2 with "SNAPSHOT-FILE: KIND NS/NAME: FIELD: message", nothing applied.
+ * With --output json each step also lists the nodes: offers, ready,
+ * schedulable, layoutPending.
+ *
  * Template claims (DESIGN.md §3, issue 12 "Template claims"): a VM with
  * `gpus` gets, for each VMI, one claim per entry named VM-CLASS (template,
  * same namespace), created with the VMI and deleted once the VMI is final
@@ -100,6 +166,7 @@
 
 #include "binder/binder.h"
 #include "controller/bindpolicy.h"
+#include "controller/bindread.h"
 #include "engine/engine.h"
 #include "format/config.h"
 #include "format/manifest.h"
@@ -131,17 +198,46 @@ typedef struct sim_vm {
     sim_rs rs;
     binder_vmi_phase phase;
     char node[BINDER_MAX_NAME + 1];
+    int restart; /* loaded from a snapshot with a final VMI: its VM controller acts after the first pass */
 } sim_vm;
+
+/* The snapshot's objects by kind, checked (snap_read). */
+typedef struct snapshot {
+    json_t *by_kind;  /* kind -> [record] in the order read */
+    json_t *classes;  /* [GPUClass object]: for runtime.binder.node and template claims */
+    json_t *gpunodes; /* name -> GPUNode */
+    json_t *vms;      /* "ns/name" -> VirtualMachine */
+    json_t *vmis;     /* "ns/name" -> VirtualMachineInstance */
+    json_t *raw;      /* node -> {resource name: units} used by VMIs no claim covers */
+    json_t *view;     /* Namespaces, ResourceQuotas, GPUClasses and raw-use VMIs for the cluster view */
+} snapshot;
+
+/* Whether the snapshot has GPUClass `name`. */
+static int snap_has_class(const snapshot *sn, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(sn->classes, i, c) {
+        if(!strcmp(json_string_value(json_object_get(json_object_get(c, "metadata"), "name")), name))
+            return 1;
+    }
+    return 0;
+}
 
 typedef struct sim {
     const char *file;
+    json_t *snap_recs; /* the snapshot's manifest records (borrowed), NULL: none */
+    engine *re;        /* runtime.binder: what a snapshot's nodes offer (borrowed; set with snap_recs) */
+    snapshot *sn;      /* the snapshot's objects by kind, during the run */
+    json_t *keep;      /* values the run's classes, nodes and VMs borrow */
+    json_t *deleting;  /* "ns/name" -> true: a snapshot's claims being deleted (metadata.deletionTimestamp) */
     int quiet; /* the silent validation run */
     int json;
     json_t *doc;
     binder_state *st;
-    sim_node nodes[256];
+    sim_node nodes[1024];
     size_t n_nodes;
-    sim_vm vms[256];
+    sim_vm vms[4096];
     size_t n_vms;
     json_t *classes; /* name -> class object as given (for leaderChange) */
     json_t *vm_claims; /* "ns/name" -> [claim names] */
@@ -330,6 +426,54 @@ static void vm_key(const sim_vm *v, char *key, size_t n)
     snprintf(key, n, "%s/%s", v->ns, v->name);
 }
 
+/* Claim ns/name (deleted) leaves the claim lists of the VMs of its
+ * namespace. */
+static void vm_claims_forget(sim *s, const char *ns, const char *name)
+{
+    const char *k;
+    json_t *list;
+    json_object_foreach(s->vm_claims, k, list) {
+        size_t i;
+        json_t *c;
+        if(strncmp(k, ns, strlen(ns)) || k[strlen(ns)] != '/')
+            continue;
+        json_array_foreach(list, i, c) if(!strcmp(json_string_value(c), name))
+        {
+            json_array_remove(list, i);
+            break;
+        }
+    }
+}
+
+/* A snapshot's claims being deleted (metadata.deletionTimestamp) go once
+ * nothing uses them (bindread_claim_in_use), as the leader takes its
+ * protection finalizer off after a pass (decision 0026). Returns how many
+ * went. */
+static int release_deleted(sim *s)
+{
+    int n = 0;
+    const char *k;
+    json_t *v, *tmp;
+    json_object_foreach_safe(s->deleting, tmp, k, v) {
+        char ns[BINDER_MAX_NAMESPACE + 1], name[BINDER_MAX_NAME + 1];
+        const char *slash = strchr(k, '/');
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - k), k);
+        snprintf(name, sizeof name, "%s", slash + 1);
+        binder_claim_status cs;
+        if(binder_state_claim_get(s->st, ns, name, &cs) == BINDER_OK) {
+            if(bindread_claim_in_use(s->st, ns, name))
+                continue;
+            bindpolicy_on_delete(&s->bp, ns, name);
+            binder_state_claim_delete(s->st, ns, name, NULL);
+            vm_claims_forget(s, ns, name);
+            say(s, "  claim %s/%s deleted (it was being deleted and nothing uses it any more)\n", ns, name);
+            n++;
+        }
+        json_object_del(s->deleting, k);
+    }
+    return n;
+}
+
 /* Template claims (DESIGN.md §3): created by the controller for a VMI of a
  * VM whose template asks for GPUs without naming claims, one claim per
  * class entry, named VM-CLASS; deleted once the VMI is final or gone. */
@@ -485,7 +629,7 @@ static void settle(sim *s)
         size_t n = binder_reconcile(s->st, &h);
         bindpolicy_settle(&s->bp);
         usage_check(s);
-        int changed = 0;
+        int changed = s->deleting && release_deleted(s) > 0;
         for(size_t i = 0; i < s->n_vms; i++) {
             sim_vm *v = &s->vms[i];
             if(v->phase != BINDER_VMI_PENDING)
@@ -566,6 +710,16 @@ static void def_class(sim *s, json_t *c, const char *path)
                               tols, nt, &err))
         return bad(s, "%s: %s", path, err.msg);
     json_object_set(s->classes, name, c);
+}
+
+/* A class of the scenario's `classes`: def_class, refused when a class of
+ * that name is known already (given twice, or in the snapshot). */
+static void def_new_class(sim *s, json_t *c, const char *path)
+{
+    const char *name = json_string_value(json_object_get(c, "name"));
+    if(name && json_object_get(s->classes, name))
+        return bad(s, "%s.name: class %s is defined twice (or is in the snapshot)", path, name);
+    def_class(s, c, path);
 }
 
 static void def_node(sim *s, json_t *o, const char *path)
@@ -794,7 +948,9 @@ static void def_object(sim *s, json_t *o, const char *path, const char *kind, in
 
 /* The cluster view the budget check at bind and the chooser read
  * (engine_set_cluster): a GPUClass per class (name, spec.resourceName
- * when given), the scenario's namespaces and resourceQuotas. */
+ * when given; a snapshot's GPUClass as it is), the scenario's namespaces
+ * and resourceQuotas, and a snapshot's Namespaces, ResourceQuotas and the
+ * VMIs whose GPUs no claim covers (what the leader's view holds). */
 static void set_cluster(sim *s)
 {
     if(s->bad[0])
@@ -803,6 +959,8 @@ static void set_cluster(sim *s)
     const char *k;
     json_t *c;
     json_object_foreach(s->classes, k, c) {
+        if(s->sn && snap_has_class(s->sn, k))
+            continue; /* the snapshot's GPUClass object itself is in the view */
         json_t *spec = json_object();
         const json_t *rn = json_object_get(c, "resourceName");
         if(json_is_string(rn))
@@ -827,6 +985,8 @@ static void set_cluster(sim *s)
                 break;
         }
     }
+    if(s->sn)
+        json_array_extend(objects, s->sn->view);
     cozy_err err = {{0}};
     if(!s->bad[0] && engine_set_cluster(s->e, objects, s->settings, &err) != COZY_OK)
         bad(s, "the cluster view: %s", err.msg);
@@ -847,6 +1007,802 @@ static void def_list(sim *s, json_t *list, const char *path, void (*fn)(sim *, j
         fn(s, o, p);
         if(s->bad[0])
             return;
+    }
+}
+
+/* ------------------------------------------------------------- snapshot */
+
+/* The kinds a snapshot is read for (anything else is skipped with a
+ * note), and whether they are namespaced. */
+static const struct {
+    const char *kind;
+    int namespaced;
+} snap_kinds[] = {{"GPUClass", 0},      {"Node", 0},           {"GPUNode", 0},
+                  {"KubeVirt", 1},      {"GPUClaim", 1},       {"VirtualMachine", 1},
+                  {"VirtualMachineInstance", 1}, {"Namespace", 0}, {"ResourceQuota", 1}};
+
+/* A field of `o` down the NULL-terminated list of keys (NULL when absent). */
+static const json_t *get(const json_t *o, ...)
+{
+    va_list ap;
+    va_start(ap, o);
+    for(const char *k = va_arg(ap, const char *); k && o; k = va_arg(ap, const char *))
+        o = json_object_get(o, k);
+    va_end(ap);
+    return o;
+}
+
+/* A snapshot record's object: "KIND NS/NAME" or "KIND NAME". */
+static void snap_id(const json_t *rec, char *buf, size_t n)
+{
+    const json_t *o = json_object_get(rec, "object");
+    const char *kind = json_string_value(json_object_get(o, "kind"));
+    const char *ns = json_string_value(get(o, "metadata", "namespace", NULL));
+    const char *name = json_string_value(get(o, "metadata", "name", NULL));
+    snprintf(buf, n, "%s %s%s%s", kind ? kind : "object", ns ? ns : "", ns ? "/" : "",
+             name ? name : "(no metadata.name)");
+}
+
+/* Fails the run on snapshot record `rec`: "FILE: KIND NS/NAME: FIELD:
+ * message" (FILE the snapshot file the object came from). Returns -1. */
+static int snap_bad(sim *s, const json_t *rec, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int snap_bad(sim *s, const json_t *rec, const char *field, const char *fmt, ...)
+{
+    if(s->bad[0])
+        return -1;
+    char m[600], id[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    snap_id(rec, id, sizeof id);
+    snprintf(s->bad, sizeof s->bad, "%s: %s: %s%s%s", json_string_value(json_object_get(rec, "file")), id,
+             field ? field : "", field ? ": " : "", m);
+    return -1;
+}
+
+/* A note of the snapshot's reading: a line of step 0 (table) or an event
+ * {kind: note, message} (json). */
+static void snap_note(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void snap_note(sim *s, const char *fmt, ...)
+{
+    char m[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    say(s, "  note: %s\n", m);
+    if(s->step_out)
+        out_event(s, json_pack("{s:s,s:s}", "kind", "note", "message", m));
+}
+
+/* Type checks of one field of a snapshot object: absent is fine unless
+ * `required`; otherwise the value must be of the kind named. Each returns
+ * 0, or -1 with the run failed (snap_bad). */
+static int want_str(sim *s, const json_t *rec, const json_t *v, const char *field, int required)
+{
+    if(!v || json_is_null(v))
+        return required ? snap_bad(s, rec, field, "required") : 0;
+    if(!json_is_string(v) || (required && !*json_string_value(v)))
+        return snap_bad(s, rec, field, "must be a%s string", required ? " non-empty" : "");
+    return 0;
+}
+
+/* `v` (when given) is of JSON type `type`: JSON_OBJECT, JSON_ARRAY or
+ * JSON_TRUE (a boolean). */
+static int want_type(sim *s, const json_t *rec, const json_t *v, const char *field, int type)
+{
+    if(!v || json_is_null(v))
+        return 0;
+    static const char *const what[] = {[JSON_OBJECT] = "a mapping", [JSON_ARRAY] = "a list",
+                                       [JSON_TRUE] = "true or false"};
+    int t = json_typeof(v) == JSON_FALSE ? JSON_TRUE : (int)json_typeof(v);
+    if(t != type)
+        return snap_bad(s, rec, field, "must be %s", what[type]);
+    return 0;
+}
+
+/* Every element of list `v` (when given) is a mapping; its string fields
+ * `strs` (NULL-terminated) are strings when given. */
+static int want_maps(sim *s, const json_t *rec, const json_t *v, const char *field, const char *const *strs)
+{
+    if(want_type(s, rec, v, field, JSON_ARRAY))
+        return -1;
+    size_t i;
+    json_t *x;
+    json_array_foreach((json_t *)v, i, x) {
+        char f[300];
+        snprintf(f, sizeof f, "%s[%zu]", field, i);
+        if(!json_is_object(x))
+            return snap_bad(s, rec, f, "must be a mapping");
+        for(const char *const *k = strs; k && *k; k++) {
+            char fk[400];
+            snprintf(fk, sizeof fk, "%s.%s", f, *k);
+            if(want_str(s, rec, json_object_get(x, *k), fk, 0))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* metadata.labels or .annotations (when given) map names to strings. */
+static int want_string_map(sim *s, const json_t *rec, const json_t *v, const char *field)
+{
+    if(want_type(s, rec, v, field, JSON_OBJECT))
+        return -1;
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+        if(!json_is_string(x)) {
+            char f[400];
+            snprintf(f, sizeof f, "%s.%s", field, k);
+            return snap_bad(s, rec, f, "must be a string");
+        }
+    }
+    return 0;
+}
+
+/* Checks the fields simulate reads of snapshot record `rec` of kind
+ * `kind` (the leader reads the same ones: controller/bindread.c,
+ * runtime.binder.node). Returns 0 or -1 (the run failed naming the file,
+ * the object and the field). */
+static int snap_check(sim *s, const json_t *rec, const char *kind, int namespaced)
+{
+    const json_t *o = json_object_get(rec, "object");
+    const json_t *md = json_object_get(o, "metadata");
+    if(!json_is_object(md))
+        return snap_bad(s, rec, "metadata", "required (a mapping)");
+    if(want_str(s, rec, json_object_get(md, "name"), "metadata.name", 1) ||
+       (namespaced && want_str(s, rec, json_object_get(md, "namespace"), "metadata.namespace", 1)) ||
+       want_string_map(s, rec, json_object_get(md, "labels"), "metadata.labels") ||
+       want_string_map(s, rec, json_object_get(md, "annotations"), "metadata.annotations") ||
+       want_str(s, rec, json_object_get(md, "deletionTimestamp"), "metadata.deletionTimestamp", 0) ||
+       want_type(s, rec, json_object_get(o, "spec"), "spec", JSON_OBJECT) ||
+       want_type(s, rec, json_object_get(o, "status"), "status", JSON_OBJECT))
+        return -1;
+    const char *name = json_string_value(json_object_get(md, "name"));
+    if(strlen(name) > BINDER_MAX_NAME)
+        return snap_bad(s, rec, "metadata.name", "longer than %d", BINDER_MAX_NAME);
+    const char *ns = json_string_value(json_object_get(md, "namespace"));
+    if(namespaced && strlen(ns) > BINDER_MAX_NAMESPACE)
+        return snap_bad(s, rec, "metadata.namespace", "longer than %d", BINDER_MAX_NAMESPACE);
+    static const char *const tol[] = {"key", "operator", "value", "effect", NULL};
+    static const char *const taint[] = {"key", "value", "effect", NULL};
+    static const char *const cond[] = {"type", "status", "reason", NULL};
+    static const char *const dev[] = {"deviceName", NULL};
+    if(!strcmp(kind, "GPUClass")) {
+        const json_t *oc = get(o, "spec", "onCordon", NULL);
+        if(want_str(s, rec, oc, "spec.onCordon", 0) || want_str(s, rec, get(o, "spec", "resourceName", NULL),
+                                                                 "spec.resourceName", 0) ||
+           want_maps(s, rec, get(o, "spec", "tolerations", NULL), "spec.tolerations", tol))
+            return -1;
+        if(oc && strcmp(json_string_value(oc), "Move") && strcmp(json_string_value(oc), "Stay"))
+            return snap_bad(s, rec, "spec.onCordon", "must be Move or Stay, not \"%s\"", json_string_value(oc));
+        size_t i;
+        json_t *t;
+        json_array_foreach(get(o, "spec", "tolerations", NULL), i, t) {
+            const char *op = json_string_value(json_object_get(t, "operator"));
+            if(op && strcmp(op, "Exists") && strcmp(op, "Equal")) {
+                char f[100];
+                snprintf(f, sizeof f, "spec.tolerations[%zu].operator", i);
+                return snap_bad(s, rec, f, "must be Exists or Equal, not \"%s\"", op);
+            }
+        }
+        if(json_array_size(get(o, "spec", "tolerations", NULL)) > 32)
+            return snap_bad(s, rec, "spec.tolerations", "more than 32");
+    } else if(!strcmp(kind, "Node")) {
+        if(want_type(s, rec, get(o, "spec", "unschedulable", NULL), "spec.unschedulable", JSON_TRUE) ||
+           want_maps(s, rec, get(o, "spec", "taints", NULL), "spec.taints", taint) ||
+           want_maps(s, rec, get(o, "status", "conditions", NULL), "status.conditions", cond) ||
+           want_type(s, rec, get(o, "status", "allocatable", NULL), "status.allocatable", JSON_OBJECT) ||
+           want_str(s, rec, get(o, "status", "nodeInfo", "bootID", NULL), "status.nodeInfo.bootID", 0))
+            return -1;
+    } else if(!strcmp(kind, "GPUNode")) {
+        if(want_maps(s, rec, get(o, "status", "functions", NULL), "status.functions", NULL) ||
+           want_str(s, rec, get(o, "status", "bootID", NULL), "status.bootID", 0))
+            return -1;
+    } else if(!strcmp(kind, "KubeVirt")) {
+        if(want_type(s, rec, get(o, "spec", "configuration", "permittedHostDevices", NULL),
+                     "spec.configuration.permittedHostDevices", JSON_OBJECT))
+            return -1;
+    } else if(!strcmp(kind, "GPUClaim")) {
+        const json_t *cnt = get(o, "spec", "count", NULL), *ph = get(o, "status", "phase", NULL);
+        if(want_str(s, rec, get(o, "spec", "class", NULL), "spec.class", 1))
+            return -1;
+        if(!json_is_integer(cnt) || json_integer_value(cnt) < 1 || json_integer_value(cnt) > BINDER_MAX_UNITS)
+            return snap_bad(s, rec, "spec.count", "must be a whole number from 1 to %d", BINDER_MAX_UNITS);
+        if(want_str(s, rec, ph, "status.phase", 0) ||
+           want_str(s, rec, get(o, "status", "node", NULL), "status.node", 0) ||
+           want_str(s, rec, get(o, "status", "attachedTo", NULL), "status.attachedTo", 0) ||
+           want_maps(s, rec, get(o, "status", "conditions", NULL), "status.conditions", cond))
+            return -1;
+        binder_phase p;
+        if(ph && binder_phase_parse(json_string_value(ph), &p))
+            return snap_bad(s, rec, "status.phase", "must be Pending, Bound, Attached or Lost, not \"%s\"",
+                            json_string_value(ph));
+        size_t i;
+        json_t *c;
+        json_array_foreach(get(o, "status", "conditions", NULL), i, c) {
+            const char *t = json_string_value(json_object_get(c, "type"));
+            const char *r = json_string_value(json_object_get(c, "reason"));
+            binder_reason br;
+            /* "Pending": the leader's word for no reason yet (bind.c status_of) */
+            if(t && !strcmp(t, "Ready") && r && *r && strcmp(r, "Pending") && binder_reason_parse(r, &br)) {
+                char f[100];
+                snprintf(f, sizeof f, "status.conditions[%zu].reason", i);
+                return snap_bad(s, rec, f, "\"%s\" is not a reason of decision 0020", r);
+            }
+        }
+    } else if(!strcmp(kind, "VirtualMachine")) {
+        const json_t *rs = get(o, "spec", "runStrategy", NULL);
+        if(want_str(s, rec, rs, "spec.runStrategy", 0) ||
+           want_type(s, rec, get(o, "spec", "running", NULL), "spec.running", JSON_TRUE) ||
+           want_string_map(s, rec, get(o, "spec", "template", "metadata", "annotations", NULL),
+                           "spec.template.metadata.annotations") ||
+           want_string_map(s, rec, get(o, "spec", "template", "metadata", "labels", NULL),
+                           "spec.template.metadata.labels") ||
+           want_maps(s, rec, get(o, "spec", "template", "spec", "domain", "devices", "gpus", NULL),
+                     "spec.template.spec.domain.devices.gpus", dev) ||
+           want_maps(s, rec, get(o, "spec", "template", "spec", "domain", "devices", "hostDevices", NULL),
+                     "spec.template.spec.domain.devices.hostDevices", dev))
+            return -1;
+        int r = -1;
+        for(int i = 0; rs && i < 5; i++)
+            if(!strcmp(json_string_value(rs), rs_names[i]))
+                r = i;
+        if(rs && r < 0) {
+            char id[400];
+            snap_id(rec, id, sizeof id);
+            snap_note(s, "snapshot: %s: runStrategy %s is not modelled; replayed as Manual (nothing restarts it)", id,
+                      json_string_value(rs));
+        }
+    } else if(!strcmp(kind, "VirtualMachineInstance")) {
+        const json_t *ph = get(o, "status", "phase", NULL);
+        if(want_str(s, rec, ph, "status.phase", 0) ||
+           want_str(s, rec, get(o, "status", "nodeName", NULL), "status.nodeName", 0) ||
+           want_maps(s, rec, get(o, "spec", "domain", "devices", "gpus", NULL), "spec.domain.devices.gpus", dev) ||
+           want_maps(s, rec, get(o, "spec", "domain", "devices", "hostDevices", NULL),
+                     "spec.domain.devices.hostDevices", dev))
+            return -1;
+        static const char *const phases[] = {"",        "Pending",   "Scheduling", "Scheduled",
+                                             "Running", "Succeeded", "Failed",     "Unknown"};
+        int ok = !ph;
+        for(size_t i = 0; ph && i < sizeof phases / sizeof *phases; i++)
+            ok |= !strcmp(json_string_value(ph), phases[i]);
+        if(!ok) {
+            char id[400];
+            snap_id(rec, id, sizeof id);
+            snap_note(s, "snapshot: %s: status.phase %s is read as Running, as the leader reads it", id,
+                      json_string_value(ph));
+        }
+    } else if(!strcmp(kind, "ResourceQuota")) {
+        if(!json_is_object(get(o, "spec", "hard", NULL)))
+            return snap_bad(s, rec, "spec.hard", "must be a mapping");
+    }
+    return 0;
+}
+
+
+/* Frees what the snapshot's sorting holds (not the records). */
+static void snapshot_free(snapshot *sn)
+{
+    json_decref(sn->by_kind);
+    json_decref(sn->classes);
+    json_decref(sn->gpunodes);
+    json_decref(sn->vms);
+    json_decref(sn->vmis);
+    json_decref(sn->raw);
+    json_decref(sn->view);
+    memset(sn, 0, sizeof *sn);
+}
+
+/* The snapshot's records of `kind` (borrowed; NULL when none). */
+static json_t *snap_list(const snapshot *sn, const char *kind)
+{
+    return json_object_get(sn->by_kind, kind);
+}
+
+/* A copy of object `o` with its kind and apiVersion set (objects of a
+ * kubectl List carry them; a cache dump may not). */
+static json_t *with_kind(const json_t *o, const char *kind, const char *api)
+{
+    json_t *c = json_deep_copy(o);
+    json_object_set_new(c, "kind", json_string(kind));
+    if(!json_is_string(json_object_get(c, "apiVersion")))
+        json_object_set_new(c, "apiVersion", json_string(api));
+    return c;
+}
+
+/* Sorts and checks every record of the snapshot (s->snap_recs) before
+ * anything is applied: an unknown kind is counted and skipped (one note
+ * per kind), a known object that is malformed or given twice fails the
+ * run. */
+static void snap_read(sim *s, snapshot *sn)
+{
+    sn->by_kind = json_object();
+    sn->classes = json_array();
+    sn->gpunodes = json_object();
+    sn->vms = json_object();
+    sn->vmis = json_object();
+    sn->raw = json_object();
+    sn->view = json_array();
+    json_t *skipped = json_object(), *seen = json_object();
+    size_t i;
+    json_t *rec;
+    json_array_foreach(s->snap_recs, i, rec) {
+        const json_t *o = json_object_get(rec, "object");
+        const json_t *kv = json_object_get(o, "kind");
+        if(!json_is_string(kv) || !*json_string_value(kv)) {
+            snap_bad(s, rec, "kind", "required");
+            break;
+        }
+        const char *kind = json_string_value(kv);
+        size_t k;
+        for(k = 0; k < sizeof snap_kinds / sizeof *snap_kinds; k++)
+            if(!strcmp(kind, snap_kinds[k].kind))
+                break;
+        if(k == sizeof snap_kinds / sizeof *snap_kinds) {
+            json_object_set_new(skipped, kind, json_integer(json_integer_value(json_object_get(skipped, kind)) + 1));
+            continue;
+        }
+        if(snap_check(s, rec, kind, snap_kinds[k].namespaced))
+            break;
+        char id[400];
+        snap_id(rec, id, sizeof id);
+        if(json_object_get(seen, id)) {
+            snap_bad(s, rec, NULL, "given twice (also in %s)", json_string_value(json_object_get(seen, id)));
+            break;
+        }
+        json_object_set_new(seen, id, json_string(json_string_value(json_object_get(rec, "file"))));
+        json_t *list = json_object_get(sn->by_kind, kind);
+        if(!list)
+            json_object_set_new(sn->by_kind, kind, list = json_array());
+        json_array_append(list, rec);
+        const char *name = json_string_value(get(o, "metadata", "name", NULL));
+        const char *ns = json_string_value(get(o, "metadata", "namespace", NULL));
+        char key[400];
+        snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
+        if(!strcmp(kind, "GPUClass")) {
+            json_array_append_new(sn->classes, with_kind(o, kind, "cozystack.io/v1alpha1"));
+            json_array_append_new(sn->view, with_kind(o, kind, "cozystack.io/v1alpha1"));
+        } else if(!strcmp(kind, "GPUNode"))
+            json_object_set_new(sn->gpunodes, name, with_kind(o, kind, "cozystack.io/v1alpha1"));
+        else if(!strcmp(kind, "VirtualMachine"))
+            json_object_set(sn->vms, key, (json_t *)o);
+        else if(!strcmp(kind, "VirtualMachineInstance"))
+            json_object_set(sn->vmis, key, (json_t *)o);
+        else if(!strcmp(kind, "Namespace") || !strcmp(kind, "ResourceQuota"))
+            json_array_append_new(sn->view, with_kind(o, kind, "v1"));
+    }
+    const char *k;
+    json_t *n;
+    json_object_foreach(skipped, k, n) {
+        snap_note(s, "snapshot: skipped %lld %s object%s (not a kind simulate reads)", (long long)json_integer_value(n),
+                  k, json_integer_value(n) > 1 ? "s" : "");
+    }
+    if(json_array_size(snap_list(sn, "KubeVirt")) > 1)
+        snap_note(s, "snapshot: %zu KubeVirt objects; the first is used, as the leader does",
+                  json_array_size(snap_list(sn, "KubeVirt")));
+    json_decref(skipped);
+    json_decref(seen);
+}
+
+/* The snapshot's GPUClasses into the binder and s->classes (as a
+ * scenario's `classes` entry: name, onCordon, deleting, tolerations,
+ * resourceName), read as the leader's apply_class reads them. A scenario
+ * class of the same name is then refused (run). */
+static void snap_classes(sim *s, snapshot *sn)
+{
+    size_t i;
+    json_t *rec;
+    json_array_foreach(snap_list(sn, "GPUClass"), i, rec) {
+        const json_t *o = json_object_get(rec, "object");
+        json_t *c = json_object();
+        json_object_set(c, "name", (json_t *)get(o, "metadata", "name", NULL));
+        const json_t *oc = get(o, "spec", "onCordon", NULL), *rn = get(o, "spec", "resourceName", NULL);
+        if(json_is_string(oc))
+            json_object_set(c, "onCordon", (json_t *)oc);
+        if(json_is_string(rn) && *json_string_value(rn))
+            json_object_set(c, "resourceName", (json_t *)rn);
+        json_object_set_new(c, "deleting", json_boolean(get(o, "metadata", "deletionTimestamp", NULL) != NULL));
+        json_t *tols = json_array();
+        size_t j;
+        json_t *t;
+        json_array_foreach(get(o, "spec", "tolerations", NULL), j, t) {
+            json_t *x = json_object();
+            static const char *const tk[] = {"key", "operator", "value", "effect"};
+            for(int f = 0; f < 4; f++) {
+                const json_t *v = json_object_get(t, tk[f]);
+                if(json_is_string(v) && *json_string_value(v))
+                    json_object_set(x, tk[f], (json_t *)v);
+            }
+            json_array_append_new(tols, x);
+        }
+        json_object_set_new(c, "tolerations", tols);
+        char path[420], id[400];
+        snap_id(rec, id, sizeof id);
+        snprintf(path, sizeof path, "snapshot %s", id);
+        def_class(s, c, path);
+        json_array_append_new(s->keep, c);
+        if(s->bad[0])
+            return;
+    }
+}
+
+/* The snapshot's GPUClaims restored from their status, as a new leader
+ * restores them (bindread_claim with restore: phase, node, attachedTo,
+ * the Ready condition's reason; decision 0020 §1). */
+static void snap_claims(sim *s, snapshot *sn)
+{
+    size_t i;
+    json_t *rec;
+    json_array_foreach(snap_list(sn, "GPUClaim"), i, rec) {
+        binder_claim_status cs;
+        const json_t *o = json_object_get(rec, "object");
+        if(bindread_claim(o, 1, &cs)) {
+            snap_bad(s, rec, "spec", "no usable spec.class and spec.count");
+            return;
+        }
+        if(cs.phase == BINDER_PENDING && json_string_value(get(o, "status", "phase", NULL)) &&
+           strcmp(json_string_value(get(o, "status", "phase", NULL)), "Pending"))
+            snap_note(s,
+                      "snapshot: GPUClaim %s/%s is %s without status.node: it starts over Pending, as the leader does",
+                      cs.ns, cs.name, json_string_value(get(o, "status", "phase", NULL)));
+        cozy_err err = {{0}};
+        if(binder_state_claim_put(s->st, &cs, &err)) {
+            snap_bad(s, rec, NULL, "%s", err.msg);
+            return;
+        }
+        if(get(o, "metadata", "deletionTimestamp", NULL)) {
+            char key[400];
+            snprintf(key, sizeof key, "%s/%s", cs.ns, cs.name);
+            json_object_set_new(s->deleting, key, json_true());
+            snap_note(s, "snapshot: GPUClaim %s is being deleted: it goes once nothing uses it", key);
+        }
+    }
+}
+
+/* A snapshot VM's runStrategy: spec.runStrategy (one not modelled here:
+ * Manual), or spec.running true (Always) / false (Halted); neither:
+ * Halted. */
+static sim_rs snap_rs(const json_t *vm)
+{
+    const char *rs = json_string_value(get(vm, "spec", "runStrategy", NULL));
+    for(int i = 0; rs && i < 5; i++)
+        if(!strcmp(rs, rs_names[i]))
+            return (sim_rs)i;
+    if(rs)
+        return RS_MANUAL; /* one this file does not model (snap_check noted it) */
+    return json_is_true(get(vm, "spec", "running", NULL)) ? RS_ALWAYS : RS_HALTED;
+}
+
+/* A new sim VM ns/name (NULL, the run failed, when there are too many). */
+static sim_vm *snap_new_vm(sim *s, const json_t *rec, const char *ns, const char *name, sim_rs rs)
+{
+    if(s->n_vms == sizeof s->vms / sizeof *s->vms) {
+        snap_bad(s, rec, NULL, "more than %zu VMs", sizeof s->vms / sizeof *s->vms);
+        return NULL;
+    }
+    sim_vm *v = &s->vms[s->n_vms++];
+    memset(v, 0, sizeof *v);
+    snprintf(v->ns, sizeof v->ns, "%s", ns);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->rs = rs;
+    return v;
+}
+
+/* Template GPUs [{class, count}] of template claims [{name, class, count}]
+ * (kept for the run: sim_vm.gpus borrows it). */
+static json_t *snap_gpus(sim *s, const json_t *tmpl)
+{
+    json_t *g = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tmpl, i, t) json_array_append_new(
+        g, json_pack("{s:O,s:O}", "class", json_object_get(t, "class"), "count", json_object_get(t, "count")));
+    json_array_append_new(s->keep, g);
+    return g;
+}
+
+/* One VM (vm and/or vmi given, same ns/name) of the snapshot into the
+ * run, as the leader's apply_set takes it: the VMI's claims (annotation,
+ * or its template claims: bindread_vmi_claims), phase and node when a VMI
+ * exists, else the VM template's annotation (a stopped VM holds its claims)
+ * or its template GPUs (claims made when it starts). `live` selects the
+ * pass: VMIs that are not final first, so a running VMI takes claims a
+ * stopped VM's template names too (as the leader gives them). A VM whose
+ * claims cannot be taken is left out with a note. */
+static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, const json_t *vmi)
+{
+    const json_t *o = vmi ? vmi : vm;
+    const char *ns = json_string_value(get(o, "metadata", "namespace", NULL));
+    const char *name = json_string_value(get(o, "metadata", "name", NULL));
+    char buf[8192];
+    const char *names[BINDER_MAX_SET_CLAIMS];
+    json_t *tmpl = NULL;
+    size_t n;
+    binder_vmi_phase phase = BINDER_VMI_NONE;
+    const char *node = NULL;
+    if(vmi) {
+        n = bindread_vmi_claims(vmi, sn->classes, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS, &tmpl);
+        phase = bindread_vmi_phase(vmi);
+        if(phase != BINDER_VMI_PENDING)
+            node = json_string_value(get(vmi, "status", "nodeName", NULL));
+        if((phase == BINDER_VMI_SCHEDULED || phase == BINDER_VMI_RUNNING) && !node)
+            phase = BINDER_VMI_PENDING;
+    } else {
+        const json_t *tm = get(vm, "spec", "template", "metadata", NULL);
+        n = bindread_claim_names(json_string_value(get(tm, "annotations", BINDREAD_CLAIMS_ANNOTATION, NULL)), buf,
+                                 sizeof buf, names, BINDER_MAX_SET_CLAIMS);
+        if(n == 0) {
+            /* a stopped VM asking for GPUs by class: its template claims
+             * are made when a VMI starts */
+            json_t *pseudo = json_pack("{s:{s:s,s:O},s:O}", "metadata", "name", name, "labels",
+                                       json_object_get(tm, "labels") ? json_object_get(tm, "labels") : json_null(),
+                                       "spec", get(vm, "spec", "template", "spec", NULL)
+                                                   ? get(vm, "spec", "template", "spec", NULL)
+                                                   : json_null());
+            char tb[8192];
+            const char *tn[BINDER_MAX_SET_CLAIMS];
+            if(pseudo && bindread_vmi_claims(pseudo, sn->classes, tb, sizeof tb, tn, BINDER_MAX_SET_CLAIMS, &tmpl) &&
+               tmpl) {
+                sim_vm *v = snap_new_vm(s, rec, ns, name, snap_rs(vm));
+                if(v) {
+                    v->gpus = snap_gpus(s, tmpl);
+                    char key[400];
+                    vm_key(v, key, sizeof key);
+                    json_object_set_new(s->vm_claims, key, json_array());
+                    if(v->rs == RS_ALWAYS || v->rs == RS_RERUN)
+                        set_vmi(s, v, BINDER_VMI_PENDING, NULL, "the VM controller starts it (runStrategy)");
+                }
+            }
+            json_decref(pseudo);
+            json_decref(tmpl);
+            return;
+        }
+    }
+    if(n == 0) {
+        json_decref(tmpl);
+        return; /* names no claim: a raw-name VM (its devices count against its node) or no GPU at all */
+    }
+    int final = phase == BINDER_VMI_SUCCEEDED || phase == BINDER_VMI_FAILED;
+    cozy_err err = {{0}};
+    if(tmpl) {
+        /* template claims: made by the controller for a live VMI (when
+         * the snapshot does not hold them yet), deleted once it is final */
+        size_t i;
+        json_t *t;
+        json_array_foreach(tmpl, i, t) {
+            const char *cn = json_string_value(json_object_get(t, "name"));
+            binder_claim_status cs;
+            int have = binder_state_claim_get(s->st, ns, cn, &cs) == BINDER_OK;
+            if(final && have) {
+                bindpolicy_on_delete(&s->bp, ns, cn);
+                binder_state_claim_delete(s->st, ns, cn, NULL);
+                snap_note(s, "snapshot: template claim %s/%s deleted (its VMI is final)", ns, cn);
+            } else if(!final && !have) {
+                if(binder_state_claim_add(s->st, ns, cn, json_string_value(json_object_get(t, "class")),
+                                          (uint32_t)json_integer_value(json_object_get(t, "count")), 1, &err)) {
+                    snap_bad(s, rec, NULL, "template claim %s: %s", cn, err.msg);
+                    break;
+                }
+                snap_note(s, "snapshot: template claim %s/%s created for VMI %s (the snapshot does not hold it yet)",
+                          ns, cn, name);
+            }
+        }
+    }
+    if(s->bad[0]) {
+        json_decref(tmpl);
+        return;
+    }
+    if(!(tmpl && final)) {
+        binder_rc rc = binder_state_set_put(s->st, ns, name, names, n, phase, node, &err);
+        if(rc == BINDER_ERR_NO_CLAIM || rc == BINDER_ERR_BOUND) {
+            snap_note(s, "snapshot: %s %s/%s left out: %s (the leader keeps its claims waiting)",
+                      vmi ? "VMI" : "VM", ns, name, err.msg);
+            json_decref(tmpl);
+            return;
+        }
+        if(rc != BINDER_OK) {
+            snap_bad(s, rec, NULL, "%s", err.msg);
+            json_decref(tmpl);
+            return;
+        }
+    }
+    sim_vm *v = snap_new_vm(s, rec, ns, name, vm ? snap_rs(vm) : RS_MANUAL);
+    if(!v) {
+        json_decref(tmpl);
+        return;
+    }
+    v->phase = phase;
+    snprintf(v->node, sizeof v->node, "%s", node ? node : "");
+    char key[400];
+    vm_key(v, key, sizeof key);
+    json_t *list = json_array();
+    for(size_t i = 0; i < n && !(tmpl && final); i++)
+        json_array_append_new(list, json_string(names[i]));
+    json_object_set_new(s->vm_claims, key, list);
+    if(tmpl)
+        v->gpus = snap_gpus(s, tmpl);
+    json_decref(tmpl);
+    if(final && (v->rs == RS_ALWAYS || v->rs == RS_RERUN))
+        v->restart = 1; /* its VM controller acts once the binder has seen the final VMI (run) */
+    else if(!vmi && (v->rs == RS_ALWAYS || v->rs == RS_RERUN))
+        set_vmi(s, v, BINDER_VMI_PENDING, NULL, "the VM controller starts it (runStrategy)");
+}
+
+/* The VMs and VMIs of the snapshot (snap_vm): VMIs that are not final
+ * first, then the rest, then VMs with no VMI; a VMI without a VM is a VM
+ * under Manual (nothing restarts it). */
+static void snap_sets(sim *s, snapshot *sn)
+{
+    for(int pass = 0; pass < 3 && !s->bad[0]; pass++) {
+        json_t *all = pass < 2 ? sn->vmis : sn->vms;
+        const char *key;
+        json_t *o;
+        json_object_foreach(all, key, o) {
+            json_t *vm = json_object_get(sn->vms, key), *vmi = json_object_get(sn->vmis, key);
+            if(pass == 2 && vmi)
+                continue;
+            binder_vmi_phase ph = vmi ? bindread_vmi_phase(vmi) : BINDER_VMI_NONE;
+            int final = ph == BINDER_VMI_SUCCEEDED || ph == BINDER_VMI_FAILED;
+            if(pass < 2 && final != pass)
+                continue;
+            /* the record, for messages */
+            json_t *rec = NULL;
+            size_t i;
+            json_t *r;
+            json_array_foreach(snap_list(sn, vmi ? "VirtualMachineInstance" : "VirtualMachine"), i, r)
+                if(json_object_get(r, "object") == (vmi ? vmi : vm)) rec = r;
+            snap_vm(s, sn, rec, vm, vmi);
+            if(s->bad[0])
+                return;
+        }
+    }
+}
+
+/* Raw-name use, as the leader counts it (bindread_raw_units): the units
+ * each Scheduled or Running VMI uses on its node that its own claims do
+ * not cover; those VMIs join the cluster view. */
+static void snap_raw(sim *s, snapshot *sn)
+{
+    const char *key;
+    json_t *vmi;
+    json_object_foreach(sn->vmis, key, vmi) {
+        json_t *used = bindread_raw_units(s->st, vmi, sn->classes);
+        if(!used)
+            continue;
+        const char *node = json_string_value(get(vmi, "status", "nodeName", NULL));
+        json_t *per = json_object_get(sn->raw, node);
+        if(!per)
+            json_object_set_new(sn->raw, node, per = json_object());
+        const char *rn;
+        json_t *u;
+        json_object_foreach(used, rn, u) json_object_set_new(
+            per, rn, json_integer(json_integer_value(json_object_get(per, rn)) + json_integer_value(u)));
+        snap_note(s, "snapshot: VMI %s uses GPUs on %s that no claim of it covers: they are taken from what %s offers",
+                  key, node, node);
+        json_array_append_new(sn->view, with_kind(vmi, "VirtualMachineInstance", "kubevirt.io/v1"));
+        json_decref(used);
+    }
+}
+
+/* Whether some claim of the state names node `name` in its status. */
+typedef struct on_node {
+    const char *name;
+    int found;
+} on_node;
+
+/* binder_state_claims callback for on_node. */
+static void claim_on(void *ud, const binder_claim_status *c)
+{
+    on_node *o = ud;
+    o->found |= c->node && !strcmp(c->node, o->name);
+}
+
+/* The snapshot's Nodes into the run: what each offers per class and its
+ * flags and gpu.cozystack.io/ taints through runtime.binder.node (its
+ * GPUNode, the first KubeVirt, the snapshot's GPUClasses, the raw-name
+ * use on it) exactly as the leader computes them (bindread_node); its
+ * capacity problems are shown as notes. A Node without a GPUNode that no
+ * claim is on is left out (it can offer nothing). */
+static void snap_nodes(sim *s, snapshot *sn)
+{
+    const json_t *kv = json_object_get(json_array_get(snap_list(sn, "KubeVirt"), 0), "object");
+    size_t i, left_out = 0;
+    json_t *rec;
+    json_array_foreach(snap_list(sn, "Node"), i, rec) {
+        const json_t *o = json_object_get(rec, "object");
+        const char *name = json_string_value(get(o, "metadata", "name", NULL));
+        const json_t *gn = json_object_get(sn->gpunodes, name);
+        on_node on = {name, 0};
+        binder_state_claims(s->st, claim_on, &on);
+        if(!gn && !on.found) {
+            left_out++;
+            continue;
+        }
+        if(s->n_nodes == sizeof s->nodes / sizeof *s->nodes) {
+            snap_bad(s, rec, NULL, "more than %zu GPU nodes", sizeof s->nodes / sizeof *s->nodes);
+            return;
+        }
+        bindread_node_view nv;
+        cozy_err err = {{0}};
+        if(bindread_node(s->re, o, gn, kv, sn->classes, json_object_get(sn->raw, name), &nv, &err) != COZY_OK) {
+            snap_bad(s, rec, NULL, "runtime.binder.node cannot read it: %s", err.msg);
+            bindread_node_view_free(&nv);
+            return;
+        }
+        sim_node *n = &s->nodes[s->n_nodes];
+        memset(n, 0, sizeof *n);
+        snprintf(n->name, sizeof n->name, "%s", name);
+        n->flags = nv.spec.flags;
+        if(nv.spec.n_offers > SIM_MAX_OFFERS || nv.spec.n_taints > SIM_MAX_TAINTS) {
+            snap_bad(s, rec, NULL, "more than %d classes or %d gpu.cozystack.io/ taints", SIM_MAX_OFFERS,
+                     SIM_MAX_TAINTS);
+            bindread_node_view_free(&nv);
+            return;
+        }
+        for(size_t k = 0; k < nv.spec.n_offers; k++) {
+            snprintf(n->offer_names[k], sizeof n->offer_names[k], "%s", nv.offers[k].class_name);
+            n->offers[k] = (binder_offer){n->offer_names[k], nv.offers[k].units};
+        }
+        n->n_offers = nv.spec.n_offers;
+        memcpy(n->taints, nv.taints, nv.spec.n_taints * sizeof *nv.taints);
+        n->n_taints = nv.spec.n_taints;
+        n->labels = (json_t *)get(o, "metadata", "labels", NULL);
+        size_t j;
+        json_t *p;
+        json_array_foreach(json_object_get(nv.view, "problems"), j, p) {
+            const char *m = json_string_value(p);
+            size_t nl = strlen(name);
+            if(m && !strncmp(m, "node ", 5) && !strncmp(m + 5, name, nl) && (m[5 + nl] == ' ' || m[5 + nl] == ':'))
+                snap_note(s, "snapshot: %s", m); /* it names the node already */
+            else
+                snap_note(s, "snapshot: node %s: %s", name, m ? m : "?");
+        }
+        json_array_append(s->keep, nv.view); /* the taints' strings */
+        bindread_node_view_free(&nv);
+        s->n_nodes++;
+        char path[300];
+        snprintf(path, sizeof path, "snapshot Node %s", name);
+        push_node(s, n, path);
+        if(s->bad[0])
+            return;
+    }
+    if(left_out)
+        snap_note(s, "snapshot: %zu Node%s without a GPUNode left out (they offer no GPU)", left_out,
+                  left_out > 1 ? "s" : "");
+}
+
+/* The snapshot as the scenario's starting state, after snap_read and
+ * snap_classes (and the scenario's classes and the cluster view): claims
+ * restored, sets, raw-name use, nodes, then the binder's index rebuilt
+ * from the claims' status (binder_state_restore) and the budget usage
+ * counted from it — what a new leader does with the same objects (the
+ * leader's build()). */
+static void snap_apply(sim *s, snapshot *sn)
+{
+    snap_claims(s, sn);
+    if(!s->bad[0])
+        snap_sets(s, sn);
+    if(!s->bad[0])
+        snap_raw(s, sn);
+    if(!s->bad[0])
+        snap_nodes(s, sn);
+    cozy_err err = {{0}};
+    if(!s->bad[0] && binder_state_restore(s->st, &err))
+        bad(s, "snapshot: %s", err.msg);
+    if(!s->bad[0] && bindpolicy_feed(&s->bp, &err) != COZY_OK)
+        bad(s, "snapshot: %s", err.msg);
+    if(!s->bad[0]) {
+        size_t n[9];
+        for(size_t k = 0; k < 9; k++)
+            n[k] = json_array_size(snap_list(sn, snap_kinds[k].kind));
+        snap_note(s,
+                  "snapshot: %zu GPUClasses, %zu Nodes (%zu GPU nodes), %zu GPUNodes, %zu GPUClaims, %zu VMs, "
+                  "%zu VMIs, %zu Namespaces, %zu ResourceQuotas",
+                  n[0], n[1], s->n_nodes, n[2], n[4], n[5], n[6], n[7], n[8]);
     }
 }
 
@@ -1020,22 +1976,10 @@ static void delete_claim(sim *s, const char *ref, const char *path)
     bindpolicy_on_delete(&s->bp, ns, name);
     if(binder_state_claim_delete(s->st, ns, name, &err))
         return bad(s, "%s: unknown claim \"%s\"", path, ref);
-    /* the VM's list loses it too */
-    const char *k;
-    json_t *list;
-    json_object_foreach(s->vm_claims, k, list) {
-        size_t i;
-        json_t *c;
-        if(strncmp(k, ns, strlen(ns)) || k[strlen(ns)] != '/')
-            continue;
-        json_array_foreach(list, i, c) if(!strcmp(json_string_value(c), name))
-        {
-            json_array_remove(list, i);
-            break;
-        }
-    }
+    vm_claims_forget(s, ns, name);
     say(s, "  claim %s/%s deleted\n", ns, name);
 }
+
 
 typedef struct cl_copy {
     binder_state *to;
@@ -1212,6 +2156,19 @@ static void step_table(sim *s)
                                         binder_vmi_phase_name(v->phase), "node",
                                         v->node[0] ? json_string(v->node) : json_null()));
     }
+    json_t *nodes = json_object_get(s->step_out, "nodes");
+    for(size_t i = 0; i < s->n_nodes; i++) {
+        sim_node *n = &s->nodes[i];
+        if(n->gone)
+            continue;
+        json_t *offers = json_object();
+        for(size_t k = 0; k < n->n_offers; k++)
+            json_object_set_new(offers, n->offer_names[k], json_integer(n->offers[k].units));
+        json_array_append_new(nodes, json_pack("{s:s,s:o,s:b,s:b,s:b}", "node", n->name, "offers", offers, "ready",
+                                               !!(n->flags & BINDER_NODE_READY), "schedulable",
+                                               !!(n->flags & BINDER_NODE_SCHEDULABLE), "layoutPending",
+                                               !!(n->flags & BINDER_NODE_LAYOUT_PENDING)));
+    }
     cozy_err err = {{0}};
     if(binder_state_verify(s->st, &err))
         bad(s, "internal: the binder broke a rule: %s", err.msg);
@@ -1221,8 +2178,8 @@ static void step_table(sim *s)
 
 static void begin_step(sim *s, size_t i, const char *name)
 {
-    s->step_out = json_pack("{s:I,s:s,s:[],s:[],s:[],s:[]}", "step", (json_int_t)i, "name", name, "events",
-                            "claims", "vms", "expect");
+    s->step_out = json_pack("{s:I,s:s,s:[],s:[],s:[],s:[],s:[]}", "step", (json_int_t)i, "name", name, "events",
+                            "claims", "vms", "nodes", "expect");
     json_array_append_new(s->out, s->step_out);
     say(s, "== step %zu: %s\n", i, name);
 }
@@ -1295,10 +2252,13 @@ static void run_step(sim *s, json_t *step, size_t idx)
 
 static int run(sim *s)
 {
-    static const char *const keys[] = {"classes", "nodes",          "claims",   "vms", "namespaces",
-                                       "resourceQuotas", "override", "steps", NULL};
+    static const char *const keys[] = {"classes",        "nodes",    "claims",   "vms",   "namespaces",
+                                       "resourceQuotas", "override", "snapshot", "steps", NULL};
+    snapshot sn = {0};
     s->st = binder_state_new();
     s->classes = json_object();
+    s->keep = json_array();
+    s->deleting = json_object();
     s->vm_claims = json_object();
     bindpolicy_init(&s->bp, s->e, s->st);
     s->bp.labels = node_labels;
@@ -1311,11 +2271,33 @@ static int run(sim *s)
         cozy_err err = {{0}};
         if(engine_binder_usage_reset(s->e, &err) != COZY_OK)
             bad(s, "%s", err.msg);
-        def_list(s, json_object_get(s->doc, "classes"), "classes", def_class);
+        if(s->snap_recs) {
+            s->sn = &sn;
+            snap_read(s, &sn);
+            if(!s->bad[0])
+                snap_classes(s, &sn);
+        }
+        def_list(s, json_object_get(s->doc, "classes"), "classes", def_new_class);
+        if(s->sn && !s->bad[0])
+            snap_apply(s, &sn);
         set_cluster(s);
         def_list(s, json_object_get(s->doc, "nodes"), "nodes", def_node);
         def_list(s, json_object_get(s->doc, "claims"), "claims", def_claim);
         def_list(s, json_object_get(s->doc, "vms"), "vms", def_vm);
+        int restart = 0;
+        for(size_t i = 0; i < s->n_vms; i++)
+            restart |= s->vms[i].restart;
+        if(restart && !s->bad[0]) {
+            /* a snapshot's VMI that is final under Always or
+             * RerunOnFailure: the binder sees it first, then its VM
+             * controller starts a new one */
+            settle(s);
+            for(size_t i = 0; i < s->n_vms && !s->bad[0]; i++)
+                if(s->vms[i].restart) {
+                    s->vms[i].restart = 0;
+                    after_vmi_end(s, &s->vms[i], 0);
+                }
+        }
         if(!s->bad[0]) {
             settle(s);
             step_table(s);
@@ -1335,6 +2317,12 @@ static int run(sim *s)
     json_decref(s->classes);
     json_decref(s->vm_claims);
     bindpolicy_free(&s->bp);
+    snapshot_free(&sn);
+    s->sn = NULL;
+    json_decref(s->keep);
+    s->keep = NULL;
+    json_decref(s->deleting);
+    s->deleting = NULL;
     return s->bad[0] ? -1 : 0;
 }
 
@@ -1342,6 +2330,7 @@ static void usage(FILE *f)
 {
     fputs("usage: cozygpu simulate SCENARIO.yaml [--output table|json] [--config FILE]\n"
           "                        [--policies DIR] [--override DIR] [--library DIR]\n"
+          "                        [--snapshot PATH]\n"
           "\n"
           "Replays a scenario (classes, nodes, claims, VMs, then steps: cordon, uncordon,\n"
           "notReady, ready, deleteNode, capacity, layoutPending, layoutApplied,\n"
@@ -1358,6 +2347,11 @@ static void usage(FILE *f)
           "                       its binder.lua chooses among candidates (overrides the\n"
           "                       scenario's `override`)\n"
           "  --library DIR        the policy library (default: the installed lua/)\n"
+          "  --snapshot PATH      a live cluster's objects as the starting state: a file or\n"
+          "                       directory of YAML/JSON (kubectl get ... -o yaml: nodes,\n"
+          "                       gpunodes, gpuclasses, gpuclaims, vms, vmis, kubevirts,\n"
+          "                       namespaces, resourcequotas); overrides the scenario's\n"
+          "                       `snapshot`\n"
           "\n"
           "exit status: 0 every expect line held, 1 one failed, 2 bad usage or input\n",
           f);
@@ -1365,11 +2359,12 @@ static void usage(FILE *f)
 
 int sim_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"output", required_argument, 0, 'o'},   {"config", required_argument, 0, 'c'},
-                                         {"policies", required_argument, 0, 'p'}, {"override", required_argument, 0, 'O'},
-                                         {"library", required_argument, 0, 'L'},  {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *output = "table", *config_path = NULL;
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'},  {"config", required_argument, 0, 'c'},
+        {"policies", required_argument, 0, 'p'}, {"override", required_argument, 0, 'O'},
+        {"library", required_argument, 0, 'L'}, {"snapshot", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    const char *output = "table", *config_path = NULL, *snapshot_path = NULL;
     engine_options eo = {0};
     int c;
     optind = 1;
@@ -1380,6 +2375,7 @@ int sim_main(int argc, char **argv)
         case 'p': eo.bundle_dir = optarg; break;
         case 'O': eo.override_dir = optarg; break;
         case 'L': eo.library_dir = optarg; break;
+        case 'S': snapshot_path = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -1425,18 +2421,54 @@ int sim_main(int argc, char **argv)
             snprintf(override, sizeof override, "%.*s/%s", (int)(slash - file), file, o);
         eo.override_dir = override;
     }
+    /* the scenario's `snapshot`: a file or directory relative to the
+     * scenario file (--snapshot wins) */
+    char snap_buf[4096];
+    const json_t *sp = json_object_get(doc, "snapshot");
+    if(sp && !snapshot_path) {
+        if(!json_is_string(sp) || !*json_string_value(sp)) {
+            fprintf(stderr, "cozygpu simulate: %s: snapshot: must be a file or directory (relative to the scenario)\n",
+                    file);
+            json_decref(recs);
+            return 2;
+        }
+        const char *slash = strrchr(file, '/');
+        const char *o = json_string_value(sp);
+        if(o[0] == '/' || !slash)
+            snprintf(snap_buf, sizeof snap_buf, "%s", o);
+        else
+            snprintf(snap_buf, sizeof snap_buf, "%.*s/%s", (int)(slash - file), file, o);
+        snapshot_path = snap_buf;
+    }
+    json_t *snap_recs = NULL;
+    if(snapshot_path) {
+        snap_recs = json_array();
+        if(manifest_load_path(snapshot_path, snap_recs, &err) != COZY_OK) {
+            fprintf(stderr, "cozygpu simulate: snapshot: %s\n", err.msg);
+            json_decref(snap_recs);
+            json_decref(recs);
+            return 2;
+        }
+    }
     json_t *settings = NULL;
     if(config_path ? config_load_file(config_path, &settings, &err) != COZY_OK : !(settings = config_defaults())) {
         fprintf(stderr, "cozygpu simulate: %s\n", config_path ? err.msg : "out of memory");
+        json_decref(snap_recs);
         json_decref(recs);
         return 2;
     }
     const json_t *pb = json_object_get(settings, "policyBudget");
     eo.instructions = json_integer_value(json_object_get(pb, "instructions"));
     eo.memory_bytes = json_integer_value(json_object_get(pb, "memoryBytes"));
-    engine *e = NULL;
-    if(engine_open(&e, &eo, &err) != COZY_OK) {
+    engine *e = NULL, *re = NULL;
+    engine_options reo = eo; /* runtime.binder: the library alone, as the leader opens it */
+    reo.bundle_dir = NULL;
+    reo.override_dir = NULL;
+    if(engine_open(&e, &eo, &err) != COZY_OK ||
+       (snap_recs && engine_open_runtime(&re, &reo, "binder", &err) != COZY_OK)) {
         fprintf(stderr, "cozygpu simulate: %s\n", err.msg);
+        engine_close(e);
+        json_decref(snap_recs);
         json_decref(settings);
         json_decref(recs);
         return 2;
@@ -1445,6 +2477,8 @@ int sim_main(int argc, char **argv)
     sim *s = calloc(1, sizeof *s);
     if(!s) {
         engine_close(e);
+        engine_close(re);
+        json_decref(snap_recs);
         json_decref(settings);
         json_decref(recs);
         return 2;
@@ -1452,6 +2486,8 @@ int sim_main(int argc, char **argv)
     s->file = file;
     s->doc = doc;
     s->e = e;
+    s->re = re;
+    s->snap_recs = snap_recs;
     s->settings = settings;
     s->quiet = 1;
     int rc = run(s);
@@ -1460,6 +2496,8 @@ int sim_main(int argc, char **argv)
         fprintf(stderr, "cozygpu simulate: %s\n", s->bad);
         free(s);
         engine_close(e);
+        engine_close(re);
+        json_decref(snap_recs);
         json_decref(settings);
         json_decref(recs);
         return 2;
@@ -1468,6 +2506,8 @@ int sim_main(int argc, char **argv)
     s->file = file;
     s->doc = doc;
     s->e = e;
+    s->re = re;
+    s->snap_recs = snap_recs;
     s->settings = settings;
     s->json = !strcmp(output, "json");
     rc = run(s);
@@ -1496,6 +2536,8 @@ int sim_main(int argc, char **argv)
     json_decref(s->out);
     free(s);
     engine_close(e);
+    engine_close(re);
+    json_decref(snap_recs);
     json_decref(settings);
     json_decref(recs);
     if(fflush(stdout) != 0 || ferror(stdout)) {

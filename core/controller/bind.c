@@ -41,6 +41,7 @@
 #include "base/metrics.h"
 #include "binder/binder.h"
 #include "controller/bindpolicy.h"
+#include "controller/bindread.h"
 #include "engine/luajson.h"
 
 #define GATE "gpu.cozystack.io/claims"
@@ -49,6 +50,7 @@
  * keeps a PVC a pod uses; decision 0026). */
 #define PROTECTION "gpu.cozystack.io/claim-protection"
 #define CLAIMS_ANNOTATION "gpu.cozystack.io/claims"
+#define TEMPLATE_LABEL BINDREAD_TEMPLATE_LABEL
 
 /* ------------------------------------------------------------ dirty keys */
 
@@ -230,64 +232,14 @@ static void apply_node(loop *L, const char *name, const json_t *classes, const j
         return;
     }
     json_t *gpunode = kube_informer_get(ctl_proc->gpunodes_inf, NULL, name);
-    lua_State *S = engine_lua(L->e);
-    engine_push_runtime_fn(L->e, "node");
-    luajson_push(S, node);
-    if(gpunode)
-        luajson_push(S, gpunode);
-    else
-        lua_pushnil(S);
-    if(kubevirt)
-        luajson_push(S, kubevirt);
-    else
-        lua_pushnil(S);
-    luajson_push(S, classes);
-    const json_t *raw = json_object_get(L->raw_by_node, name);
-    if(raw)
-        luajson_push(S, raw);
-    else
-        lua_pushnil(S);
-    json_t *view = NULL;
-    if(engine_call(L->e, 5, 1, 0, &err) != ENGINE_ALLOWED) {
+    bindread_node_view v;
+    if(bindread_node(L->e, node, gpunode, kubevirt, classes, json_object_get(L->raw_by_node, name), &v, &err) !=
+       COZY_OK)
         log_write(LOG_WARN, "binder", "cannot read the node's capacity; it offers nothing", "node", name, "error",
                   err.msg, NULL);
-    } else {
-        if(engine_to_json(L->e, -1, &view, &err) != COZY_OK)
-            log_write(LOG_WARN, "binder", "cannot read the node's capacity", "node", name, "error", err.msg, NULL);
-        lua_pop(S, 1);
-    }
-    binder_offer offers[BINDER_MAX_SET_CLASSES * 4];
-    binder_taint taints[64];
-    binder_node_spec spec = {0};
-    if(view) {
-        const char *cls;
-        json_t *u;
-        json_object_foreach(json_object_get(view, "offers"), cls, u)
-        {
-            if(spec.n_offers < sizeof offers / sizeof *offers && json_integer_value(u) > 0)
-                offers[spec.n_offers++] = (binder_offer){cls, (uint32_t)json_integer_value(u)};
-        }
-        size_t i;
-        json_t *t;
-        json_array_foreach(json_object_get(view, "taints"), i, t)
-        {
-            if(spec.n_taints < sizeof taints / sizeof *taints)
-                taints[spec.n_taints++] = (binder_taint){json_string_value(json_object_get(t, "key")),
-                                                         json_string_value(json_object_get(t, "value")),
-                                                         json_string_value(json_object_get(t, "effect"))};
-        }
-        if(json_is_true(json_object_get(view, "ready")))
-            spec.flags |= BINDER_NODE_READY;
-        if(json_is_true(json_object_get(view, "schedulable")))
-            spec.flags |= BINDER_NODE_SCHEDULABLE;
-        if(json_is_true(json_object_get(view, "layout_pending")))
-            spec.flags |= BINDER_NODE_LAYOUT_PENDING;
-    }
-    spec.offers = offers;
-    spec.taints = taints;
-    if(binder_state_node_set(L->st, name, &spec, &err) != BINDER_OK)
+    if(binder_state_node_set(L->st, name, &v.spec, &err) != BINDER_OK)
         log_write(LOG_WARN, "binder", "cannot take the node", "node", name, "error", err.msg, NULL);
-    json_decref(view);
+    bindread_node_view_free(&v);
     json_decref(gpunode);
     json_decref(node);
 }
@@ -340,19 +292,6 @@ static void apply_class(loop *L, const char *name)
 
 /* --- claims --- */
 
-static const char *ready_reason(const json_t *claim)
-{
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(json_object_get(claim, "status"), "conditions"), i, c)
-    {
-        const char *t = json_string_value(json_object_get(c, "type"));
-        if(t && strcmp(t, "Ready") == 0)
-            return json_string_value(json_object_get(c, "reason"));
-    }
-    return NULL;
-}
-
 static int has_protection(const json_t *obj)
 {
     size_t i;
@@ -381,30 +320,12 @@ static void watch_protection(loop *L, const json_t *obj, const char *key)
 static void take_claim(loop *L, const json_t *obj, int restore)
 {
     const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
-    const json_t *spec = json_object_get(obj, "spec"), *status = json_object_get(obj, "status");
-    const char *cls = json_string_value(json_object_get(spec, "class"));
-    json_int_t count = json_integer_value(json_object_get(spec, "count"));
     cozy_err err;
-    if(!ns || !name || !cls || count < 1 || count > BINDER_MAX_UNITS) {
+    binder_claim_status s;
+    if(bindread_claim(obj, restore, &s)) {
         log_write(LOG_WARN, "binder", "a GPUClaim without a usable spec.class and spec.count is ignored", "namespace",
                   ns ? ns : "", "gpuclaim", name ? name : "", NULL);
         return;
-    }
-    const json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
-    int tmpl = json_object_get(labels, "gpu.cozystack.io/template-claim") != NULL;
-    binder_claim_status s = {.ns = ns, .name = name, .class_name = cls, .count = (uint32_t)count,
-                             .template_claim = tmpl, .phase = BINDER_PENDING, .message = ""};
-    if(restore) {
-        const char *ph = json_string_value(json_object_get(status, "phase"));
-        if(ph)
-            binder_phase_parse(ph, &s.phase);
-        s.node = json_string_value(json_object_get(status, "node"));
-        s.attached_to = json_string_value(json_object_get(status, "attachedTo"));
-        const char *rs = ready_reason(obj);
-        if(rs)
-            binder_reason_parse(rs, &s.reason);
-        if((s.phase == BINDER_BOUND || s.phase == BINDER_ATTACHED) && !s.node)
-            s.phase = BINDER_PENDING; /* a status no binder writes: start over */
     }
     if(binder_state_claim_put(L->st, &s, &err) != BINDER_OK) {
         log_write(LOG_WARN, "binder", "cannot take the claim", "namespace", ns, "gpuclaim", name, "error", err.msg,
@@ -420,175 +341,43 @@ static void take_claim(loop *L, const json_t *obj, int restore)
 
 /* --- sets (a VM or VMI naming claims) --- */
 
+/* bindread_vmi_phase. */
 static binder_vmi_phase vmi_phase(const json_t *vmi)
 {
-    const char *p = json_string_value(json_object_get(json_object_get(vmi, "status"), "phase"));
-    if(!p || !*p || strcmp(p, "Pending") == 0 || strcmp(p, "Scheduling") == 0)
-        return BINDER_VMI_PENDING;
-    if(strcmp(p, "Scheduled") == 0)
-        return BINDER_VMI_SCHEDULED;
-    if(strcmp(p, "Succeeded") == 0)
-        return BINDER_VMI_SUCCEEDED;
-    if(strcmp(p, "Failed") == 0)
-        return BINDER_VMI_FAILED;
-    return BINDER_VMI_RUNNING; /* Running, and Unknown (its node cannot be reached: not final) */
+    return bindread_vmi_phase(vmi);
 }
 
-/* The claim names of annotation value `v` (comma-separated, ASCII blanks
- * trimmed, empty items skipped; decision 0019) into names[] (pointers into
- * buf). Returns how many, at most `max`. */
+/* bindread_claim_names. */
 static size_t claim_names(const char *v, char *buf, size_t n, const char **names, size_t max)
 {
-    snprintf(buf, n, "%s", v ? v : "");
-    size_t k = 0;
-    char *save = NULL;
-    for(char *tok = strtok_r(buf, ",", &save); tok && k < max; tok = strtok_r(NULL, ",", &save)) {
-        while(*tok == ' ' || *tok == '\t')
-            tok++;
-        char *end = tok + strlen(tok);
-        while(end > tok && (end[-1] == ' ' || end[-1] == '\t'))
-            *--end = 0;
-        if(*tok)
-            names[k++] = tok;
-    }
-    return k;
+    return bindread_claim_names(v, buf, n, names, max);
 }
 
+/* Annotation `key` of the metadata `meta_owner`, or NULL. */
 static const char *annotation(const json_t *meta_owner, const char *key)
 {
     return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
 }
 
-#define TEMPLATE_LABEL "gpu.cozystack.io/template-claim"
-#define CLASS_REFERENCE "gpu.cozystack.io/class-reference"
-
-/* The claims VMI `vmi` holds, into names[] (pointers into buf, at most
- * `max`): the names of its gpu.cozystack.io/claims annotation when it has
- * one (decision 0019); else, for a VMI with the class-reference label
- * (decision 0003), its template claims: one per GPU class its
- * gpus[]/hostDevices[] deviceNames map to (a class's spec.resourceName),
- * named "<vmi>-<class>", with as many units as entries of that class
- * (issue 12 item 2, decision 0027). *tmpl (when not NULL) gets a new array
- * [{name, class, count}] for template claims, NULL otherwise. Returns how
- * many names. A name longer than BINDER_MAX_NAME is left out (admission
- * refuses such a VMI). */
+/* The claims VMI `vmi` holds (bindread_vmi_claims over the cached
+ * GPUClasses, listed only for a VMI with template claims). */
 static size_t vmi_claims(const json_t *vmi, char *buf, size_t n, const char **names, size_t max, json_t **tmpl)
 {
-    if(tmpl)
-        *tmpl = NULL;
-    const json_t *meta = json_object_get(vmi, "metadata");
-    const char *ann = annotation(meta, CLAIMS_ANNOTATION);
-    if(ann && strspn(ann, " \t,") != strlen(ann))
-        return claim_names(ann, buf, n, names, max);
-    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), CLASS_REFERENCE));
-    const char *vname = json_string_value(json_object_get(meta, "name"));
-    if(!ref || strcmp(ref, "true") != 0 || !vname)
-        return 0;
-    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
-    json_t *per = json_object(); /* class -> units, in entry order */
-    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
-    static const char *const lists[] = {"gpus", "hostDevices"};
-    for(int l = 0; l < 2; l++) {
-        size_t i, j;
-        json_t *g, *c;
-        json_array_foreach(json_object_get(dev, lists[l]), i, g)
-        {
-            const char *dn = json_string_value(json_object_get(g, "deviceName"));
-            json_array_foreach(classes, j, c)
-            {
-                const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
-                const char *cn = md_str(c, "name");
-                if(dn && rn && cn && strcmp(dn, rn) == 0) {
-                    json_object_set_new(per, cn, json_integer(json_integer_value(json_object_get(per, cn)) + 1));
-                    break;
-                }
-            }
-        }
-    }
+    json_t *classes = bindread_vmi_uses_classes(vmi) ? kube_informer_list(ctl_proc->classes_inf) : NULL;
+    size_t k = bindread_vmi_claims(vmi, classes, buf, n, names, max, tmpl);
     json_decref(classes);
-    size_t k = 0, used = 0;
-    json_t *out = tmpl ? json_array() : NULL;
-    const char *cn;
-    json_t *u;
-    json_object_foreach(per, cn, u)
-    {
-        size_t len = strlen(vname) + 1 + strlen(cn);
-        if(k >= max || len > BINDER_MAX_NAME || used + len + 1 > n)
-            continue;
-        char *at = buf + used;
-        snprintf(at, n - used, "%s-%s", vname, cn);
-        used += len + 1;
-        names[k++] = at;
-        if(out)
-            json_array_append_new(out, json_pack("{s:s, s:s, s:O}", "name", at, "class", cn, "count", u));
-    }
-    json_decref(per);
-    if(tmpl)
-        *tmpl = out;
     return k;
 }
 
-/* Whether the claims VMI `vmi` names cover its GPU entries on `node`:
- * the VMI's own set (the binder took the annotation for this VMI, not for
- * another VM naming the same claims) exists, and every claim of it is
- * Bound or Attached on `node`, attached to nobody else, with at least as
- * many units as the VMI has entries. Otherwise its devices are in use on
- * the node with no claim booked for them (an annotation naming nothing,
- * changed after start, or claims held elsewhere: issue 12 item 5). */
-static int claims_cover(loop *L, const char *ns, const char *vmi, const char *node, long entries)
-{
-    json_t *obj = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi);
-    char nb[8192];
-    const char *names[BINDER_MAX_SET_CLAIMS];
-    size_t k = obj ? vmi_claims(obj, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL) : 0;
-    json_decref(obj);
-    if(k == 0 || binder_state_set_get(L->st, ns, vmi, NULL, NULL) != BINDER_OK)
-        return 0;
-    long units = 0;
-    for(size_t i = 0; i < k; i++) {
-        binder_claim_status c;
-        const char *owner = binder_state_claim_set(L->st, ns, names[i]);
-        if(binder_state_claim_get(L->st, ns, names[i], &c) != BINDER_OK || !owner || strcmp(owner, vmi) != 0 ||
-           (c.phase != BINDER_BOUND && c.phase != BINDER_ATTACHED) || !c.node || strcmp(c.node, node) != 0 ||
-           (c.attached_to && strcmp(c.attached_to, vmi) != 0))
-            return 0;
-        units += c.count;
-    }
-    return units >= entries;
-}
-
-/* The VMI's units on its node that no claim covers (a raw-name VM, or
- * claims that do not cover it: claims_cover): one per gpus[] and
- * hostDevices[] entry, by deviceName, while Scheduled (its pod is bound
- * to the node: the kubelet hands it the devices), Running or Unknown with
- * a node (issue 12 item 5, decision 0022). NULL when none. */
+/* The VMI's units on its node that no claim covers (bindread_raw_units
+ * over the state and the cached GPUClasses). NULL when none. */
 static json_t *raw_units(loop *L, const json_t *vmi)
 {
-    binder_vmi_phase ph = vmi_phase(vmi);
-    const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
-    if((ph != BINDER_VMI_RUNNING && ph != BINDER_VMI_SCHEDULED) || !node)
+    if(!bindread_vmi_on_node(vmi))
         return NULL;
-    json_t *used = json_object();
-    long entries = 0;
-    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
-    static const char *const lists[] = {"gpus", "hostDevices"};
-    for(int l = 0; l < 2; l++) {
-        size_t i;
-        json_t *g;
-        json_array_foreach(json_object_get(dev, lists[l]), i, g)
-        {
-            const char *dn = json_string_value(json_object_get(g, "deviceName"));
-            if(dn && *dn) {
-                json_object_set_new(used, dn, json_integer(json_integer_value(json_object_get(used, dn)) + 1));
-                entries++;
-            }
-        }
-    }
-    const char *ns = md_str(vmi, "namespace"), *name = md_str(vmi, "name");
-    if(json_object_size(used) == 0 || (ns && name && claims_cover(L, ns, name, node, entries))) {
-        json_decref(used);
-        return NULL;
-    }
+    json_t *classes = bindread_vmi_uses_classes(vmi) ? kube_informer_list(ctl_proc->classes_inf) : NULL;
+    json_t *used = bindread_raw_units(L->st, vmi, classes);
+    json_decref(classes);
     return used;
 }
 
@@ -1796,18 +1585,11 @@ static int fin_mutate(json_t *obj, void *ctx)
 
 /* Whether claim ns/name is in use, so that its deletion waits: Attached,
  * Lost while its VMI may still run on its node (WaitingForVMIEnd), or
- * Bound for a VMI scheduled or running (its pod holds the devices). */
+ * Bound for a VMI scheduled or running (its pod holds the devices);
+ * bindread_claim_in_use over the leader's state. */
 static int claim_in_use(loop *L, const char *ns, const char *name)
 {
-    binder_claim_status c;
-    if(binder_state_claim_get(L->st, ns, name, &c) != BINDER_OK)
-        return 0;
-    if(c.phase == BINDER_ATTACHED || (c.phase == BINDER_LOST && c.node))
-        return 1;
-    const char *set = binder_state_claim_set(L->st, ns, name);
-    binder_vmi_phase ph;
-    return c.phase == BINDER_BOUND && set && binder_state_set_get(L->st, ns, set, &ph, NULL) == BINDER_OK &&
-           (ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING);
+    return bindread_claim_in_use(L->st, ns, name);
 }
 
 /* Adds the protection finalizer where it is missing and removes it from

@@ -1,0 +1,289 @@
+/* bindread.c — cluster objects into the binder's terms (bindread.h).
+ * Rules: DESIGN.md §3, §6; docs/decisions/0019, 0020 §1, 0022, 0026, 0027.
+ */
+#include "controller/bindread.h"
+
+#include <lua.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/luajson.h"
+
+/* metadata.<field> of `obj` as a string, or NULL. */
+static const char *md_str(const json_t *obj, const char *field)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
+}
+
+binder_vmi_phase bindread_vmi_phase(const json_t *vmi)
+{
+    const char *p = json_string_value(json_object_get(json_object_get(vmi, "status"), "phase"));
+    if(!p || !*p || strcmp(p, "Pending") == 0 || strcmp(p, "Scheduling") == 0)
+        return BINDER_VMI_PENDING;
+    if(strcmp(p, "Scheduled") == 0)
+        return BINDER_VMI_SCHEDULED;
+    if(strcmp(p, "Succeeded") == 0)
+        return BINDER_VMI_SUCCEEDED;
+    if(strcmp(p, "Failed") == 0)
+        return BINDER_VMI_FAILED;
+    return BINDER_VMI_RUNNING; /* Running, and Unknown (its node cannot be reached: not final) */
+}
+
+size_t bindread_claim_names(const char *v, char *buf, size_t n, const char **names, size_t max)
+{
+    snprintf(buf, n, "%s", v ? v : "");
+    size_t k = 0;
+    char *save = NULL;
+    for(char *tok = strtok_r(buf, ",", &save); tok && k < max; tok = strtok_r(NULL, ",", &save)) {
+        while(*tok == ' ' || *tok == '\t')
+            tok++;
+        char *end = tok + strlen(tok);
+        while(end > tok && (end[-1] == ' ' || end[-1] == '\t'))
+            *--end = 0;
+        if(*tok)
+            names[k++] = tok;
+    }
+    return k;
+}
+
+/* Annotation `key` of the metadata `meta_owner`, or NULL. */
+static const char *annotation(const json_t *meta_owner, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
+}
+
+int bindread_vmi_uses_classes(const json_t *vmi)
+{
+    const json_t *meta = json_object_get(vmi, "metadata");
+    const char *ann = annotation(meta, BINDREAD_CLAIMS_ANNOTATION);
+    if(ann && strspn(ann, " \t,") != strlen(ann))
+        return 0;
+    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), BINDREAD_CLASS_REFERENCE));
+    return ref && strcmp(ref, "true") == 0;
+}
+
+size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
+                           size_t max, json_t **tmpl)
+{
+    if(tmpl)
+        *tmpl = NULL;
+    const json_t *meta = json_object_get(vmi, "metadata");
+    const char *ann = annotation(meta, BINDREAD_CLAIMS_ANNOTATION);
+    if(ann && strspn(ann, " \t,") != strlen(ann))
+        return bindread_claim_names(ann, buf, n, names, max);
+    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), BINDREAD_CLASS_REFERENCE));
+    const char *vname = json_string_value(json_object_get(meta, "name"));
+    if(!ref || strcmp(ref, "true") != 0 || !vname)
+        return 0;
+    json_t *per = json_object(); /* class -> units, in entry order */
+    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
+    static const char *const lists[] = {"gpus", "hostDevices"};
+    for(int l = 0; l < 2; l++) {
+        size_t i, j;
+        json_t *g, *c;
+        json_array_foreach(json_object_get(dev, lists[l]), i, g)
+        {
+            const char *dn = json_string_value(json_object_get(g, "deviceName"));
+            json_array_foreach(classes, j, c)
+            {
+                const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
+                const char *cn = md_str(c, "name");
+                if(dn && rn && cn && strcmp(dn, rn) == 0) {
+                    json_object_set_new(per, cn, json_integer(json_integer_value(json_object_get(per, cn)) + 1));
+                    break;
+                }
+            }
+        }
+    }
+    size_t k = 0, used = 0;
+    json_t *out = tmpl ? json_array() : NULL;
+    const char *cn;
+    json_t *u;
+    json_object_foreach(per, cn, u)
+    {
+        size_t len = strlen(vname) + 1 + strlen(cn);
+        if(k >= max || len > BINDER_MAX_NAME || used + len + 1 > n)
+            continue;
+        char *at = buf + used;
+        snprintf(at, n - used, "%s-%s", vname, cn);
+        used += len + 1;
+        names[k++] = at;
+        if(out)
+            json_array_append_new(out, json_pack("{s:s, s:s, s:O}", "name", at, "class", cn, "count", u));
+    }
+    json_decref(per);
+    if(tmpl)
+        *tmpl = out;
+    return k;
+}
+
+/* The reason of the claim's Ready condition, or NULL. */
+static const char *ready_reason(const json_t *claim)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(claim, "status"), "conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        if(t && strcmp(t, "Ready") == 0)
+            return json_string_value(json_object_get(c, "reason"));
+    }
+    return NULL;
+}
+
+int bindread_claim(const json_t *obj, int restore, binder_claim_status *out)
+{
+    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    const json_t *spec = json_object_get(obj, "spec"), *status = json_object_get(obj, "status");
+    const char *cls = json_string_value(json_object_get(spec, "class"));
+    json_int_t count = json_integer_value(json_object_get(spec, "count"));
+    if(!ns || !name || !cls || count < 1 || count > BINDER_MAX_UNITS)
+        return -1;
+    const json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
+    int tmpl = json_object_get(labels, BINDREAD_TEMPLATE_LABEL) != NULL;
+    *out = (binder_claim_status){.ns = ns, .name = name, .class_name = cls, .count = (uint32_t)count,
+                                 .template_claim = tmpl, .phase = BINDER_PENDING, .message = ""};
+    if(restore) {
+        const char *ph = json_string_value(json_object_get(status, "phase"));
+        if(ph)
+            binder_phase_parse(ph, &out->phase);
+        out->node = json_string_value(json_object_get(status, "node"));
+        out->attached_to = json_string_value(json_object_get(status, "attachedTo"));
+        const char *rs = ready_reason(obj);
+        if(rs)
+            binder_reason_parse(rs, &out->reason);
+        if((out->phase == BINDER_BOUND || out->phase == BINDER_ATTACHED) && !out->node)
+            out->phase = BINDER_PENDING; /* a status no binder writes: start over */
+    }
+    return 0;
+}
+
+int bindread_claim_in_use(const binder_state *st, const char *ns, const char *name)
+{
+    binder_claim_status c;
+    if(binder_state_claim_get(st, ns, name, &c) != BINDER_OK)
+        return 0;
+    if(c.phase == BINDER_ATTACHED || (c.phase == BINDER_LOST && c.node))
+        return 1;
+    const char *set = binder_state_claim_set(st, ns, name);
+    binder_vmi_phase ph;
+    return c.phase == BINDER_BOUND && set && binder_state_set_get(st, ns, set, &ph, NULL) == BINDER_OK &&
+           (ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING);
+}
+
+/* Whether the claims VMI `vmi` names cover its GPU entries on `node`:
+ * the VMI's own set (the binder took the annotation for this VMI, not for
+ * another VM naming the same claims) exists, and every claim of it is
+ * Bound or Attached on `node`, attached to nobody else, with at least as
+ * many units as the VMI has entries. Otherwise its devices are in use on
+ * the node with no claim booked for them (an annotation naming nothing,
+ * changed after start, or claims held elsewhere: issue 12 item 5). */
+static int claims_cover(const binder_state *st, const json_t *vmi, const json_t *classes, const char *node,
+                        long entries)
+{
+    const char *ns = md_str(vmi, "namespace"), *name = md_str(vmi, "name");
+    char nb[8192];
+    const char *names[BINDER_MAX_SET_CLAIMS];
+    size_t k = bindread_vmi_claims(vmi, classes, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL);
+    if(!ns || !name || k == 0 || binder_state_set_get(st, ns, name, NULL, NULL) != BINDER_OK)
+        return 0;
+    long units = 0;
+    for(size_t i = 0; i < k; i++) {
+        binder_claim_status c;
+        const char *owner = binder_state_claim_set(st, ns, names[i]);
+        if(binder_state_claim_get(st, ns, names[i], &c) != BINDER_OK || !owner || strcmp(owner, name) != 0 ||
+           (c.phase != BINDER_BOUND && c.phase != BINDER_ATTACHED) || !c.node || strcmp(c.node, node) != 0 ||
+           (c.attached_to && strcmp(c.attached_to, name) != 0))
+            return 0;
+        units += c.count;
+    }
+    return units >= entries;
+}
+
+int bindread_vmi_on_node(const json_t *vmi)
+{
+    binder_vmi_phase ph = bindread_vmi_phase(vmi);
+    const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
+    return (ph == BINDER_VMI_RUNNING || ph == BINDER_VMI_SCHEDULED) && node;
+}
+
+json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes)
+{
+    if(!bindread_vmi_on_node(vmi))
+        return NULL;
+    const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
+    json_t *used = json_object();
+    long entries = 0;
+    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
+    static const char *const lists[] = {"gpus", "hostDevices"};
+    for(int l = 0; l < 2; l++) {
+        size_t i;
+        json_t *g;
+        json_array_foreach(json_object_get(dev, lists[l]), i, g)
+        {
+            const char *dn = json_string_value(json_object_get(g, "deviceName"));
+            if(dn && *dn) {
+                json_object_set_new(used, dn, json_integer(json_integer_value(json_object_get(used, dn)) + 1));
+                entries++;
+            }
+        }
+    }
+    if(json_object_size(used) == 0 || claims_cover(st, vmi, classes, node, entries)) {
+        json_decref(used);
+        return NULL;
+    }
+    return used;
+}
+
+cozy_result bindread_node(engine *e, const json_t *node, const json_t *gpunode, const json_t *kubevirt,
+                          const json_t *classes, const json_t *raw_used, bindread_node_view *out, cozy_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->spec.offers = out->offers;
+    out->spec.taints = out->taints;
+    lua_State *S = engine_lua(e);
+    engine_push_runtime_fn(e, "node");
+    const json_t *args[] = {node, gpunode, kubevirt, classes, raw_used};
+    for(size_t i = 0; i < sizeof args / sizeof *args; i++) {
+        if(args[i])
+            luajson_push(S, args[i]);
+        else
+            lua_pushnil(S);
+    }
+    if(engine_call(e, 5, 1, 0, err) != ENGINE_ALLOWED)
+        return COZY_ERR_POLICY;
+    cozy_result rc = engine_to_json(e, -1, &out->view, err);
+    lua_pop(S, 1);
+    if(rc != COZY_OK)
+        return rc;
+    binder_node_spec *spec = &out->spec;
+    const char *cls;
+    json_t *u;
+    json_object_foreach(json_object_get(out->view, "offers"), cls, u)
+    {
+        if(spec->n_offers < BINDREAD_MAX_OFFERS && json_integer_value(u) > 0)
+            out->offers[spec->n_offers++] = (binder_offer){cls, (uint32_t)json_integer_value(u)};
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(out->view, "taints"), i, t)
+    {
+        if(spec->n_taints < BINDREAD_MAX_TAINTS)
+            out->taints[spec->n_taints++] = (binder_taint){json_string_value(json_object_get(t, "key")),
+                                                           json_string_value(json_object_get(t, "value")),
+                                                           json_string_value(json_object_get(t, "effect"))};
+    }
+    if(json_is_true(json_object_get(out->view, "ready")))
+        spec->flags |= BINDER_NODE_READY;
+    if(json_is_true(json_object_get(out->view, "schedulable")))
+        spec->flags |= BINDER_NODE_SCHEDULABLE;
+    if(json_is_true(json_object_get(out->view, "layout_pending")))
+        spec->flags |= BINDER_NODE_LAYOUT_PENDING;
+    return COZY_OK;
+}
+
+void bindread_node_view_free(bindread_node_view *v)
+{
+    json_decref(v->view);
+    v->view = NULL;
+}

@@ -1,0 +1,104 @@
+/* bindread.h — how the leader reads cluster objects into the binder's
+ * terms (DESIGN.md §3, §6; docs/decisions/0019, 0020 §1, 0022, 0026):
+ * a GPUClaim into a claim (restored from its status for a new leader), a
+ * VMI's phase and the claims it holds (annotation or template claims), the
+ * units a VMI uses on its node that no claim covers, and what a node
+ * offers through runtime.binder.node. Pure over the objects given (no
+ * cache, no API): shared by the leader's loop (controller/bind.c) and
+ * `cozygpu simulate --snapshot` (cli/simulate.c), so a snapshot starts
+ * from the state a new leader would build from the same objects.
+ */
+#ifndef COZYGPU_CONTROLLER_BINDREAD_H
+#define COZYGPU_CONTROLLER_BINDREAD_H
+
+#include <jansson.h>
+
+#include "base/result.h"
+#include "binder/binder.h"
+#include "engine/engine.h"
+
+#define BINDREAD_CLAIMS_ANNOTATION "gpu.cozystack.io/claims"
+#define BINDREAD_TEMPLATE_LABEL "gpu.cozystack.io/template-claim"
+#define BINDREAD_CLASS_REFERENCE "gpu.cozystack.io/class-reference"
+
+/* The binder's phase of a VMI object: no status.phase, Pending and
+ * Scheduling are Pending; Scheduled; Succeeded; Failed; anything else
+ * (Running, Unknown: its node cannot be reached, not final) Running. */
+binder_vmi_phase bindread_vmi_phase(const json_t *vmi);
+
+/* The claim names of annotation value `v` (comma-separated, ASCII blanks
+ * trimmed, empty items skipped; decision 0019) into names[] (pointers into
+ * buf, n bytes). Returns how many, at most `max`. */
+size_t bindread_claim_names(const char *v, char *buf, size_t n, const char **names, size_t max);
+
+/* The claims VMI `vmi` holds, into names[] (pointers into buf, at most
+ * `max`): the names of its gpu.cozystack.io/claims annotation when it has
+ * one (decision 0019); else, for a VMI with the class-reference label
+ * (decision 0003), its template claims: one per GPU class (of `classes`, a
+ * JSON array of GPUClass objects) its gpus[]/hostDevices[] deviceNames map
+ * to (a class's spec.resourceName), named "<vmi>-<class>", with as many
+ * units as entries of that class (decision 0027). *tmpl (when not NULL)
+ * gets a new array [{name, class, count}] for template claims, NULL
+ * otherwise. A name longer than BINDER_MAX_NAME is left out. */
+size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
+                           size_t max, json_t **tmpl);
+
+/* Whether bindread_vmi_claims reads `classes` for VMI `vmi` (it has no
+ * non-blank claims annotation and carries the class-reference label), so
+ * a caller whose class list costs something lists it only then. */
+int bindread_vmi_uses_classes(const json_t *vmi);
+
+/* GPUClaim `obj` as the binder takes it into *out (strings borrowed from
+ * obj): Pending, or with `restore` (a new leader, decision 0020 §1) the
+ * phase, node, attachedTo of its status and the reason of its Ready
+ * condition; a Bound or Attached status without a node starts over
+ * Pending. Unparsable phases and reasons are left as Pending / none, as
+ * the leader does. Returns 0, or -1 when it has no usable metadata.name,
+ * metadata.namespace, spec.class or spec.count (1..BINDER_MAX_UNITS). */
+int bindread_claim(const json_t *obj, int restore, binder_claim_status *out);
+
+/* Whether claim ns/name of `st` is in use, so that a claim being deleted
+ * keeps its hold (the protection finalizer stays, decision 0026):
+ * Attached, Lost with a node, or Bound to a set whose VMI is Scheduled or
+ * Running. An unknown claim is not. */
+int bindread_claim_in_use(const binder_state *st, const char *ns, const char *name);
+
+/* The units VMI `vmi` uses on its node that no claim covers: one per
+ * gpus[] and hostDevices[] entry, by deviceName, while Scheduled, Running
+ * or Unknown with a status.nodeName — unless its own set in `st` (the
+ * claims bindread_vmi_claims gives, over `classes`) is Bound or Attached on
+ * that node, attached to nobody else, with at least as many units as it
+ * has entries (issue 12 item 5, decision 0022). A new {resource name:
+ * units}, or NULL when none. */
+json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes);
+
+/* Whether bindread_raw_units can find any use for `vmi` at all (Scheduled,
+ * Running or Unknown, with a status.nodeName): a cheap test before the
+ * classes are listed. */
+int bindread_vmi_on_node(const json_t *vmi);
+
+/* What one node offers and whether it takes new sets, read by
+ * runtime.binder.node (cozygpu.capacity's rules, decision 0022) into the
+ * binder's node spec. Strings are borrowed from `view`. */
+#define BINDREAD_MAX_OFFERS 64
+#define BINDREAD_MAX_TAINTS 64
+typedef struct bindread_node_view {
+    json_t *view; /* runtime.binder.node's answer (owned; NULL when it failed) */
+    binder_offer offers[BINDREAD_MAX_OFFERS];
+    binder_taint taints[BINDREAD_MAX_TAINTS];
+    binder_node_spec spec; /* offers with units > 0, the gpu.cozystack.io/ taints, flags */
+} bindread_node_view;
+
+/* Calls runtime.binder.node(node, gpunode, kubevirt, classes, raw_used) on
+ * `e` (an engine_open_runtime(..., "binder") engine) and fills *out.
+ * gpunode, kubevirt and raw_used may be NULL. On failure (the Lua side
+ * cannot read the node) out->spec offers nothing, no flags, and the
+ * error is in err (COZY_ERR_POLICY or COZY_ERR_INTERNAL). Free with
+ * bindread_node_view_free. */
+cozy_result bindread_node(engine *e, const json_t *node, const json_t *gpunode, const json_t *kubevirt,
+                          const json_t *classes, const json_t *raw_used, bindread_node_view *out, cozy_err *err);
+
+/* Frees what bindread_node put into *v. */
+void bindread_node_view_free(bindread_node_view *v);
+
+#endif
