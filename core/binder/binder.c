@@ -95,8 +95,18 @@ typedef struct sm_set {
     char *key; /* "ns\0name" */
     size_t keylen;
     unsigned stamp; /* pass that took it as a group (scratch) */
+    struct onode *on;             /* the list of sets whose VMI is on `node`, NULL: not in one */
+    struct sm_set *onext, *oprev; /* utlist, in on->head */
     UT_hash_handle hh; /* binder_state.sets, by key, creation order */
 } sm_set;
+
+/* The sets whose VMI names node `node` (set->node), so that a node's
+ * arrival finds them without a walk of every set (mark_sets_on). */
+typedef struct onode {
+    char *node;
+    struct sm_set *head; /* utlist, onext/oprev */
+    UT_hash_handle hh;
+} onode;
 
 /* Waiting claims of one class (the claims whose sets a gain of room in
  * that class may let move or be placed); class "" holds the claims that
@@ -126,6 +136,7 @@ struct binder_state {
                             after that point is a new one, for the next pass */
     int full;            /* the next binder_reconcile runs a full pass */
     unsigned stamp;
+    onode *on_node;      /* by node name: the sets whose VMI is there */
 };
 
 /* ------------------------------------------------------------- names */
@@ -417,6 +428,48 @@ static void claim_free(sm_claim *c)
     free(c);
 }
 
+/* Takes set s out of its node's list (before s->node changes or s goes). */
+static void on_node_unlink(binder_state *st, sm_set *s)
+{
+    onode *o = s->on;
+    if(!o)
+        return;
+    DL_DELETE2(o->head, s, oprev, onext);
+    s->on = NULL;
+    if(!o->head) {
+        HASH_DEL(st->on_node, o);
+        free(o->node);
+        free(o);
+    }
+}
+
+/* Puts set s in the list of s->node (after it is set). Out of memory: the
+ * set is left out and the next pass is a full one (decision 0023). */
+static void on_node_link(binder_state *st, sm_set *s)
+{
+    if(!s->node || s->on)
+        return;
+    onode *o;
+    HASH_FIND_STR(st->on_node, s->node, o);
+    if(!o) {
+        o = calloc(1, sizeof *o);
+        if(!o || !(o->node = strdup(s->node))) {
+            free(o);
+            st->full = 1;
+            return;
+        }
+        HASH_ADD_KEYPTR(hh, st->on_node, o->node, strlen(o->node), o);
+        if(!o->hh.tbl) {
+            free(o->node);
+            free(o);
+            st->full = 1;
+            return;
+        }
+    }
+    DL_APPEND2(o->head, s, oprev, onext);
+    s->on = o;
+}
+
 static void set_free(sm_set *s)
 {
     if(!s)
@@ -462,6 +515,13 @@ void binder_state_free(binder_state *st)
 {
     if(!st)
         return;
+    onode *o, *otmp;
+    HASH_ITER(hh, st->on_node, o, otmp)
+    {
+        HASH_DEL(st->on_node, o);
+        free(o->node);
+        free(o);
+    }
     sm_class *k, *ktmp;
     HASH_ITER(hh, st->classes, k, ktmp) {
         HASH_DEL(st->classes, k);
@@ -610,17 +670,19 @@ static binder_node_spec spec_of(const sm_node *n)
 /* A node arrives or turns Ready: the sets whose VMI is scheduled or runs
  * there are looked at, so that claims released when the node was deleted
  * go back to Attached on it (upkeep). Their claims are not booked on the
- * node, so mark_node does not reach them. O(sets), on these transitions
- * only (decision 0023). */
+ * node, so mark_node does not reach them. O(sets on the node): st->on_node
+ * lists them by node. */
 static void mark_sets_on(binder_state *st, const char *name)
 {
-    sm_set *s, *stmp;
-    HASH_ITER(hh, st->sets, s, stmp)
-    {
-        if(s->node && strcmp(s->node, name) == 0 &&
-           (s->phase == BINDER_VMI_SCHEDULED || s->phase == BINDER_VMI_RUNNING))
-            mark_set(st, s);
-    }
+    onode *o;
+    HASH_FIND_STR(st->on_node, name, o);
+    sm_set *s;
+    if(o)
+        DL_FOREACH2(o->head, s, onext)
+        {
+            if(s->phase == BINDER_VMI_SCHEDULED || s->phase == BINDER_VMI_RUNNING)
+                mark_set(st, s);
+        }
 }
 
 binder_rc binder_state_node_set(binder_state *st, const char *name, const binder_node_spec *spec, cozy_err *err)
@@ -908,9 +970,11 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
     for(size_t i = 0; i < n_claims; i++)
         list[i]->set = s;
     mark_set(st, s);
+    on_node_unlink(st, s);
     free(s->node);
     s->node = nodecopy;
     s->phase = phase;
+    on_node_link(st, s);
     return BINDER_OK;
 }
 
@@ -926,9 +990,11 @@ binder_rc binder_state_set_vmi(binder_state *st, const char *ns, const char *nam
     char *copy = dup_or_null(node);
     if(node && !copy)
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    on_node_unlink(st, s);
     free(s->node);
     s->node = copy;
     s->phase = phase;
+    on_node_link(st, s);
     mark_set(st, s);
     return BINDER_OK;
 }
@@ -941,6 +1007,7 @@ binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *
     mark_set(st, s);
     for(size_t k = 0; k < s->n; k++)
         s->claims[k]->set = NULL;
+    on_node_unlink(st, s);
     HASH_DEL(st->sets, s);
     set_free(s);
     return BINDER_OK;
