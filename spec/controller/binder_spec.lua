@@ -66,6 +66,15 @@ local function required_terms(terms)
   return { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = terms } } }
 end
 
+-- Waits until GET `path` on the double answers 404 (the object is gone).
+local function wait_gone(d, path, timeout, msg)
+  local st
+  assert(P.wait_until(function()
+    st = select(2, E.get(d, path))
+    return st == 404
+  end, timeout or 15), (msg or path .. " is still there") .. " (last status " .. tostring(st) .. ")")
+end
+
 local function claim(d, name)
   return (E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/" .. name))
 end
@@ -381,10 +390,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     local out, code = E.kubectl(d, { "cordon", n })
     assert.are.equal(0, code, out)
     wait_claim(d, "p1", "Bound", "gpu-2")
-    assert(P.wait_until(function()
-      local _, st = E.get(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-p")
-      return st == 404
-    end, 15), "the pending VMI was not deleted")
+    wait_gone(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-p", 15, "the pending VMI was not deleted")
   end)
 
   it("a class being deleted keeps its Bound claim and leaves a new order waiting with a reason", function()
@@ -412,10 +418,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     launcher(d, "virt-launcher-vm-st-x", v, {
       annotations = { ["gpu.cozystack.io/claims"] = "st1" },
       affinity = required_terms { { matchFields = { { key = "metadata.name", operator = "In", values = { "gpu-old" } } } } } })
-    assert(P.wait_until(function()
-      local _, st = E.get(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-st")
-      return st == 404
-    end, 15), "the VMI of a pod pinned to the wrong node was not deleted")
+    wait_gone(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-st", 15, "the VMI of a pod pinned to the wrong node was not deleted")
   end)
 
   it("pins into every term that has a requirement and leaves an empty term empty (KEP-3838)", function()
@@ -533,10 +536,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     assert.are.equal("Attached", c.status.phase)
     -- the VMI ends: the deleted claim goes, and its unit is free again
     vmi_phase("vm-u", "Succeeded", "gpu-1")
-    assert(P.wait_until(function()
-      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/u1")
-      return st == 404
-    end, 15), "the deleted claim was kept after its VMI ended")
+    wait_gone(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/u1", 15, "the deleted claim was kept after its VMI ended")
     wait_claim(d, "u2", "Bound", "gpu-1")
   end)
 
@@ -570,10 +570,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     assert.are.equal("pool-w1", c.status.attachedTo)
     -- final: the claim goes (pay only while running), and its units are free
     vmi_phase("pool-w1", "Succeeded", "gpu-1")
-    assert(P.wait_until(function()
-      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-w1-l40s")
-      return st == 404
-    end, 15), "the template claim of a final VMI was kept")
+    wait_gone(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-w1-l40s", 15, "the template claim of a final VMI was kept")
     add_claim(d, "after", 2)
     wait_claim(d, "after", "Bound", "gpu-1")
   end)
@@ -613,16 +610,10 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     local first = wait_claim(d, "pool-f1-l40s", "Bound").status.node
     local other = first == "gpu-1" and "gpu-2" or "gpu-1"
     vmi_phase("pool-f1", "Failed", first) -- it failed there (say the device would not attach)
-    assert(P.wait_until(function()
-      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-f1-l40s")
-      return st == 404
-    end, 15))
+    wait_gone(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-f1-l40s", 15)
     -- the VM controller replaces the VMI (same name): its claim goes to the other node
     must(d, "DELETE", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-f1")
-    assert(P.wait_until(function()
-      local _, st = E.get(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-f1")
-      return st == 404
-    end, 10))
+    wait_gone(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-f1", 10)
     start()
     wait_claim(d, "pool-f1-l40s", "Bound", other)
   end)
@@ -636,10 +627,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     wait_claim(d, "pool-w2-l40s", "Bound", "gpu-1")
     local out, code = E.kubectl(d, { "delete", "vmi", "pool-w2", "-n", NS, "--wait=false" })
     assert.are.equal(0, code, out)
-    assert(P.wait_until(function()
-      local _, st = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-w2-l40s")
-      return st == 404
-    end, 15), "the template claim outlived its VMI")
+    wait_gone(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-w2-l40s", 15, "the template claim outlived its VMI")
   end)
 
   it("a node deleted and registered again while its VMI runs: the claim goes back to Attached there and keeps its unit", function()
