@@ -95,6 +95,8 @@ typedef struct sm_set {
     char *key; /* "ns\0name" */
     size_t keylen;
     unsigned stamp; /* pass that took it as a group (scratch) */
+    char **allowed;   /* the only nodes the set may go to (a volume bound to them), NULL: any */
+    size_t n_allowed;
     struct onode *on;             /* the list of sets whose VMI is on `node`, NULL: not in one */
     struct sm_set *onext, *oprev; /* utlist, in on->head */
     UT_hash_handle hh; /* binder_state.sets, by key, creation order */
@@ -470,10 +472,20 @@ static void on_node_link(binder_state *st, sm_set *s)
     s->on = o;
 }
 
+static void free_allowed(sm_set *s)
+{
+    for(size_t i = 0; i < s->n_allowed; i++)
+        free(s->allowed[i]);
+    free(s->allowed);
+    s->allowed = NULL;
+    s->n_allowed = 0;
+}
+
 static void set_free(sm_set *s)
 {
     if(!s)
         return;
+    free_allowed(s);
     free(s->ns);
     free(s->name);
     free(s->claims);
@@ -1013,6 +1025,39 @@ binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *
     return BINDER_OK;
 }
 
+binder_rc binder_state_set_nodes(binder_state *st, const char *ns, const char *name, const char *const *nodes,
+                                 size_t n, cozy_err *err)
+{
+    sm_set *s = set_find(st, ns, name);
+    if(!s)
+        return fail(err, BINDER_ERR_NO_CLAIM, "VM %s/%s: not known", ns, name);
+    if(n > BINDER_MAX_SET_NODES)
+        return fail(err, BINDER_ERR_INPUT, "VM %s/%s: more than %d nodes allowed", ns, name, BINDER_MAX_SET_NODES);
+    int same_list = n == s->n_allowed;
+    for(size_t i = 0; same_list && i < n; i++)
+        same_list = nodes[i] && strcmp(nodes[i], s->allowed[i]) == 0;
+    if(same_list)
+        return BINDER_OK;
+    char **copy = n ? calloc(n, sizeof *copy) : NULL;
+    if(n && !copy)
+        return fail(err, BINDER_ERR_MEMORY, "out of memory");
+    for(size_t i = 0; i < n; i++) {
+        if(!name_ok(nodes[i], BINDER_MAX_NAME) || !(copy[i] = strdup(nodes[i]))) {
+            for(size_t j = 0; j <= i && j < n; j++)
+                free(copy[j]);
+            free(copy);
+            return name_ok(nodes[i], BINDER_MAX_NAME) ? fail(err, BINDER_ERR_MEMORY, "out of memory")
+                                                      : fail(err, BINDER_ERR_INPUT, "VM %s/%s: empty or long node name",
+                                                             ns, name);
+        }
+    }
+    free_allowed(s);
+    s->allowed = copy;
+    s->n_allowed = n;
+    mark_set(st, s);
+    return BINDER_OK;
+}
+
 const char *binder_state_claim_set(const binder_state *st, const char *ns, const char *name)
 {
     sm_claim *c = claim_find(st, ns, name);
@@ -1272,7 +1317,17 @@ static const char *choose(pass *p, const group *g, const needs *nd)
     binder_candidate cands[BINDER_MAX_CANDIDATES];
     size_t nc = 0;
     binder_query q = {nd->need, nd->n, nd->tols, nd->n_tols, 0};
-    if(binder_candidates_set(p->st->ix, &q, cands, BINDER_MAX_CANDIDATES, &nc) || nc == 0)
+    if(g->set && g->set->n_allowed) {
+        /* a set limited to named nodes (DESIGN.md §6: a volume bound to a
+         * node): those of them that are candidates, in the order given */
+        for(size_t i = 0; i < g->set->n_allowed && nc < BINDER_MAX_CANDIDATES; i++) {
+            int fits = 0;
+            if(binder_node_candidate(p->st->ix, g->set->allowed[i], &q, &cands[nc], &fits) == BINDER_OK && fits)
+                nc++;
+        }
+        if(nc == 0)
+            return NULL;
+    } else if(binder_candidates_set(p->st->ix, &q, cands, BINDER_MAX_CANDIDATES, &nc) || nc == 0)
         return NULL;
     int pick = 0;
     if(p->h && p->h->choose) {

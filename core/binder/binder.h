@@ -262,6 +262,21 @@ binder_rc binder_state_set_vmi(binder_state *st, const char *ns, const char *nam
  * Errors: BINDER_ERR_NO_CLAIM (no such set). */
 binder_rc binder_state_set_delete(binder_state *st, const char *ns, const char *name, cozy_err *err);
 
+/* Nodes one set may be limited to (binder_state_set_nodes). */
+#define BINDER_MAX_SET_NODES 32
+
+/* Limits set ns/name to the nodes `nodes[0..n)` (copied; n 0 lifts the
+ * limit): its claims are placed, moved and rebound only there (DESIGN.md
+ * §6: "a set placed after a WaitForFirstConsumer volume bound is limited
+ * to the nodes the volume's node affinity allows"). Claims already bound
+ * elsewhere keep their node. Candidates are the listed nodes that pass
+ * binder_node_candidate, in the order given. Marks the set when the list
+ * changes. Errors: BINDER_ERR_NO_CLAIM (no such set), BINDER_ERR_INPUT
+ * (more than BINDER_MAX_SET_NODES, an empty or long name), BINDER_ERR_MEMORY
+ * (the set is as before). */
+binder_rc binder_state_set_nodes(binder_state *st, const char *ns, const char *name, const char *const *nodes,
+                                 size_t n, cozy_err *err);
+
 /* The name of the set (VM or VMI, same namespace) that names claim
  * ns/name, or NULL when none does or the claim is unknown (borrowed). */
 const char *binder_state_claim_set(const binder_state *st, const char *ns, const char *name);

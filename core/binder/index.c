@@ -974,6 +974,55 @@ static size_t feasible_count(const qneed *need, size_t nneed, size_t k, const bi
     return sum;
 }
 
+binder_rc binder_node_candidate(const binder_index *ix, const char *name, const binder_query *q,
+                                binder_candidate *out, int *fits)
+{
+    *fits = 0;
+    if(!q->n_needs || !q->needs || (q->n_tolerations && !q->tolerations))
+        return BINDER_ERR_INPUT;
+    const bnode *n = node_find(ix, name);
+    if(!n)
+        return BINDER_ERR_NO_NODE;
+    const uint32_t usable = BINDER_NODE_READY | BINDER_NODE_SCHEDULABLE;
+    if((n->flags & usable) != usable || (n->flags & BINDER_NODE_LAYOUT_PENDING) ||
+       !shape_tolerated(n->sh, q->tolerations, q->n_tolerations))
+        return BINDER_OK;
+    /* the set's needs by class (a class named twice adds up) */
+    qneed need[BINDER_MAX_SET_CLASSES];
+    size_t nneed = 0;
+    for(size_t i = 0; i < q->n_needs; i++) {
+        const binder_need *w = &q->needs[i];
+        if(!name_ok(w->class_name, BINDER_MAX_NAME) || w->units == 0 || w->units > BINDER_MAX_UNITS)
+            return BINDER_ERR_INPUT;
+        const bclass *c = class_find(ix, w->class_name);
+        if(!c)
+            return BINDER_OK; /* a class no node offers */
+        size_t k = 0;
+        while(k < nneed && need[k].cls != c)
+            k++;
+        if(k == nneed) {
+            if(nneed == BINDER_MAX_SET_CLASSES)
+                return BINDER_ERR_INPUT;
+            need[nneed++] = (qneed){c, 0};
+        }
+        if(need[k].units + w->units > BINDER_MAX_UNITS)
+            return BINDER_ERR_INPUT;
+        need[k].units += w->units;
+    }
+    binder_candidate cand = {n->name, 0, 0, 0};
+    for(size_t k = 0; k < nneed; k++) {
+        const slot *o = node_slot(n, need[k].cls);
+        if(!o || slot_free(o) < need[k].units)
+            return BINDER_OK;
+        cand.free += slot_free(o);
+        cand.bound += o->bound;
+        cand.offered += o->offered;
+    }
+    *out = cand;
+    *fits = 1;
+    return BINDER_OK;
+}
+
 binder_rc binder_candidates_set(const binder_index *ix, const binder_query *q, binder_candidate *out, size_t max,
                                 size_t *n_out)
 {

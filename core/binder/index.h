@@ -327,6 +327,16 @@ binder_rc binder_unbind(binder_index *ix, const char *ns, const char *name);
  * Errors: BINDER_ERR_INPUT (no needs, units 0 or above BINDER_MAX_UNITS,
  * empty class name, more than BINDER_MAX_SET_CLASSES classes),
  * BINDER_ERR_MEMORY (only with more than 32 shapes offering the class). */
+/* Whether node `name` is a candidate for the set of query q, by the same
+ * tests as binder_candidates_set (Ready, schedulable, no layout pending,
+ * GPU taints tolerated, room for every class of the set): *fits 1 and
+ * *out the node's candidate entry when it is, *fits 0 otherwise. For a set
+ * limited to a few named nodes (a volume bound to a node: DESIGN.md §6),
+ * O(classes of the set). q->max_examined is not used. Errors:
+ * BINDER_ERR_NO_NODE, BINDER_ERR_INPUT (as binder_candidates_set). */
+binder_rc binder_node_candidate(const binder_index *ix, const char *name, const binder_query *q,
+                                binder_candidate *out, int *fits);
+
 binder_rc binder_candidates_set(const binder_index *ix, const binder_query *q, binder_candidate *out, size_t max,
                                 size_t *n_out);
 

@@ -67,6 +67,8 @@ enum {
     K_KUBEVIRT = 'k',
     K_NAMESPACE = 's', /* the budget check's view only */
     K_QUOTA = 'q',     /* the budget check's view only */
+    K_PVC = 'v',       /* a set's volume (DESIGN.md §6, WaitForFirstConsumer) */
+    K_PV = 'w',
 };
 
 typedef struct dirty {
@@ -165,6 +167,7 @@ typedef struct loop {
     json_t *creates;    /* "ns/name" -> template claim to create (decision 0027) */
     json_t *tdeletes;   /* "ns/name" -> 1: template claims of a final VMI, to delete */
     json_t *refused;    /* "ns/vm" -> {node: true}: nodes a template VMI of the VM failed on (DESIGN.md §6) */
+    json_t *pvc_sets;   /* "ns/pvc" -> {"ns/set": true}: the sets whose volumes name the PVC */
     long long log_quiet_until; /* ms: policy failure log lines are held back until then */
     unsigned long log_held;    /* lines held back since the last one written */
     json_t *raw_by_node; /* node -> {resource name: units} */
@@ -530,6 +533,120 @@ static int template_claims_ours(const json_t *vmi, const json_t *tmpl)
     return 1;
 }
 
+/* The node names a PersistentVolume's required node affinity allows, when
+ * it is a list of names: matchExpressions kubernetes.io/hostname In, or
+ * matchFields metadata.name In (local volumes, as the local static
+ * provisioner and OpenEBS/TopoLVM write them; the hostname label is taken
+ * as the node's name, which kubelet sets by default). Added to `out` (an
+ * object used as a set of names). Returns 1 when the PV limits nodes this
+ * way, 0 when it has no such affinity (zone or other labels are not read:
+ * those volumes do not limit the set, decision 0026). */
+static int pv_nodes(const json_t *pv, json_t *out)
+{
+    const json_t *terms = json_object_get(
+        json_object_get(json_object_get(json_object_get(pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
+    int limited = 0;
+    size_t i;
+    json_t *term;
+    json_array_foreach(terms, i, term)
+    {
+        static const char *const kinds[] = {"matchExpressions", "matchFields"};
+        static const char *const keys[] = {"kubernetes.io/hostname", "metadata.name"};
+        for(int k = 0; k < 2; k++) {
+            size_t j;
+            json_t *r;
+            json_array_foreach(json_object_get(term, kinds[k]), j, r)
+            {
+                const char *key = json_string_value(json_object_get(r, "key"));
+                const char *op = json_string_value(json_object_get(r, "operator"));
+                if(!key || !op || strcmp(key, keys[k]) != 0 || strcmp(op, "In") != 0)
+                    continue;
+                size_t v;
+                json_t *val;
+                json_array_foreach(json_object_get(r, "values"), v, val)
+                {
+                    if(json_is_string(val))
+                        json_object_set_new(out, json_string_value(val), json_true());
+                }
+                limited = 1;
+            }
+        }
+    }
+    return limited;
+}
+
+/* DESIGN.md §6: "a set placed after a WaitForFirstConsumer volume bound is
+ * limited to the nodes the volume's node affinity allows". For each volume
+ * of the VM's spec (`spec`: the VMI's, or the stopped VM's template's)
+ * that is a persistentVolumeClaim or a dataVolume (a PVC of the same
+ * name, CDI), the PVC's bound PV (spec.volumeName) is read; the nodes the
+ * set may use are those every such PV allows (pv_nodes); no bound PV with
+ * such an affinity: no limit. Volumes that disagree leave no node (the
+ * set waits). The PVCs are remembered against the set so that a PVC or PV
+ * change looks at it again. */
+static void volume_nodes(loop *L, const char *ns, const char *name, const json_t *spec)
+{
+    json_t *allowed = NULL;
+    char setkey[600];
+    snprintf(setkey, sizeof setkey, "%s/%s", ns, name);
+    size_t i;
+    json_t *vol;
+    json_array_foreach(json_object_get(spec, "volumes"), i, vol)
+    {
+        const char *pvc = json_string_value(json_object_get(json_object_get(vol, "persistentVolumeClaim"), "claimName"));
+        if(!pvc)
+            pvc = json_string_value(json_object_get(json_object_get(vol, "dataVolume"), "name"));
+        if(!pvc)
+            continue;
+        char pk[600];
+        snprintf(pk, sizeof pk, "%s/%s", ns, pvc);
+        json_t *users = json_object_get(L->pvc_sets, pk);
+        if(!users) {
+            users = json_object();
+            json_object_set_new(L->pvc_sets, pk, users);
+        }
+        json_object_set_new(users, setkey, json_true());
+        json_t *claim = kube_informer_get(ctl_proc->pvcs_inf, ns, pvc);
+        const char *pvname = json_string_value(json_object_get(json_object_get(claim, "spec"), "volumeName"));
+        json_t *pv = pvname ? kube_informer_get(ctl_proc->pvs_inf, NULL, pvname) : NULL;
+        json_t *these = json_object();
+        if(pv && pv_nodes(pv, these)) {
+            if(!allowed)
+                allowed = json_incref(these);
+            else {
+                const char *k;
+                json_t *v, *tmp;
+                json_object_foreach_safe(allowed, tmp, k, v)
+                {
+                    if(!json_object_get(these, k))
+                        json_object_del(allowed, k);
+                }
+            }
+        }
+        json_decref(these);
+        json_decref(pv);
+        json_decref(claim);
+    }
+    const char *nodes[BINDER_MAX_SET_NODES];
+    size_t n = 0;
+    if(allowed) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(allowed, k, v)
+        {
+            if(n < BINDER_MAX_SET_NODES)
+                nodes[n++] = k;
+        }
+        if(n == 0)
+            nodes[n++] = "(no node: its volumes allow none in common)"; /* no Node has this name */
+    }
+    cozy_err err;
+    if(binder_state_set_nodes(L->st, ns, name, nodes, n, &err) != BINDER_OK)
+        log_write(LOG_WARN, "binder", "cannot limit the VM's claims to its volume's nodes", "namespace", ns, "vm", name,
+                  "error", err.msg, NULL);
+    json_decref(allowed);
+}
+
 /* Set ns/name from the caches: the VMI's annotation, phase and node when a
  * VMI exists, else the VM's template annotation (a stopped VM still holds
  * its claims on one node, DESIGN.md §6). No claims named: no set. A set
@@ -630,6 +747,10 @@ static void apply_set(loop *L, const char *ns, const char *name)
         else if(rc != BINDER_OK)
             log_write(LOG_WARN, "binder", "cannot take the VM's claims", "namespace", ns, "vm", name, "error", err.msg,
                       NULL);
+        else
+            volume_nodes(L, ns, name, vmi ? json_object_get(vmi, "spec")
+                                          : json_object_get(json_object_get(json_object_get(vm, "spec"), "template"),
+                                                            "spec"));
     }
     json_decref(vmi);
     json_decref(vm);
@@ -651,6 +772,7 @@ static void loop_drop(loop *L)
     dirty_free(&L->deleting);
     json_object_clear(L->creates);
     json_object_clear(L->tdeletes);
+    json_object_clear(L->pvc_sets);
     json_object_clear(L->uids);
     raw_use *r, *rt;
     HASH_ITER(hh, L->raw, r, rt)
@@ -1374,6 +1496,35 @@ static void apply_dirty(loop *L, dirty *batch)
         }
         json_decref(obj);
     }
+    /* a PVC bound, or a PV's affinity: the sets whose volumes name it */
+    dirty *vsets = NULL;
+    HASH_ITER(hh, batch, d, t)
+    {
+        char pk[600] = "";
+        if(d->key[0] == K_PVC)
+            snprintf(pk, sizeof pk, "%s", d->key + 2);
+        else if(d->key[0] == K_PV) {
+            json_t *pv = kube_informer_get(ctl_proc->pvs_inf, NULL, d->key + 3);
+            const json_t *ref = json_object_get(json_object_get(pv, "spec"), "claimRef");
+            const char *rns = json_string_value(json_object_get(ref, "namespace"));
+            const char *rn = json_string_value(json_object_get(ref, "name"));
+            if(rns && rn)
+                snprintf(pk, sizeof pk, "%s/%s", rns, rn);
+            json_decref(pv);
+        }
+        const char *sk;
+        json_t *v;
+        if(*pk)
+            json_object_foreach(json_object_get(L->pvc_sets, pk), sk, v) dirty_add(&vsets, sk);
+    }
+    HASH_ITER(hh, vsets, d, t)
+    {
+        char buf[600];
+        const char *ns, *name;
+        split_key(d->key, buf, sizeof buf, &ns, &name);
+        apply_set(L, ns, name);
+    }
+    dirty_free(&vsets);
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_VM || d->key[0] == K_VMI) {
@@ -1716,6 +1867,7 @@ void *ctl_bind_main(void *arg)
     L.uids = json_object();
     L.creates = json_object();
     L.refused = json_object();
+    L.pvc_sets = json_object();
     L.tdeletes = json_object();
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
@@ -1805,6 +1957,7 @@ void *ctl_bind_main(void *arg)
     json_decref(L.uids);
     json_decref(L.creates);
     json_decref(L.refused);
+    json_decref(L.pvc_sets);
     json_decref(L.tdeletes);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);

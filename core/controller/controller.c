@@ -74,7 +74,7 @@ static long long mono_ms(void)
  * replica's view with the API server, and for the specs. */
 static void dump_caches(void)
 {
-    kube_informer *all[16];
+    kube_informer *all[18];
     int n = 0;
     for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
         all[n++] = ctl_proc->cluster_inf[i];
@@ -83,6 +83,8 @@ static void dump_caches(void)
     all[n++] = ctl_proc->gpunodes_inf;
     all[n++] = ctl_proc->vms_inf;
     all[n++] = ctl_proc->pods_inf;
+    all[n++] = ctl_proc->pvcs_inf;
+    all[n++] = ctl_proc->pvs_inf;
     json_t *out = json_array();
     for(int i = 0; i < n; i++) {
         const kube_resource *r = kube_informer_resource(all[i]);
@@ -236,6 +238,10 @@ int controller_main(int argc, char **argv)
         kube_watcher_add(ctl_proc->watcher, &KUBE_VMS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'m');
     ctl_proc->pods_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_PODS, NULL, "kubevirt.io=virt-launcher", NULL,
                                           ctl_bind_on_event, (void *)(intptr_t)'p');
+    ctl_proc->pvcs_inf =
+        kube_watcher_add(ctl_proc->watcher, &KUBE_PVCS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'v');
+    ctl_proc->pvs_inf =
+        kube_watcher_add(ctl_proc->watcher, &KUBE_PVS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'w');
     if(f->policies_configmap && *f->policies_configmap) {
         char sel[300];
         snprintf(sel, sizeof sel, "metadata.name=%s", f->policies_configmap);

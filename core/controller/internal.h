@@ -50,6 +50,8 @@ typedef struct ctl {
     kube_informer *gpunodes_inf; /* GPUNodes (the binder's node capacity) */
     kube_informer *vms_inf;      /* VirtualMachines (a stopped VM's claims) */
     kube_informer *pods_inf;     /* virt-launcher pods (the pin) */
+    kube_informer *pvcs_inf;     /* PersistentVolumeClaims (a set's volumes, DESIGN.md §6) */
+    kube_informer *pvs_inf;      /* PersistentVolumes (their node affinity) */
     webhook_server *server;
     lease_elector *lease;        /* NULL with --leader-elect=false */
 

@@ -27,6 +27,8 @@
 const kube_resource KUBE_NAMESPACES = {"", "v1", "namespaces", "Namespace", 0};
 const kube_resource KUBE_NODES = {"", "v1", "nodes", "Node", 0};
 const kube_resource KUBE_PODS = {"", "v1", "pods", "Pod", 1};
+const kube_resource KUBE_PVCS = {"", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", 1};
+const kube_resource KUBE_PVS = {"", "v1", "persistentvolumes", "PersistentVolume", 0};
 const kube_resource KUBE_SECRETS = {"", "v1", "secrets", "Secret", 1};
 const kube_resource KUBE_CONFIGMAPS = {"", "v1", "configmaps", "ConfigMap", 1};
 const kube_resource KUBE_RESOURCEQUOTAS = {"", "v1", "resourcequotas", "ResourceQuota", 1};

@@ -648,6 +648,37 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     wait_reason("rr2", "NoNodeWithRoom")
   end)
 
+  it("a VM whose volume was bound on a node (WaitForFirstConsumer) gets its claims only where the volume allows", function()
+    add_node(d, "gpu-1", 1)
+    add_node(d, "gpu-2", 1)
+    -- a local volume on gpu-2, bound to the VM's PVC (as a WaitForFirstConsumer
+    -- StorageClass leaves it once the VM first ran there)
+    must(d, "POST", "/api/v1/persistentvolumes", { apiVersion = "v1", kind = "PersistentVolume",
+      metadata = { name = "local-pv-gpu2" },
+      spec = { capacity = { storage = "10Gi" }, accessModes = { "ReadWriteOnce" }, storageClassName = "local",
+        ["local"] = { path = "/mnt/disks/vol1" }, claimRef = { namespace = NS, name = "disk-w1" },
+        nodeAffinity = { required = { nodeSelectorTerms = { { matchExpressions = {
+          { key = "kubernetes.io/hostname", operator = "In", values = { "gpu-2" } } } } } } } } })
+    must(d, "POST", "/api/v1/namespaces/" .. NS .. "/persistentvolumeclaims", { apiVersion = "v1",
+      kind = "PersistentVolumeClaim", metadata = { name = "disk-w1", namespace = NS },
+      spec = { accessModes = { "ReadWriteOnce" }, storageClassName = "local", volumeName = "local-pv-gpu2",
+        resources = { requests = { storage = "10Gi" } } } })
+    local out, code = kubectl(d, { "apply" }, { apiVersion = "kubevirt.io/v1", kind = "VirtualMachine",
+      metadata = { name = "vm-w1", namespace = NS },
+      spec = { runStrategy = "Halted", template = { metadata = { annotations = { ["gpu.cozystack.io/claims"] = "v1" } },
+        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } },
+          volumes = { { name = "disk", persistentVolumeClaim = { claimName = "disk-w1" } } } } } } })
+    assert.are.equal(0, code, out)
+    add_claim(d, "v1", 1) -- ordered after the VM names it
+    -- packing order alone would take gpu-1 (both are empty; it comes first)
+    wait_claim(d, "v1", "Bound", "gpu-2")
+    -- cordoned, with no other node the volume allows: it keeps its hold
+    out, code = E.kubectl(d, { "cordon", "gpu-2" })
+    assert.are.equal(0, code, out)
+    local c = wait_reason("v1", "NodeCordoned")
+    assert.are.equal("gpu-2", c.status.node)
+  end)
+
   it("a gated launcher pod whose claims are not bound stays gated", function()
     add_claim(d, "g1", 1) -- no node at all
     wait_reason("g1", "NoNodeWithRoom")

@@ -209,6 +209,8 @@ describe("deploy/ RBAC", function()
       ["/namespaces"] = read,
       ["/nodes"] = read,
       ["/resourcequotas"] = read,
+      ["/persistentvolumeclaims"] = read,
+      ["/persistentvolumes"] = read,
       ["kubevirt.io/virtualmachineinstances"] = { "delete", "get", "list", "watch" },
       ["kubevirt.io/virtualmachines"] = read,
       ["kubevirt.io/kubevirts"] = read,

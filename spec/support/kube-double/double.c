@@ -222,6 +222,10 @@ const dbl_type DBL_TYPES[] = {
     { "cozystack.io", "v1alpha1", "gpunodes", "gpunode", "GPUNode", 0, "", 1, 1, 1, "" },
     { "cozystack.io", "v1alpha1", "workloads", "workload", "Workload", 1, "", 1, 1, 1, "" },
     { "cozystack.io", "v1alpha1", "workloadmonitors", "workloadmonitor", "WorkloadMonitor", 1, "", 1, 1, 1, "" },
+    /* volumes (T_* above index the entries before this one), for the binder's WaitForFirstConsumer rule (a PV's node
+     * affinity); stored and served, no binding controller */
+    { "", "v1", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", 1, "pvc", 1, 0, 0, "" },
+    { "", "v1", "persistentvolumes", "persistentvolume", "PersistentVolume", 0, "pv", 1, 0, 0, "" },
     /* the kinds of deploy/, so `kubectl apply -f deploy/` can be checked:
      * stored and served, nothing acts on them (no controllers, no RBAC) */
     { "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", 1, "sa", 0, 0, 0, "" },
