@@ -460,6 +460,31 @@ static void raw_update(loop *L, const char *key, const json_t *vmi, const char *
  * removes it with the VMI), protected by the finalizer; once the VMI is
  * final (Succeeded, Failed), each that exists is queued for deletion (it
  * then goes once nothing uses it). */
+/* Whether cached claim `c` is the template claim `t` ({name, class,
+ * count}) of the VMI of uid `uid`: labelled a template claim, its
+ * controller ownerReference naming that uid, of that class and count
+ * (decision 0027). */
+static int template_claim_is(const json_t *c, const json_t *t, const char *uid)
+{
+    const json_t *labels = json_object_get(json_object_get(c, "metadata"), "labels");
+    const char *tl = json_string_value(json_object_get(labels, TEMPLATE_LABEL));
+    const json_t *spec = json_object_get(c, "spec");
+    const char *cls = json_string_value(json_object_get(spec, "class"));
+    const char *want = json_string_value(json_object_get(t, "class"));
+    if(!tl || strcmp(tl, "true") != 0 || !cls || !want || strcmp(cls, want) != 0 ||
+       json_integer_value(json_object_get(spec, "count")) != json_integer_value(json_object_get(t, "count")))
+        return 0;
+    size_t j;
+    json_t *r;
+    json_array_foreach(json_object_get(json_object_get(c, "metadata"), "ownerReferences"), j, r)
+    {
+        const char *ruid = json_string_value(json_object_get(r, "uid"));
+        if(json_is_true(json_object_get(r, "controller")) && ruid && uid && strcmp(ruid, uid) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, binder_vmi_phase phase)
 {
     const char *ns = md_str(vmi, "namespace"), *vname = md_str(vmi, "name"), *uid = md_str(vmi, "uid");
@@ -476,8 +501,12 @@ static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, bind
         json_t *have = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
         if(final) {
             json_object_del(L->creates, key);
-            if(have && !md_str(have, "deletionTimestamp"))
-                json_object_set_new(L->tdeletes, key, json_true());
+            /* only this VMI's own claim goes, and only that object (its
+             * uid as a precondition): a tenant's claim of the name, or a
+             * later VMI's, is never deleted */
+            const char *cuid = have ? md_str(have, "uid") : NULL;
+            if(have && cuid && !md_str(have, "deletionTimestamp") && template_claim_is(have, t, uid))
+                json_object_set_new(L->tdeletes, key, json_string(cuid));
         } else if(!have && !md_str(vmi, "deletionTimestamp")) {
             json_object_set_new(
                 L->creates, key,
@@ -506,26 +535,8 @@ static int template_claims_ours(const json_t *vmi, const json_t *tmpl)
     json_t *t;
     json_array_foreach(tmpl, i, t)
     {
-        json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns,
-                                      json_string_value(json_object_get(t, "name")));
-        if(!c)
-            continue;
-        int ok = 0;
-        const json_t *labels = json_object_get(json_object_get(c, "metadata"), "labels");
-        const char *tl = json_string_value(json_object_get(labels, TEMPLATE_LABEL));
-        const json_t *spec = json_object_get(c, "spec");
-        const char *cls = json_string_value(json_object_get(spec, "class"));
-        if(tl && strcmp(tl, "true") == 0 && cls && strcmp(cls, json_string_value(json_object_get(t, "class"))) == 0 &&
-           json_integer_value(json_object_get(spec, "count")) == json_integer_value(json_object_get(t, "count"))) {
-            size_t j;
-            json_t *r;
-            json_array_foreach(json_object_get(json_object_get(c, "metadata"), "ownerReferences"), j, r)
-            {
-                const char *ruid = json_string_value(json_object_get(r, "uid"));
-                if(json_is_true(json_object_get(r, "controller")) && ruid && uid && strcmp(ruid, uid) == 0)
-                    ok = 1;
-            }
-        }
+        json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, json_string_value(json_object_get(t, "name")));
+        int ok = !c || template_claim_is(c, t, uid);
         json_decref(c);
         if(!ok)
             return 0;
@@ -709,6 +720,8 @@ static void apply_set(loop *L, const char *ns, const char *name)
         free(w);
     }
     cozy_err err;
+    if(!vmi && !vm)
+        json_object_del(L->refused, key); /* the VM is gone: what it failed on is forgotten */
     if(n == 0) {
         binder_state_set_delete(L->st, ns, name, NULL);
     } else if(not_ours) {
@@ -938,8 +951,14 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
         at[k] = j;
         kept[k++] = cands[j];
     }
-    if(k == 0)
-        return -1; /* every candidate was refused to this VM: it waits for another */
+    if(k == 0) {
+        /* every candidate is a node the VM failed on: there is no
+         * elsewhere, so they are tried again rather than none */
+        for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
+            at[k] = j;
+            kept[k++] = cands[j];
+        }
+    }
     policy_deadline(L);
     engine_binder_choice ch;
     int i = bindpolicy_choose(&L->bp, sv, kept, k, &ch);
@@ -1825,9 +1844,15 @@ static void flush_templates(loop *L)
         split_key(key, buf, sizeof buf, &ns, &name);
         long code = 0;
         cozy_err err;
-        if(kube_delete(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, &code, NULL, &err) == COZY_OK &&
-           (code / 100 == 2 || code == 404))
+        char *path = kube_path(&KUBE_GPUCLAIMS, ns, name, NULL);
+        json_t *opts = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions",
+                                 "uid", json_string_value(v) ? json_string_value(v) : "");
+        /* 409: the uid precondition failed (another object of the name) */
+        if(path && kube_request(ctl_proc->client, "DELETE", path, NULL, opts, &code, NULL, &err) == COZY_OK &&
+           (code / 100 == 2 || code == 404 || code == 409))
             json_object_del(L->tdeletes, key);
+        json_decref(opts);
+        free(path);
     }
 }
 

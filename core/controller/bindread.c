@@ -5,6 +5,7 @@
 
 #include <lua.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/luajson.h"
@@ -52,12 +53,79 @@ static const char *annotation(const json_t *meta_owner, const char *key)
     return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
 }
 
+/* A whole number of devices from a quantity ("2", 2); 0 when it is not
+ * one (admission refuses such a VMI: decision 0013). */
+static long whole_units(const json_t *q)
+{
+    if(json_is_integer(q))
+        return json_integer_value(q) > 0 ? (long)json_integer_value(q) : 0;
+    const char *s = json_string_value(q);
+    if(!s || !*s)
+        return 0;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    return end && *end == 0 && v > 0 && v <= BINDER_MAX_UNITS ? v : 0;
+}
+
+/* The devices VMI `vmi` asks for, by resource name, into `used` ({name:
+ * units}): one per spec.domain.devices.gpus[] and hostDevices[] entry (by
+ * deviceName), and the device-plugin names of spec.domain.resources
+ * (limits, or requests when larger: a name with a '/', other than
+ * KubeVirt's own devices.kubevirt.io/), as KubeVirt puts all of them into
+ * the compute container's limits (pkg/virt-controller/services/
+ * renderresources.go). Returns the total. */
+static long vmi_units(const json_t *vmi, json_t *used)
+{
+    long total = 0;
+    const json_t *domain = json_object_get(json_object_get(vmi, "spec"), "domain");
+    const json_t *dev = json_object_get(domain, "devices");
+    static const char *const lists[] = {"gpus", "hostDevices"};
+    for(int l = 0; l < 2; l++) {
+        size_t i;
+        json_t *g;
+        json_array_foreach(json_object_get(dev, lists[l]), i, g)
+        {
+            const char *dn = json_string_value(json_object_get(g, "deviceName"));
+            if(dn && *dn) {
+                json_object_set_new(used, dn, json_integer(json_integer_value(json_object_get(used, dn)) + 1));
+                total++;
+            }
+        }
+    }
+    const json_t *res = json_object_get(domain, "resources");
+    json_t *asked = json_object(); /* name -> max(limits, requests) */
+    static const char *const kinds[] = {"limits", "requests"};
+    for(int k = 0; k < 2; k++) {
+        const char *rn;
+        json_t *q;
+        json_object_foreach(json_object_get(res, kinds[k]), rn, q)
+        {
+            if(!strchr(rn, '/') || strncmp(rn, "devices.kubevirt.io/", 20) == 0)
+                continue;
+            long u = whole_units(q);
+            if(u > json_integer_value(json_object_get(asked, rn)))
+                json_object_set_new(asked, rn, json_integer(u));
+        }
+    }
+    const char *rn;
+    json_t *u;
+    json_object_foreach(asked, rn, u)
+    {
+        json_int_t v = json_integer_value(u);
+        if(v > 0) {
+            json_object_set_new(used, rn, json_integer(json_integer_value(json_object_get(used, rn)) + v));
+            total += (long)v;
+        }
+    }
+    json_decref(asked);
+    return total;
+}
+
 int bindread_vmi_uses_classes(const json_t *vmi)
 {
     const json_t *meta = json_object_get(vmi, "metadata");
-    const char *ann = annotation(meta, BINDREAD_CLAIMS_ANNOTATION);
-    if(ann && strspn(ann, " \t,") != strlen(ann))
-        return 0;
+    if(annotation(meta, BINDREAD_CLAIMS_ANNOTATION))
+        return 0; /* it names its claims (blank: none; admission refuses that), as cozygpu.claims reads it */
     const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), BINDREAD_CLASS_REFERENCE));
     return ref && strcmp(ref, "true") == 0;
 }
@@ -69,32 +137,33 @@ size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, 
         *tmpl = NULL;
     const json_t *meta = json_object_get(vmi, "metadata");
     const char *ann = annotation(meta, BINDREAD_CLAIMS_ANNOTATION);
-    if(ann && strspn(ann, " \t,") != strlen(ann))
+    if(ann)
         return bindread_claim_names(ann, buf, n, names, max);
     const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), BINDREAD_CLASS_REFERENCE));
     const char *vname = json_string_value(json_object_get(meta, "name"));
     if(!ref || strcmp(ref, "true") != 0 || !vname)
         return 0;
-    json_t *per = json_object(); /* class -> units, in entry order */
-    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
-    static const char *const lists[] = {"gpus", "hostDevices"};
-    for(int l = 0; l < 2; l++) {
-        size_t i, j;
-        json_t *g, *c;
-        json_array_foreach(json_object_get(dev, lists[l]), i, g)
+    json_t *per = json_object(); /* class -> units */
+    json_t *units = json_object();
+    vmi_units(vmi, units);
+    const char *rname;
+    json_t *ru;
+    json_object_foreach(units, rname, ru)
+    {
+        size_t j;
+        json_t *c;
+        json_array_foreach(classes, j, c)
         {
-            const char *dn = json_string_value(json_object_get(g, "deviceName"));
-            json_array_foreach(classes, j, c)
-            {
-                const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
-                const char *cn = md_str(c, "name");
-                if(dn && rn && cn && strcmp(dn, rn) == 0) {
-                    json_object_set_new(per, cn, json_integer(json_integer_value(json_object_get(per, cn)) + 1));
-                    break;
-                }
+            const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
+            const char *cn = md_str(c, "name");
+            if(rn && cn && strcmp(rname, rn) == 0) {
+                json_object_set_new(per, cn,
+                                    json_integer(json_integer_value(json_object_get(per, cn)) + json_integer_value(ru)));
+                break;
             }
         }
     }
+    json_decref(units);
     size_t k = 0, used = 0;
     json_t *out = tmpl ? json_array() : NULL;
     const char *cn;
@@ -167,8 +236,10 @@ int bindread_claim_in_use(const binder_state *st, const char *ns, const char *na
         return 1;
     const char *set = binder_state_claim_set(st, ns, name);
     binder_vmi_phase ph;
+    /* as kubernetes.io/pvc-protection counts every pod not terminated: a
+     * Pending VMI's launcher pod may already be pinned and scheduled */
     return c.phase == BINDER_BOUND && set && binder_state_set_get(st, ns, set, &ph, NULL) == BINDER_OK &&
-           (ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING);
+           (ph == BINDER_VMI_PENDING || ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING);
 }
 
 /* Whether the claims VMI `vmi` names cover its GPU entries on `node`:
@@ -213,21 +284,7 @@ json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json
         return NULL;
     const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
     json_t *used = json_object();
-    long entries = 0;
-    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
-    static const char *const lists[] = {"gpus", "hostDevices"};
-    for(int l = 0; l < 2; l++) {
-        size_t i;
-        json_t *g;
-        json_array_foreach(json_object_get(dev, lists[l]), i, g)
-        {
-            const char *dn = json_string_value(json_object_get(g, "deviceName"));
-            if(dn && *dn) {
-                json_object_set_new(used, dn, json_integer(json_integer_value(json_object_get(used, dn)) + 1));
-                entries++;
-            }
-        }
-    }
+    long entries = vmi_units(vmi, used);
     if(json_object_size(used) == 0 || claims_cover(st, vmi, classes, node, entries)) {
         json_decref(used);
         return NULL;

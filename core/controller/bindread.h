@@ -35,16 +35,18 @@ size_t bindread_claim_names(const char *v, char *buf, size_t n, const char **nam
  * `max`): the names of its gpu.cozystack.io/claims annotation when it has
  * one (decision 0019); else, for a VMI with the class-reference label
  * (decision 0003), its template claims: one per GPU class (of `classes`, a
- * JSON array of GPUClass objects) its gpus[]/hostDevices[] deviceNames map
- * to (a class's spec.resourceName), named "<vmi>-<class>", with as many
- * units as entries of that class (decision 0027). *tmpl (when not NULL)
+ * JSON array of GPUClass objects) its gpus[]/hostDevices[] deviceNames and
+ * spec.domain.resources device-plugin names map to (a class's
+ * spec.resourceName), named "<vmi>-<class>", with one unit per entry plus
+ * the resources' quantities (decision 0027, as cozygpu.claims counts).
+ * A claims annotation, even blank, means no template claims. *tmpl (when not NULL)
  * gets a new array [{name, class, count}] for template claims, NULL
  * otherwise. A name longer than BINDER_MAX_NAME is left out. */
 size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
                            size_t max, json_t **tmpl);
 
 /* Whether bindread_vmi_claims reads `classes` for VMI `vmi` (it has no
- * non-blank claims annotation and carries the class-reference label), so
+ * claims annotation and carries the class-reference label), so
  * a caller whose class list costs something lists it only then. */
 int bindread_vmi_uses_classes(const json_t *vmi);
 
@@ -59,12 +61,15 @@ int bindread_claim(const json_t *obj, int restore, binder_claim_status *out);
 
 /* Whether claim ns/name of `st` is in use, so that a claim being deleted
  * keeps its hold (the protection finalizer stays, decision 0026):
- * Attached, Lost with a node, or Bound to a set whose VMI is Scheduled or
- * Running. An unknown claim is not. */
+ * Attached, Lost with a node, or Bound to a set whose VMI exists and is
+ * not final (Pending included: its launcher pod may already be pinned and
+ * scheduled; kubernetes.io/pvc-protection counts every pod not terminated
+ * alike). An unknown claim is not. */
 int bindread_claim_in_use(const binder_state *st, const char *ns, const char *name);
 
 /* The units VMI `vmi` uses on its node that no claim covers: one per
- * gpus[] and hostDevices[] entry, by deviceName, while Scheduled, Running
+ * gpus[] and hostDevices[] entry, by deviceName, plus the device-plugin
+ * names of spec.domain.resources by quantity, while Scheduled, Running
  * or Unknown with a status.nodeName — unless its own set in `st` (the
  * claims bindread_vmi_claims gives, over `classes`) is Bound or Attached on
  * that node, attached to nobody else, with at least as many units as it

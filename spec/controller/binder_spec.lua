@@ -595,6 +595,12 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     c = claim(d, "pool-w3-l40s")
     assert.are.equal("Bound", c.status.phase)
     assert.is_nil(c.status.attachedTo)
+    -- and when the VMI is final, the tenant's claim is not deleted with it
+    vmi_phase("pool-w3", "Succeeded", "gpu-1")
+    P.sleep(1.5)
+    c = claim(d, "pool-w3-l40s")
+    assert.are.equal("pool-w3-l40s", c.metadata.name)
+    assert.is_nil(c.metadata.deletionTimestamp)
   end)
 
   it("a template VM whose VMI failed on a node gets its next VMI's claims placed elsewhere (DESIGN.md §6, last rule)", function()
@@ -677,6 +683,49 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     assert.are.equal(0, code, out)
     local c = wait_reason("v1", "NodeCordoned")
     assert.are.equal("gpu-2", c.status.node)
+  end)
+
+  it("a running raw-name VMI asking for GPUs through domain.resources uses its node's units", function()
+    add_node(d, "gpu-1", 1)
+    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", metadata = { name = "rawres", namespace = NS },
+      spec = { domain = { resources = { limits = { [L40S] = "1" }, requests = { [L40S] = "1" } } } } })
+    v.status = { phase = "Running", nodeName = "gpu-1" }
+    must(d, "PUT", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/rawres/status", v)
+    add_claim(d, "rr", 1)
+    wait_reason("rr", "NoNodeWithRoom")
+  end)
+
+  it("a claim deleted while its VMI is Pending (its launcher pod may be pinned) keeps its hold", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "pd1", 1)
+    wait_claim(d, "pd1", "Bound", "gpu-1")
+    vmi("vm-pd", "pd1", "Pending")
+    local out, code = E.kubectl(d, { "delete", "gpuclaim", "pd1", "-n", NS, "--wait=false" })
+    assert.are.equal(0, code, out)
+    add_claim(d, "pd2", 1)
+    wait_reason("pd2", "NoNodeWithRoom")
+    local c = claim(d, "pd1")
+    assert.is_string(c.metadata.deletionTimestamp)
+    assert.are.equal("Bound", c.status.phase)
+  end)
+
+  it("a template VM that failed on the only node with room tries that node again", function()
+    add_node(d, "gpu-1", 1)
+    local function start()
+      return must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+        apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+        metadata = { name = "pool-one", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    end
+    start()
+    wait_claim(d, "pool-one-l40s", "Bound", "gpu-1")
+    vmi_phase("pool-one", "Failed", "gpu-1")
+    wait_gone(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/pool-one-l40s")
+    must(d, "DELETE", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-one")
+    wait_gone(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-one", 10)
+    start()
+    wait_claim(d, "pool-one-l40s", "Bound", "gpu-1")
   end)
 
   it("a gated launcher pod whose claims are not bound stays gated", function()
