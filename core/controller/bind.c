@@ -1375,7 +1375,13 @@ static int pin_pod(loop *L, const char *key)
          * claims' old node (decision 0025): while its VMI is not
          * scheduled, that VMI goes, as for a set that moved (DESIGN.md
          * §6), and the VM's runStrategy starts one pinned right. */
-        const char *pin = annotation(json_object_get(pod, "metadata"), CLAIMS_ANNOTATION) ? pinned_node(pod) : NULL;
+        /* pods the webhook pins: those naming claims, and template VMIs'
+         * (KubeVirt copies the VMI's labels onto the pod) */
+        const json_t *pmeta = json_object_get(pod, "metadata");
+        const char *ref = json_string_value(json_object_get(json_object_get(pmeta, "labels"), BINDREAD_CLASS_REFERENCE));
+        const char *pin = annotation(pmeta, CLAIMS_ANNOTATION) || (ref && strcmp(ref, "true") == 0)
+                              ? pinned_node(pod)
+                              : NULL;
         const char *now = vmi ? set_node(L, ns, vmi, nodebuf, sizeof nodebuf) : NULL;
         json_t *v = vmi ? kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi) : NULL;
         if(pin && now && strcmp(pin, now) != 0 && v && vmi_phase(v) == BINDER_VMI_PENDING &&

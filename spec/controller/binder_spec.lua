@@ -728,6 +728,26 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     wait_claim(d, "pool-one-l40s", "Bound", "gpu-1")
   end)
 
+  it("a template VMI's ungated launcher pod pinned where its claims are not has its Pending VMI deleted", function()
+    add_node(d, "gpu-1", 1)
+    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = "pool-sp", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    wait_claim(d, "pool-sp-l40s", "Bound", "gpu-1")
+    local out, code = kubectl(d, { "create" }, {
+      apiVersion = "v1", kind = "Pod",
+      metadata = { name = "virt-launcher-pool-sp-x", namespace = NS,
+        labels = { ["kubevirt.io"] = "virt-launcher", ["gpu.cozystack.io/class-reference"] = "true" },
+        ownerReferences = { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "pool-sp",
+          uid = v.metadata.uid, controller = true } } },
+      spec = { affinity = required_terms { { matchFields = { { key = "metadata.name", operator = "In", values = { "gpu-old" } } } } },
+        containers = { { name = "compute", image = "virt-launcher" } } } })
+    assert.are.equal(0, code, out)
+    wait_gone(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/pool-sp", 15,
+      "the template VMI of a pod pinned to the wrong node was not deleted")
+  end)
+
   it("a gated launcher pod whose claims are not bound stays gated", function()
     add_claim(d, "g1", 1) -- no node at all
     wait_reason("g1", "NoNodeWithRoom")
