@@ -1309,12 +1309,10 @@ static void set_view_of(const group *g, binder_claim_status *views, binder_set_v
     sv->n = g->n;
 }
 
-/* Candidates for the needs, chosen by the hook. Returns the node name
- * (borrowed from the index) or NULL. */
-static const char *choose(pass *p, const group *g, const needs *nd)
+/* The candidates for the needs of group g (BINDER_MAX_CANDIDATES at most:
+ * the index's packing order, or the set's allowed nodes): how many. */
+static size_t candidates_of(pass *p, const group *g, const needs *nd, binder_candidate *cands)
 {
-    p->refused = 0;
-    binder_candidate cands[BINDER_MAX_CANDIDATES];
     size_t nc = 0;
     binder_query q = {nd->need, nd->n, nd->tols, nd->n_tols, 0};
     if(g->set && g->set->n_allowed) {
@@ -1325,10 +1323,17 @@ static const char *choose(pass *p, const group *g, const needs *nd)
             if(binder_node_candidate(p->st->ix, g->set->allowed[i], &q, &cands[nc], &fits) == BINDER_OK && fits)
                 nc++;
         }
-        if(nc == 0)
-            return NULL;
-    } else if(binder_candidates_set(p->st->ix, &q, cands, BINDER_MAX_CANDIDATES, &nc) || nc == 0)
-        return NULL;
+        return nc;
+    }
+    if(binder_candidates_set(p->st->ix, &q, cands, BINDER_MAX_CANDIDATES, &nc))
+        return 0;
+    return nc;
+}
+
+/* The hook's pick among nc >= 1 candidates: the node name (borrowed from
+ * the index), or NULL when the hook took none (p->refused set). */
+static const char *pick_of(pass *p, const group *g, const binder_candidate *cands, size_t nc)
+{
     int pick = 0;
     if(p->h && p->h->choose) {
         binder_claim_status views[BINDER_MAX_SET_CLAIMS];
@@ -1341,6 +1346,16 @@ static const char *choose(pass *p, const group *g, const needs *nd)
         return NULL;
     }
     return cands[pick].node;
+}
+
+/* Candidates for the needs, chosen by the hook. Returns the node name
+ * (borrowed from the index) or NULL. */
+static const char *choose(pass *p, const group *g, const needs *nd)
+{
+    p->refused = 0;
+    binder_candidate cands[BINDER_MAX_CANDIDATES];
+    size_t nc = candidates_of(p, g, nd, cands);
+    return nc ? pick_of(p, g, cands, nc) : NULL;
 }
 
 static binder_rc bind_group(binder_state *st, const group *g, int (*pick)(const sm_claim *), const char *node,
@@ -1656,19 +1671,22 @@ static void place_group(pass *p, group *g)
             return;
         }
         snprintf(target, sizeof target, "%s", anchor);
-    } else {
-        const char *to = choose(p, g, &nd);
-        if(p->refused)
-            group_vol(g);
-        if(!to) {
+    }
+    binder_candidate cands[BINDER_MAX_CANDIDATES];
+    size_t nc = 0;
+    if(!anchor) {
+        p->refused = 0;
+        nc = candidates_of(p, g, &nd, cands);
+        if(nc == 0) {
             snprintf(msg, sizeof msg, "no node has room for %s%s (class %s)", g->set ? "the claims of VM " : "claim ",
                      g->set ? g->set->name : g->m[0]->name, nd.need[0].class_name);
             wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, msg);
             return;
         }
-        snprintf(target, sizeof target, "%s", to);
     }
-    /* budgets: once per Pending -> Bound, serially (decision 0020 §3) */
+    /* budgets: once per Pending -> Bound, serially (decision 0020 §3);
+     * after the index found room and before the chooser runs, so that a
+     * set over its budget costs no policy call (decision 0026) */
     for(size_t i = 0; i < g->n; i++) {
         sm_claim *c = g->m[i];
         if(!is_pending(c) || !p->h || !p->h->budget)
@@ -1684,6 +1702,18 @@ static void place_group(pass *p, group *g)
             wait_group(p, g, BINDER_R_OVER_BUDGET, msg);
             return;
         }
+    }
+    if(!anchor) {
+        const char *to = pick_of(p, g, cands, nc);
+        if(p->refused)
+            group_vol(g);
+        if(!to) {
+            snprintf(msg, sizeof msg, "no node has room for %s%s (class %s)", g->set ? "the claims of VM " : "claim ",
+                     g->set ? g->set->name : g->m[0]->name, nd.need[0].class_name);
+            wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, msg);
+            return;
+        }
+        snprintf(target, sizeof target, "%s", to);
     }
     if(bind_group(st, g, unplaced, target, 0) != BINDER_OK) {
         wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, "no node has room");

@@ -205,3 +205,42 @@ vms:
     assert.are.equal(0, d.expectFailed)
   end)
 end)
+
+describe("cozygpu simulate: the budget is checked before the chooser", function()
+  -- decision 0026: a set over its tenant's budget costs no call of
+  -- binder.lua (a slow or failing hoster policy is never run for it)
+  it("asks the chooser only for the claims within the budget", function()
+    local f = write([[
+classes:
+  - name: l40s
+nodes:
+  - name: gpu-1
+    capacity: {l40s: 8}
+namespaces:
+  - metadata: {name: tenant-root, labels: {tenant.cozystack.io/tenant-root: ""}}
+  - metadata: {name: tenant-a, labels: {tenant.cozystack.io/tenant-root: "", tenant.cozystack.io/tenant-a: ""}}
+resourceQuotas:
+  - metadata: {name: gpu, namespace: tenant-a}
+    spec: {hard: {gpuclass.cozystack.io/devices: "1"}}
+claims:
+  - {namespace: tenant-a, name: c1, class: l40s, count: 1}
+  - {namespace: tenant-a, name: c2, class: l40s, count: 1}
+  - {namespace: tenant-a, name: c3, class: l40s, count: 1}
+  - {namespace: tenant-a, name: c4, class: l40s, count: 1}
+steps:
+  - name: nothing changes; the waiting claims are asked again
+    cordon: gpu-1
+  - name: uncordoned
+    uncordon: gpu-1
+]])
+    local doc = sim { f }
+    os.remove(f)
+    local c = claims_at(doc, 1)
+    assert.are.equal("Bound", c["tenant-a/c1"].phase)
+    for _, n in ipairs { "c2", "c3", "c4" } do
+      assert.are.equal("OverBudget", c["tenant-a/" .. n].reason)
+    end
+    -- c1 once; c2..c4 are refused by the budget on every pass, never by the chooser
+    assert.are.equal(1, doc.binderPolicy.calls)
+  end)
+end)
