@@ -1226,6 +1226,7 @@ static const struct {
                   {"KubeVirt", 1},      {"GPUClaim", 1},       {"VirtualMachine", 1},
                   {"VirtualMachineInstance", 1}, {"Namespace", 0}, {"ResourceQuota", 1},
                   {"PersistentVolumeClaim", 1}, {"PersistentVolume", 0}};
+_Static_assert(sizeof snap_kinds / sizeof *snap_kinds == 11, "snap_apply's note counts each kind");
 
 /* A field of `o` down the NULL-terminated list of keys (NULL when absent). */
 static const json_t *get(const json_t *o, ...)
@@ -2178,13 +2179,13 @@ static void snap_apply(sim *s, snapshot *sn)
     if(!s->bad[0] && bindpolicy_feed(&s->bp, &err) != COZY_OK)
         bad(s, "snapshot: %s", err.msg);
     if(!s->bad[0]) {
-        size_t n[9];
-        for(size_t k = 0; k < 9; k++)
+        size_t n[11];
+        for(size_t k = 0; k < 11; k++)
             n[k] = json_array_size(snap_list(sn, snap_kinds[k].kind));
         snap_note(s,
                   "snapshot: %zu GPUClasses, %zu Nodes (%zu GPU nodes), %zu GPUNodes, %zu GPUClaims, %zu VMs, "
-                  "%zu VMIs, %zu Namespaces, %zu ResourceQuotas",
-                  n[0], n[1], s->n_nodes, n[2], n[4], n[5], n[6], n[7], n[8]);
+                  "%zu VMIs, %zu Namespaces, %zu ResourceQuotas, %zu PersistentVolumeClaims, %zu PersistentVolumes",
+                  n[0], n[1], s->n_nodes, n[2], n[4], n[5], n[6], n[7], n[8], n[9], n[10]);
     }
 }
 
