@@ -152,8 +152,9 @@
  * nodes out before the chooser sees them, unless every candidate is one
  * (then all are tried again) — the leader's on_choose.
  *
- * Each step is settled before its expect lines are checked: the binder
- * reconciles, the VMIs it asks to delete are deleted, the VM's runStrategy
+ * Each step is settled before its expect lines are checked: a template
+ * set that waits for a claim of its name that is not its own is tried
+ * again, the binder reconciles, the VMIs it asks to delete are deleted, the VM's runStrategy
  * decides whether a new VMI follows, a Pending VMI whose claims are all
  * Bound to one Ready, schedulable node runs there (its launcher pod is
  * pinned there, decision 0020 §5), and again until nothing changes.
