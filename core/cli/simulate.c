@@ -31,6 +31,9 @@
  *                claims: [c1]          # gpu.cozystack.io/claims, same namespace
  *                gpus: [{class, count}] # instead of claims: template claims (below)
  *                runStrategy: Always   # Always | RerunOnFailure | Once | Manual | Halted (default)
+ *                volumeNodes: [gpu-2]  # optional: the nodes its bound volume's node affinity
+ *                                      # allows (DESIGN §6, WaitForFirstConsumer): its sets
+ *                                      # are placed, moved and rebound only there
  *   namespaces: - metadata: {name: tenant-a, labels: {tenant.cozystack.io/tenant-root: "", ...}}
  *   resourceQuotas: - metadata: {name: gpu, namespace: tenant-a}
  *                     spec: {hard: {gpuclass.cozystack.io/devices: "2"}}
@@ -53,7 +56,9 @@
  *   vmiFinal: {vm, phase: Succeeded|Failed}
  *   deleteClaim: NS/NAME (or NAME in "default")
  *   leaderChange: true    (a new leader: the binder is rebuilt from the
- *                          claims' status alone, decision 0020 §1)
+ *                          claims' status alone, decision 0020 §1; the
+ *                          nodes template VMIs failed on are forgotten,
+ *                          decision 0026 item 8; volumes are read again)
  * Expect lines: {claim: NS/NAME, phase, node, reason}, {claim: NS/NAME,
  * absent: true} (deleted, or not created yet) or {vmi: NS/NAME, phase,
  * node}; each key but claim/vmi is optional; node null or "" means none.
@@ -62,7 +67,7 @@
  * or a directory of .yaml/.yml/.json files (read as `kubectl apply -f`
  * reads them: multi-document YAML, kubectl `List`s, format/manifest.h),
  * e.g. `kubectl get nodes,gpunodes,gpuclasses,gpuclaims,vms,vmis,kubevirts,
- * namespaces,resourcequotas -A -o yaml`. (The controller's SIGUSR1 cache
+ * namespaces,resourcequotas,pvc,pv -A -o yaml`. (The controller's SIGUSR1 cache
  * dump holds object identities only, not objects: it cannot serve.)
  * Its objects become the starting state as a new leader builds it from the
  * same objects (controller/bind.c build(), through controller/bindread.h):
@@ -109,7 +114,22 @@
  *                 counts it; VMs naming no claim are not replayed;
  *   Namespace, ResourceQuota
  *                 the budgets at bind (DESIGN.md §5), as `namespaces` and
- *                 `resourceQuotas`.
+ *                 `resourceQuotas`;
+ *   PersistentVolumeClaim, PersistentVolume
+ *                 a VM's volumes (its VMI's spec.volumes, or its
+ *                 template's: persistentVolumeClaim, or a dataVolume's PVC
+ *                 of that name) whose bound PV (spec.volumeName) has a
+ *                 required node affinity kubernetes.io/hostname In or
+ *                 metadata.name In limit its sets to those nodes (the
+ *                 intersection; none in common: it waits), as the
+ *                 leader's volume_nodes reads them (bindread_volume_nodes,
+ *                 decision 0026 item 9; a scenario VM's `volumeNodes`).
+ * A template VMI's claims (labelled gpu.cozystack.io/template-claim, owned
+ * by the VMI's uid, of its class and count: bindread_template_claim_is)
+ * are its own; a claim of its template name that is not (a tenant's, one
+ * left by an earlier VMI) is never taken over — the set waits, noted — and
+ * never deleted when the VMI is final (decision 0027). A template VMI
+ * Failed with a status.nodeName refuses that node to its VM (below).
  * Claims are then booked where their status says (binder_state_restore)
  * and the budget usage counted from them, so step 0 shows what a new
  * leader's first pass would change (nothing, for a settled cluster). The
@@ -124,12 +144,17 @@
  * Template claims (DESIGN.md §3, issue 12 "Template claims"): a VM with
  * `gpus` gets, for each VMI, one claim per entry named VM-CLASS (template,
  * same namespace), created with the VMI and deleted once the VMI is final
- * or gone, so a pool holds GPUs only for running workers. The nodes a
- * template set was refused on are not remembered (DESIGN.md §6's last
- * rule is not built).
+ * or gone, so a pool holds GPUs only for running workers. A claim of that
+ * name the VMI did not create (a scenario claim of the name) is not its
+ * own: the set waits until it is gone. A VMI of such a VM that goes Failed
+ * (`vmiFinal`) on a node remembers the node against the VM (DESIGN.md §6,
+ * last rule; at most 64): its later template sets' candidates leave those
+ * nodes out before the chooser sees them, unless every candidate is one
+ * (then all are tried again) — the leader's on_choose.
  *
- * Each step is settled before its expect lines are checked: the binder
- * reconciles, the VMIs it asks to delete are deleted, the VM's runStrategy
+ * Each step is settled before its expect lines are checked: a template
+ * set that waits for a claim of its name that is not its own is tried
+ * again, the binder reconciles, the VMIs it asks to delete are deleted, the VM's runStrategy
  * decides whether a new VMI follows, a Pending VMI whose claims are all
  * Bound to one Ready, schedulable node runs there (its launcher pod is
  * pinned there, decision 0020 §5), and again until nothing changes.
@@ -151,7 +176,8 @@
  *
  * Bad input — a key not listed, a wrong type, an unknown class (for a
  * class-scoped action), node, claim or VM, count 0, a claim named twice
- * by one VM or by two VMs — exits 2 with "FILE: PATH: message" (PATH like
+ * by one VM or by two VMs, a volumeNodes that is not a list of 1 to 32
+ * known nodes, none twice — exits 2 with "FILE: PATH: message" (PATH like
  * steps[2].cordon) before anything is printed: the whole scenario is first
  * replayed silently, so no step is half-applied.
  */
@@ -199,6 +225,8 @@ typedef struct sim_vm {
     binder_vmi_phase phase;
     char node[BINDER_MAX_NAME + 1];
     int restart; /* loaded from a snapshot with a final VMI: its VM controller acts after the first pass */
+    json_t *vol_nodes; /* the nodes its bound volume's node affinity allows [name] (borrowed), NULL: no limit */
+    int waits;         /* a claim of its template names is not its VMI's own: no set, it waits (decision 0027) */
 } sim_vm;
 
 /* The snapshot's objects by kind, checked (snap_read). */
@@ -208,6 +236,9 @@ typedef struct snapshot {
     json_t *gpunodes; /* name -> GPUNode */
     json_t *vms;      /* "ns/name" -> VirtualMachine */
     json_t *vmis;     /* "ns/name" -> VirtualMachineInstance */
+    json_t *claims;   /* "ns/name" -> GPUClaim (template claims' ownership, decision 0027) */
+    json_t *pvcs;     /* "ns/name" -> PersistentVolumeClaim */
+    json_t *pvs;      /* name -> PersistentVolume */
     json_t *raw;      /* node -> {resource name: units} used by VMIs no claim covers */
     json_t *view;     /* Namespaces, ResourceQuotas, GPUClasses and raw-use VMIs for the cluster view */
 } snapshot;
@@ -240,7 +271,9 @@ typedef struct sim {
     sim_vm vms[4096];
     size_t n_vms;
     json_t *classes; /* name -> class object as given (for leaderChange) */
-    json_t *vm_claims; /* "ns/name" -> [claim names] */
+    json_t *vm_claims; /* "ns/name" -> [claim names]: the claims of the VM's set in the binder */
+    json_t *owned;     /* "ns/claim" -> VM name: template claims of that VM's live VMI (decision 0027) */
+    json_t *refused;   /* "ns/vm" -> {node: true}: nodes a template VMI of the VM failed on (DESIGN.md §6) */
     engine *e;         /* policies/binder.lua and the budget check at bind (borrowed) */
     const json_t *settings; /* --config or the defaults (borrowed) */
     bindpolicy bp;     /* the chooser and budget hooks, and the usage table (controller/bindpolicy.h) */
@@ -430,6 +463,9 @@ static void vm_key(const sim_vm *v, char *key, size_t n)
  * namespace. */
 static void vm_claims_forget(sim *s, const char *ns, const char *name)
 {
+    char ck[400];
+    snprintf(ck, sizeof ck, "%s/%s", ns, name);
+    json_object_del(s->owned, ck);
     const char *k;
     json_t *list;
     json_object_foreach(s->vm_claims, k, list) {
@@ -474,52 +510,131 @@ static int release_deleted(sim *s)
     return n;
 }
 
-/* Template claims (DESIGN.md §3): created by the controller for a VMI of a
- * VM whose template asks for GPUs without naming claims, one claim per
- * class entry, named VM-CLASS; deleted once the VMI is final or gone. */
-static void tmpl_create(sim *s, sim_vm *v)
+/* Limits v's set to the nodes its bound volume allows (DESIGN.md §6,
+ * WaitForFirstConsumer; binder_state_set_nodes), as the leader's
+ * volume_nodes does after each put of the set. Nothing without a limit or
+ * without a set. */
+static void vm_limit(sim *s, sim_vm *v)
+{
+    if(!v->vol_nodes)
+        return;
+    const char *nodes[BINDER_MAX_SET_NODES];
+    size_t n = 0, i;
+    json_t *x;
+    json_array_foreach(v->vol_nodes, i, x) if(n < BINDER_MAX_SET_NODES) nodes[n++] = json_string_value(x);
+    binder_vmi_phase ph;
+    if(binder_state_set_get(s->st, v->ns, v->name, &ph, NULL) != BINDER_OK)
+        return;
+    cozy_err err = {{0}};
+    if(binder_state_set_nodes(s->st, v->ns, v->name, nodes, n, &err))
+        bad(s, "VM %s/%s: volumeNodes: %s", v->ns, v->name, err.msg);
+}
+
+/* The name of v's template claim for GPU entry `g` ({class, count}):
+ * VM-CLASS (decision 0027; the VMI has the VM's name). */
+static void tmpl_name(const sim_vm *v, const json_t *g, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s-%s", v->name, json_string_value(json_object_get(g, "class")));
+}
+
+/* Whether claim ns/name is a template claim of VM `vm`'s live VMI. */
+static int owned_by(sim *s, const char *ns, const char *name, const char *vm)
+{
+    char ck[800];
+    snprintf(ck, sizeof ck, "%s/%s", ns, name);
+    const char *o = json_string_value(json_object_get(s->owned, ck));
+    return o && !strcmp(o, vm);
+}
+
+/* Template claims (DESIGN.md §3, decision 0027) of v's live VMI, as the
+ * leader's apply_set takes them: each VM-CLASS claim that does not exist
+ * is created, owned by the VMI; a claim of such a name the VMI does not
+ * own (a tenant's own claim, one left by another VMI) is never taken
+ * over: the set waits (no set in the binder; settle tries again after
+ * each pass). Otherwise the set is put, or its VMI's phase and node
+ * updated, and limited to its volume's nodes. */
+static void tmpl_take(sim *s, sim_vm *v)
 {
     const char *names[BINDER_MAX_SET_CLASSES];
     char buf[BINDER_MAX_SET_CLASSES][2 * BINDER_MAX_NAME + 2]; /* def_vm checked the length */
     size_t n = 0, i;
-    json_t *g, *list = json_array();
+    int ours = 1;
+    json_t *g;
     json_array_foreach(v->gpus, i, g) {
-        const char *cls = json_string_value(json_object_get(g, "class"));
-        snprintf(buf[n], sizeof buf[n], "%s-%s", v->name, cls);
-        cozy_err err = {{0}};
-        if(binder_state_claim_add(s->st, v->ns, buf[n], cls, (uint32_t)json_integer_value(json_object_get(g, "count")),
-                                  1, &err)) {
-            bad(s, "VM %s/%s: template claim: %s", v->ns, v->name, err.msg);
-            break;
+        tmpl_name(v, g, buf[n], sizeof buf[n]);
+        binder_claim_status cs;
+        if(binder_state_claim_get(s->st, v->ns, buf[n], &cs) == BINDER_OK)
+            ours &= owned_by(s, v->ns, buf[n], v->name);
+        else {
+            cozy_err err = {{0}};
+            if(binder_state_claim_add(s->st, v->ns, buf[n], json_string_value(json_object_get(g, "class")),
+                                      (uint32_t)json_integer_value(json_object_get(g, "count")), 1, &err)) {
+                bad(s, "VM %s/%s: template claim: %s", v->ns, v->name, err.msg);
+                return;
+            }
+            char ck[800];
+            snprintf(ck, sizeof ck, "%s/%.600s", v->ns, buf[n]);
+            json_object_set_new(s->owned, ck, json_string(v->name));
+            say(s, "  template claim %s/%s created for VMI %s\n", v->ns, buf[n], v->name);
         }
-        say(s, "  template claim %s/%s created for VMI %s\n", v->ns, buf[n], v->name);
         names[n] = buf[n];
-        json_array_append_new(list, json_string(buf[n]));
         n++;
     }
     char key[400];
     vm_key(v, key, sizeof key);
+    binder_vmi_phase ph;
+    int has = binder_state_set_get(s->st, v->ns, v->name, &ph, NULL) == BINDER_OK;
+    if(!ours) {
+        if(!v->waits)
+            say(s, "  VMI %s/%s waits: a claim of its template names is not its own (decision 0027)\n", v->ns,
+                v->name);
+        v->waits = 1;
+        if(has)
+            binder_state_set_delete(s->st, v->ns, v->name, NULL);
+        json_object_set_new(s->vm_claims, key, json_array());
+        return;
+    }
+    if(v->waits)
+        say(s, "  VMI %s/%s: its template claims are its own now; its set is placed\n", v->ns, v->name);
+    v->waits = 0;
+    if(has) {
+        push_vmi(s, v);
+        return;
+    }
+    json_t *list = json_array();
+    for(i = 0; i < n; i++)
+        json_array_append_new(list, json_string(names[i]));
     json_object_set_new(s->vm_claims, key, list);
     cozy_err err = {{0}};
-    if(!s->bad[0] && binder_state_set_put(s->st, v->ns, v->name, names, n, v->phase, NULL, &err))
+    if(binder_state_set_put(s->st, v->ns, v->name, names, n, v->phase, v->node[0] ? v->node : NULL, &err))
         bad(s, "VM %s/%s: %s", v->ns, v->name, err.msg);
+    vm_limit(s, v);
 }
 
+/* v's VMI is final or gone: the template claims it owns are deleted
+ * (never a claim of the name that is not its own, decision 0027), and its
+ * set goes. */
 static void tmpl_delete(sim *s, sim_vm *v)
 {
-    char key[400];
-    vm_key(v, key, sizeof key);
-    json_t *list = json_object_get(s->vm_claims, key);
     size_t i;
-    json_t *c;
-    json_array_foreach(list, i, c) {
-        bindpolicy_on_delete(&s->bp, v->ns, json_string_value(c));
-        binder_state_claim_delete(s->st, v->ns, json_string_value(c), NULL);
-        say(s, "  template claim %s/%s deleted (its VMI is %s)\n", v->ns, json_string_value(c),
-            v->phase == BINDER_VMI_NONE ? "gone" : "final");
+    json_t *g;
+    json_array_foreach(v->gpus, i, g) {
+        char name[2 * BINDER_MAX_NAME + 2], ck[800];
+        tmpl_name(v, g, name, sizeof name);
+        if(!owned_by(s, v->ns, name, v->name))
+            continue;
+        snprintf(ck, sizeof ck, "%s/%s", v->ns, name);
+        json_object_del(s->owned, ck);
+        bindpolicy_on_delete(&s->bp, v->ns, name);
+        if(binder_state_claim_delete(s->st, v->ns, name, NULL) == BINDER_OK)
+            say(s, "  template claim %s/%s deleted (its VMI is %s)\n", v->ns, name,
+                v->phase == BINDER_VMI_NONE ? "gone" : "final");
     }
     binder_state_set_delete(s->st, v->ns, v->name, NULL);
+    char key[400];
+    vm_key(v, key, sizeof key);
     json_object_set_new(s->vm_claims, key, json_array());
+    v->waits = 0;
 }
 
 static void set_vmi(sim *s, sim_vm *v, binder_vmi_phase ph, const char *node, const char *why)
@@ -532,14 +647,9 @@ static void set_vmi(sim *s, sim_vm *v, binder_vmi_phase ph, const char *node, co
         push_vmi(s, v);
         return;
     }
-    char key[400];
-    vm_key(v, key, sizeof key);
-    int has = json_array_size(json_object_get(s->vm_claims, key)) > 0;
-    if(ph == BINDER_VMI_PENDING && !has)
-        tmpl_create(s, v);
-    else if(has)
-        push_vmi(s, v);
-    if(has && ph != BINDER_VMI_PENDING && ph != BINDER_VMI_SCHEDULED && ph != BINDER_VMI_RUNNING)
+    if(ph == BINDER_VMI_PENDING || ph == BINDER_VMI_SCHEDULED || ph == BINDER_VMI_RUNNING)
+        tmpl_take(s, v);
+    else
         tmpl_delete(s, v);
 }
 
@@ -598,12 +708,43 @@ static json_t *node_labels(void *ud, const char *node)
     return nd && nd->labels ? json_incref(nd->labels) : NULL;
 }
 
+/* binder_hooks.choose, as the leader's (controller/bind.c on_choose): a
+ * template set's candidates leave out the nodes a VMI of its VM failed on
+ * (DESIGN.md §6, last rule; decision 0026 item 8) unless every candidate
+ * is one (there is no elsewhere: all are tried again); then the chooser
+ * picks among the rest. */
 static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate *cands, size_t n)
 {
     sim *s = ud;
     s->choose_calls++;
+    binder_candidate kept[BINDER_MAX_CANDIDATES];
+    size_t at[BINDER_MAX_CANDIDATES], k = 0;
+    char rk[600];
+    snprintf(rk, sizeof rk, "%s/%s", sv->ns, sv->vm ? sv->vm : "");
+    const json_t *refused = sv->vm ? json_object_get(s->refused, rk) : NULL;
+    for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
+        if(refused && json_object_get(refused, cands[j].node))
+            continue;
+        at[k] = j;
+        kept[k++] = cands[j];
+    }
+    if(refused && k == 0)
+        say(s, "  VM %s: every candidate is a node its VMIs failed on: all are tried again\n", rk);
+    else if(refused && k < n)
+        say(s, "  VM %s: %zu node%s its VMIs failed on left out of its candidates\n", rk, n - k, n - k > 1 ? "s" : "");
+    if(refused && k < n && s->step_out)
+        out_event(s, json_pack("{s:s,s:s,s:i,s:b}", "kind", "refusedNodes", "vm", rk, "leftOut", (int)(n - k),
+                               "triedAgain", k == 0));
+    if(k == 0) {
+        for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
+            at[k] = j;
+            kept[k++] = cands[j];
+        }
+    }
     engine_binder_choice ch;
-    bindpolicy_choose(&s->bp, sv, cands, n, &ch);
+    int i = bindpolicy_choose(&s->bp, sv, kept, k, &ch);
+    if(i >= 0 && (size_t)i < k)
+        i = (int)at[i];
     if(ch.outcome != ENGINE_ALLOWED) {
         s->policy_failures[ch.outcome]++;
         say(s, "  binder policy failed (%s): %s; placed in the packing order instead\n",
@@ -613,7 +754,23 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
                                    engine_outcome_name(ch.outcome), "message", ch.message, "fallback",
                                    "packing order"));
     }
-    return ch.index;
+    return i;
+}
+
+/* A template VMI of v failed on `node` (DESIGN.md §6, last rule; decision
+ * 0026 item 8): the node is remembered against the VM (at most 64), so
+ * that its later template sets try elsewhere (on_choose). */
+static void refuse_node(sim *s, const sim_vm *v, const char *node)
+{
+    char rk[400];
+    vm_key(v, rk, sizeof rk);
+    json_t *r = json_object_get(s->refused, rk);
+    if(!r)
+        json_object_set_new(s->refused, rk, r = json_object());
+    if(json_object_get(r, node) || json_object_size(r) >= 64)
+        return;
+    json_object_set_new(r, node, json_true());
+    say(s, "  VM %s: its VMI failed on %s; its next template claims go elsewhere\n", rk, node);
 }
 
 typedef struct sched_ctx {
@@ -626,10 +783,21 @@ static void settle(sim *s)
 {
     binder_hooks h = {s, on_choose, on_budget, on_event, on_delete_vmi};
     for(int round = 0; round < SIM_MAX_PASSES && !s->bad[0]; round++) {
+        /* a template set waiting for a claim of its name that is not its
+         * own: tried again, as the leader does when claims change */
+        int retried = 0;
+        for(size_t i = 0; i < s->n_vms && !s->bad[0]; i++) {
+            sim_vm *v = &s->vms[i];
+            if(v->waits && (v->phase == BINDER_VMI_PENDING || v->phase == BINDER_VMI_SCHEDULED ||
+                            v->phase == BINDER_VMI_RUNNING)) {
+                tmpl_take(s, v);
+                retried |= !v->waits;
+            }
+        }
         size_t n = binder_reconcile(s->st, &h);
         bindpolicy_settle(&s->bp);
         usage_check(s);
-        int changed = s->deleting && release_deleted(s) > 0;
+        int changed = retried | (s->deleting && release_deleted(s) > 0);
         for(size_t i = 0; i < s->n_vms; i++) {
             sim_vm *v = &s->vms[i];
             if(v->phase != BINDER_VMI_PENDING)
@@ -823,9 +991,41 @@ static void def_claim(sim *s, json_t *o, const char *path)
         bad(s, "%s: %s", path, err.msg);
 }
 
+/* A VM's `volumeNodes` (when given): a list of 1 to BINDER_MAX_SET_NODES
+ * known node names, none twice. Returns it (borrowed), or NULL (none, or
+ * the run failed). */
+static json_t *vm_volume_nodes(sim *s, json_t *o, const char *path)
+{
+    json_t *vn = json_object_get(o, "volumeNodes");
+    if(!vn)
+        return NULL;
+    if(!json_is_array(vn) || !json_array_size(vn) || json_array_size(vn) > BINDER_MAX_SET_NODES) {
+        bad(s, "%s.volumeNodes: must be a list of 1 to %d node names", path, BINDER_MAX_SET_NODES);
+        return NULL;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(vn, i, x) {
+        if(!json_is_string(x) || !*json_string_value(x)) {
+            bad(s, "%s.volumeNodes[%zu]: must be a node name", path, i);
+            return NULL;
+        }
+        if(!node_get(s, json_string_value(x))) {
+            bad(s, "%s.volumeNodes[%zu]: unknown node \"%s\"", path, i, json_string_value(x));
+            return NULL;
+        }
+        for(size_t k = 0; k < i; k++)
+            if(json_equal(x, json_array_get(vn, k))) {
+                bad(s, "%s.volumeNodes[%zu]: node \"%s\" is named twice", path, i, json_string_value(x));
+                return NULL;
+            }
+    }
+    return vn;
+}
+
 static void def_vm(sim *s, json_t *o, const char *path)
 {
-    static const char *const keys[] = {"name", "namespace", "claims", "gpus", "runStrategy", NULL};
+    static const char *const keys[] = {"name", "namespace", "claims", "gpus", "runStrategy", "volumeNodes", NULL};
     if(check_keys(s, o, path, keys))
         return;
     const char *name = str_field(s, o, "name", path, NULL);
@@ -844,6 +1044,9 @@ static void def_vm(sim *s, json_t *o, const char *path)
         return bad(s, "%s.runStrategy: must be Always, RerunOnFailure, Once, Manual or Halted, not \"%s\"", path, rs);
     if(gpus && json_object_get(o, "claims"))
         return bad(s, "%s: name claims or ask for gpus (template claims), not both", path);
+    json_t *vol = vm_volume_nodes(s, o, path);
+    if(s->bad[0])
+        return;
     if(gpus) {
         if(!json_is_array(gpus) || !json_array_size(gpus) || json_array_size(gpus) > BINDER_MAX_SET_CLASSES)
             return bad(s, "%s.gpus: must be a list of 1 to %d {class, count}", path, BINDER_MAX_SET_CLASSES);
@@ -877,6 +1080,7 @@ static void def_vm(sim *s, json_t *o, const char *path)
         snprintf(v->name, sizeof v->name, "%s", name);
         v->rs = (sim_rs)r;
         v->gpus = gpus;
+        v->vol_nodes = vol;
         char key[400];
         vm_key(v, key, sizeof key);
         json_object_set_new(s->vm_claims, key, json_array());
@@ -910,10 +1114,12 @@ static void def_vm(sim *s, json_t *o, const char *path)
     snprintf(v->ns, sizeof v->ns, "%s", ns);
     snprintf(v->name, sizeof v->name, "%s", name);
     v->rs = (sim_rs)r;
+    v->vol_nodes = vol;
     cozy_err err = {{0}};
     if(binder_state_set_put(s->st, ns, name, names, n, BINDER_VMI_NONE, NULL, &err))
         return bad(s, "%s.claims: %s", path, err.msg);
     s->n_vms++;
+    vm_limit(s, v);
     char key[400];
     snprintf(key, sizeof key, "%s/%s", ns, name);
     json_object_set(s->vm_claims, key, cl);
@@ -1019,7 +1225,9 @@ static const struct {
     int namespaced;
 } snap_kinds[] = {{"GPUClass", 0},      {"Node", 0},           {"GPUNode", 0},
                   {"KubeVirt", 1},      {"GPUClaim", 1},       {"VirtualMachine", 1},
-                  {"VirtualMachineInstance", 1}, {"Namespace", 0}, {"ResourceQuota", 1}};
+                  {"VirtualMachineInstance", 1}, {"Namespace", 0}, {"ResourceQuota", 1},
+                  {"PersistentVolumeClaim", 1}, {"PersistentVolume", 0}};
+_Static_assert(sizeof snap_kinds / sizeof *snap_kinds == 11, "snap_apply's note counts each kind");
 
 /* A field of `o` down the NULL-terminated list of keys (NULL when absent). */
 static const json_t *get(const json_t *o, ...)
@@ -1143,6 +1351,77 @@ static int want_string_map(sim *s, const json_t *rec, const json_t *v, const cha
     return 0;
 }
 
+/* The volumes of a VM's template or a VMI (`vols`, at `field`), as
+ * bindread_volume_nodes reads them: a list of mappings whose
+ * persistentVolumeClaim.claimName and dataVolume.name are strings. */
+static int want_volumes(sim *s, const json_t *rec, const json_t *vols, const char *field)
+{
+    if(want_maps(s, rec, vols, field, NULL))
+        return -1;
+    size_t i;
+    json_t *v;
+    json_array_foreach((json_t *)vols, i, v) {
+        static const char *const src[][2] = {{"persistentVolumeClaim", "claimName"}, {"dataVolume", "name"}};
+        for(int k = 0; k < 2; k++) {
+            char f[400];
+            snprintf(f, sizeof f, "%s[%zu].%s", field, i, src[k][0]);
+            const json_t *x = json_object_get(v, src[k][0]);
+            if(want_type(s, rec, x, f, JSON_OBJECT))
+                return -1;
+            snprintf(f, sizeof f, "%s[%zu].%s.%s", field, i, src[k][0], src[k][1]);
+            if(want_str(s, rec, json_object_get(x, src[k][1]), f, 0))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* A PersistentVolume's spec.nodeAffinity, as bindread_pv_nodes reads it:
+ * required.nodeSelectorTerms a list of mappings, their matchExpressions
+ * and matchFields lists of {key, operator} strings with `values` a list of
+ * strings. */
+static int want_pv_affinity(sim *s, const json_t *rec, const json_t *o)
+{
+    const json_t *na = get(o, "spec", "nodeAffinity", NULL);
+    const json_t *terms = get(na, "required", "nodeSelectorTerms", NULL);
+    static const char *const kv[] = {"key", "operator", NULL};
+    if(want_type(s, rec, na, "spec.nodeAffinity", JSON_OBJECT) ||
+       want_type(s, rec, json_object_get(na, "required"), "spec.nodeAffinity.required", JSON_OBJECT) ||
+       want_maps(s, rec, terms, "spec.nodeAffinity.required.nodeSelectorTerms", NULL))
+        return -1;
+    size_t i;
+    json_t *t;
+    json_array_foreach((json_t *)terms, i, t) {
+        static const char *const kinds[] = {"matchExpressions", "matchFields"};
+        for(int k = 0; k < 2; k++) {
+            char f[300];
+            snprintf(f, sizeof f, "spec.nodeAffinity.required.nodeSelectorTerms[%zu].%s", i, kinds[k]);
+            const json_t *reqs = json_object_get(t, kinds[k]);
+            if(want_maps(s, rec, reqs, f, kv))
+                return -1;
+            size_t j;
+            json_t *r;
+            json_array_foreach((json_t *)reqs, j, r) {
+                char fv[400];
+                snprintf(fv, sizeof fv, "%s[%zu].values", f, j);
+                const json_t *vals = json_object_get(r, "values");
+                if(want_type(s, rec, vals, fv, JSON_ARRAY))
+                    return -1;
+                size_t m;
+                json_t *val;
+                json_array_foreach((json_t *)vals, m, val) {
+                    if(!json_is_string(val)) {
+                        char fm[450];
+                        snprintf(fm, sizeof fm, "%s[%zu]", fv, m);
+                        return snap_bad(s, rec, fm, "must be a string");
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
 /* Checks the fields simulate reads of snapshot record `rec` of kind
  * `kind` (the leader reads the same ones: controller/bindread.c,
  * runtime.binder.node). Returns 0 or -1 (the run failed naming the file,
@@ -1245,7 +1524,8 @@ static int snap_check(sim *s, const json_t *rec, const char *kind, int namespace
            want_maps(s, rec, get(o, "spec", "template", "spec", "domain", "devices", "gpus", NULL),
                      "spec.template.spec.domain.devices.gpus", dev) ||
            want_maps(s, rec, get(o, "spec", "template", "spec", "domain", "devices", "hostDevices", NULL),
-                     "spec.template.spec.domain.devices.hostDevices", dev))
+                     "spec.template.spec.domain.devices.hostDevices", dev) ||
+           want_volumes(s, rec, get(o, "spec", "template", "spec", "volumes", NULL), "spec.template.spec.volumes"))
             return -1;
         int r = -1;
         for(int i = 0; rs && i < 5; i++)
@@ -1263,7 +1543,8 @@ static int snap_check(sim *s, const json_t *rec, const char *kind, int namespace
            want_str(s, rec, get(o, "status", "nodeName", NULL), "status.nodeName", 0) ||
            want_maps(s, rec, get(o, "spec", "domain", "devices", "gpus", NULL), "spec.domain.devices.gpus", dev) ||
            want_maps(s, rec, get(o, "spec", "domain", "devices", "hostDevices", NULL),
-                     "spec.domain.devices.hostDevices", dev))
+                     "spec.domain.devices.hostDevices", dev) ||
+           want_volumes(s, rec, get(o, "spec", "volumes", NULL), "spec.volumes"))
             return -1;
         static const char *const phases[] = {"",        "Pending",   "Scheduling", "Scheduled",
                                              "Running", "Succeeded", "Failed",     "Unknown"};
@@ -1279,6 +1560,12 @@ static int snap_check(sim *s, const json_t *rec, const char *kind, int namespace
     } else if(!strcmp(kind, "ResourceQuota")) {
         if(!json_is_object(get(o, "spec", "hard", NULL)))
             return snap_bad(s, rec, "spec.hard", "must be a mapping");
+    } else if(!strcmp(kind, "PersistentVolumeClaim")) {
+        if(want_str(s, rec, get(o, "spec", "volumeName", NULL), "spec.volumeName", 0))
+            return -1;
+    } else if(!strcmp(kind, "PersistentVolume")) {
+        if(want_pv_affinity(s, rec, o))
+            return -1;
     }
     return 0;
 }
@@ -1292,6 +1579,9 @@ static void snapshot_free(snapshot *sn)
     json_decref(sn->gpunodes);
     json_decref(sn->vms);
     json_decref(sn->vmis);
+    json_decref(sn->claims);
+    json_decref(sn->pvcs);
+    json_decref(sn->pvs);
     json_decref(sn->raw);
     json_decref(sn->view);
     memset(sn, 0, sizeof *sn);
@@ -1325,6 +1615,9 @@ static void snap_read(sim *s, snapshot *sn)
     sn->gpunodes = json_object();
     sn->vms = json_object();
     sn->vmis = json_object();
+    sn->claims = json_object();
+    sn->pvcs = json_object();
+    sn->pvs = json_object();
     sn->raw = json_object();
     sn->view = json_array();
     json_t *skipped = json_object(), *seen = json_object();
@@ -1372,6 +1665,12 @@ static void snap_read(sim *s, snapshot *sn)
             json_object_set(sn->vms, key, (json_t *)o);
         else if(!strcmp(kind, "VirtualMachineInstance"))
             json_object_set(sn->vmis, key, (json_t *)o);
+        else if(!strcmp(kind, "GPUClaim"))
+            json_object_set(sn->claims, key, (json_t *)o);
+        else if(!strcmp(kind, "PersistentVolumeClaim"))
+            json_object_set(sn->pvcs, key, (json_t *)o);
+        else if(!strcmp(kind, "PersistentVolume"))
+            json_object_set(sn->pvs, name, (json_t *)o);
         else if(!strcmp(kind, "Namespace") || !strcmp(kind, "ResourceQuota"))
             json_array_append_new(sn->view, with_kind(o, kind, "v1"));
     }
@@ -1505,6 +1804,49 @@ static json_t *snap_gpus(sim *s, const json_t *tmpl)
     return g;
 }
 
+/* bindread_volume_nodes' lookup over the snapshot: PVC ns/pvc's bound
+ * PV (spec.volumeName), as the leader reads its informers. */
+typedef struct snap_pv_lookup {
+    const snapshot *sn;
+    const char *ns;
+} snap_pv_lookup;
+
+static json_t *snap_bound_pv(void *ud, const char *pvc)
+{
+    const snap_pv_lookup *q = ud;
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", q->ns, pvc);
+    const char *pv = json_string_value(get(json_object_get(q->sn->pvcs, key), "spec", "volumeName", NULL));
+    return pv ? json_incref(json_object_get(q->sn->pvs, pv)) : NULL;
+}
+
+/* The nodes the volumes of snapshot VM ns/name allow (`spec`: its VMI's,
+ * or its template's), read as the leader reads them
+ * (bindread_volume_nodes over the snapshot's PersistentVolumeClaims and
+ * PersistentVolumes): a list kept for the run, or NULL when nothing
+ * limits it. Noted when it does. */
+static json_t *snap_volume_nodes(sim *s, const snapshot *sn, const char *ns, const char *name, const json_t *spec)
+{
+    snap_pv_lookup q = {sn, ns};
+    const char *nodes[BINDER_MAX_SET_NODES];
+    json_t *keep = NULL;
+    size_t n = bindread_volume_nodes(spec, snap_bound_pv, &q, nodes, BINDER_MAX_SET_NODES, &keep);
+    json_t *list = NULL;
+    if(n) {
+        list = json_array();
+        char m[600] = "";
+        for(size_t i = 0; i < n; i++) {
+            json_array_append_new(list, json_string(nodes[i]));
+            size_t l = strlen(m);
+            snprintf(m + l, sizeof m - l, "%s%s", i ? ", " : "", nodes[i]);
+        }
+        json_array_append_new(s->keep, list);
+        snap_note(s, "snapshot: VM %s/%s: its bound volumes allow only %s (DESIGN.md §6)", ns, name, m);
+    }
+    json_decref(keep);
+    return list;
+}
+
 /* One VM (vm and/or vmi given, same ns/name) of the snapshot into the
  * run, as the leader's apply_set takes it: the VMI's claims (annotation,
  * or its template claims: bindread_vmi_claims), phase and node when a VMI
@@ -1524,6 +1866,7 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
     size_t n;
     binder_vmi_phase phase = BINDER_VMI_NONE;
     const char *node = NULL;
+    const json_t *vspec = vmi ? get(vmi, "spec", NULL) : get(vm, "spec", "template", "spec", NULL);
     if(vmi) {
         n = bindread_vmi_claims(vmi, sn->classes, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS, &tmpl);
         phase = bindread_vmi_phase(vmi);
@@ -1550,6 +1893,7 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
                 sim_vm *v = snap_new_vm(s, rec, ns, name, snap_rs(vm));
                 if(v) {
                     v->gpus = snap_gpus(s, tmpl);
+                    v->vol_nodes = snap_volume_nodes(s, sn, ns, name, vspec);
                     char key[400];
                     vm_key(v, key, sizeof key);
                     json_object_set_new(s->vm_claims, key, json_array());
@@ -1567,17 +1911,40 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
         return; /* names no claim: a raw-name VM (its devices count against its node) or no GPU at all */
     }
     int final = phase == BINDER_VMI_SUCCEEDED || phase == BINDER_VMI_FAILED;
+    int waits = 0; /* a template claim of the VMI's names is not its own */
+    json_t *own = json_array(); /* the template claims that are the VMI's own */
     cozy_err err = {{0}};
     if(tmpl) {
-        /* template claims: made by the controller for a live VMI (when
-         * the snapshot does not hold them yet), deleted once it is final */
+        /* template claims, as the leader's apply_set takes them (decision
+         * 0027): one of the snapshot that is this VMI's own (label, owner
+         * uid, class, count: bindread_template_claim_is) is its claim, and
+         * deleted once the VMI is final; one that is not is never taken
+         * over (the set waits) nor deleted; one the snapshot lacks is made
+         * for a live VMI */
+        const char *uid = json_string_value(get(vmi, "metadata", "uid", NULL));
+        if(phase == BINDER_VMI_FAILED && node && *node) {
+            sim_vm tmp = {0};
+            snprintf(tmp.ns, sizeof tmp.ns, "%s", ns);
+            snprintf(tmp.name, sizeof tmp.name, "%s", name);
+            refuse_node(s, &tmp, node);
+        }
         size_t i;
         json_t *t;
         json_array_foreach(tmpl, i, t) {
             const char *cn = json_string_value(json_object_get(t, "name"));
+            char ck[600];
+            snprintf(ck, sizeof ck, "%s/%s", ns, cn);
             binder_claim_status cs;
             int have = binder_state_claim_get(s->st, ns, cn, &cs) == BINDER_OK;
-            if(final && have) {
+            int ours = have && bindread_template_claim_is(json_object_get(sn->claims, ck), t, uid);
+            if(have && !ours) {
+                snap_note(s,
+                          "snapshot: GPUClaim %s is not VMI %s/%s's own template claim (no template label, another "
+                          "owner uid, class or count; decision 0027): %s",
+                          ck, ns, name,
+                          final ? "kept, though the VMI is final" : "never taken over, the VMI's set waits");
+                waits |= !final;
+            } else if(final && have) {
                 bindpolicy_on_delete(&s->bp, ns, cn);
                 binder_state_claim_delete(s->st, ns, cn, NULL);
                 snap_note(s, "snapshot: template claim %s/%s deleted (its VMI is final)", ns, cn);
@@ -1589,40 +1956,57 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
                 }
                 snap_note(s, "snapshot: template claim %s/%s created for VMI %s (the snapshot does not hold it yet)",
                           ns, cn, name);
-            }
+                json_array_append_new(own, json_string(cn));
+            } else if(!final)
+                json_array_append_new(own, json_string(cn));
         }
     }
     if(s->bad[0]) {
+        json_decref(own);
         json_decref(tmpl);
         return;
     }
-    if(!(tmpl && final)) {
+    if(!(tmpl && (final || waits))) {
         binder_rc rc = binder_state_set_put(s->st, ns, name, names, n, phase, node, &err);
         if(rc == BINDER_ERR_NO_CLAIM || rc == BINDER_ERR_BOUND) {
             snap_note(s, "snapshot: %s %s/%s left out: %s (the leader keeps its claims waiting)",
                       vmi ? "VMI" : "VM", ns, name, err.msg);
+            json_decref(own);
             json_decref(tmpl);
             return;
         }
         if(rc != BINDER_OK) {
             snap_bad(s, rec, NULL, "%s", err.msg);
+            json_decref(own);
             json_decref(tmpl);
             return;
         }
     }
+    /* its own template claims (created above, or the snapshot's) */
+    size_t i;
+    json_t *x;
+    json_array_foreach(own, i, x) {
+        char ck[600];
+        snprintf(ck, sizeof ck, "%s/%s", ns, json_string_value(x));
+        json_object_set_new(s->owned, ck, json_string(name));
+    }
+    json_decref(own);
     sim_vm *v = snap_new_vm(s, rec, ns, name, vm ? snap_rs(vm) : RS_MANUAL);
     if(!v) {
         json_decref(tmpl);
         return;
     }
     v->phase = phase;
+    v->waits = waits;
     snprintf(v->node, sizeof v->node, "%s", node ? node : "");
+    v->vol_nodes = snap_volume_nodes(s, sn, ns, name, vspec);
     char key[400];
     vm_key(v, key, sizeof key);
     json_t *list = json_array();
-    for(size_t i = 0; i < n && !(tmpl && final); i++)
-        json_array_append_new(list, json_string(names[i]));
+    for(size_t k = 0; k < n && !(tmpl && (final || waits)); k++)
+        json_array_append_new(list, json_string(names[k]));
     json_object_set_new(s->vm_claims, key, list);
+    vm_limit(s, v);
     if(tmpl)
         v->gpus = snap_gpus(s, tmpl);
     json_decref(tmpl);
@@ -1796,13 +2180,13 @@ static void snap_apply(sim *s, snapshot *sn)
     if(!s->bad[0] && bindpolicy_feed(&s->bp, &err) != COZY_OK)
         bad(s, "snapshot: %s", err.msg);
     if(!s->bad[0]) {
-        size_t n[9];
-        for(size_t k = 0; k < 9; k++)
+        size_t n[11];
+        for(size_t k = 0; k < 11; k++)
             n[k] = json_array_size(snap_list(sn, snap_kinds[k].kind));
         snap_note(s,
                   "snapshot: %zu GPUClasses, %zu Nodes (%zu GPU nodes), %zu GPUNodes, %zu GPUClaims, %zu VMs, "
-                  "%zu VMIs, %zu Namespaces, %zu ResourceQuotas",
-                  n[0], n[1], s->n_nodes, n[2], n[4], n[5], n[6], n[7], n[8]);
+                  "%zu VMIs, %zu Namespaces, %zu ResourceQuotas, %zu PersistentVolumeClaims, %zu PersistentVolumes",
+                  n[0], n[1], s->n_nodes, n[2], n[4], n[5], n[6], n[7], n[8], n[9], n[10]);
     }
 }
 
@@ -1930,6 +2314,8 @@ static void vmi_final(sim *s, json_t *o, const char *path)
     char node[BINDER_MAX_NAME + 1];
     snprintf(node, sizeof node, "%s", v->node);
     set_vmi(s, v, p, node[0] ? node : NULL, "the VMI ended");
+    if(p == BINDER_VMI_FAILED && v->gpus && node[0])
+        refuse_node(s, v, node);
     settle(s); /* the binder sees the final VMI before its VM acts */
     after_vmi_end(s, v, 0);
 }
@@ -2026,7 +2412,11 @@ static void leader_change(sim *s, const char *path)
         cozy_err err = {{0}};
         if(n && binder_state_set_put(s->st, v->ns, v->name, names, n, v->phase, v->node[0] ? v->node : NULL, &err))
             bad(s, "%s: %s", path, err.msg);
+        vm_limit(s, v); /* the new leader reads the volumes again */
     }
+    /* the nodes template VMIs failed on live in the old leader's memory
+     * (decision 0026 item 8): forgotten */
+    json_object_clear(s->refused);
     cozy_err err = {{0}};
     if(binder_state_restore(s->st, &err))
         bad(s, "%s: %s", path, err.msg);
@@ -2034,7 +2424,8 @@ static void leader_change(sim *s, const char *path)
     s->bp.st = s->st;
     if(bindpolicy_feed(&s->bp, &err) != COZY_OK)
         bad(s, "%s: %s", path, err.msg);
-    say(s, "  leader change: the binder is rebuilt from the claims' status\n");
+    say(s, "  leader change: the binder is rebuilt from the claims' status (the nodes template VMIs failed on are "
+           "forgotten)\n");
 }
 
 /* ------------------------------------------------------------- expects */
@@ -2260,6 +2651,8 @@ static int run(sim *s)
     s->keep = json_array();
     s->deleting = json_object();
     s->vm_claims = json_object();
+    s->owned = json_object();
+    s->refused = json_object();
     bindpolicy_init(&s->bp, s->e, s->st);
     s->bp.labels = node_labels;
     s->bp.labels_ud = s;
@@ -2316,6 +2709,9 @@ static int run(sim *s)
     binder_state_free(s->st);
     json_decref(s->classes);
     json_decref(s->vm_claims);
+    json_decref(s->owned);
+    json_decref(s->refused);
+    s->owned = s->refused = NULL;
     bindpolicy_free(&s->bp);
     snapshot_free(&sn);
     s->sn = NULL;
@@ -2350,8 +2746,8 @@ static void usage(FILE *f)
           "  --snapshot PATH      a live cluster's objects as the starting state: a file or\n"
           "                       directory of YAML/JSON (kubectl get ... -o yaml: nodes,\n"
           "                       gpunodes, gpuclasses, gpuclaims, vms, vmis, kubevirts,\n"
-          "                       namespaces, resourcequotas); overrides the scenario's\n"
-          "                       `snapshot`\n"
+          "                       namespaces, resourcequotas, pvc, pv); overrides the\n"
+          "                       scenario's `snapshot`\n"
           "\n"
           "exit status: 0 every expect line held, 1 one failed, 2 bad usage or input\n",
           f);

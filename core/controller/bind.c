@@ -460,31 +460,6 @@ static void raw_update(loop *L, const char *key, const json_t *vmi, const char *
  * removes it with the VMI), protected by the finalizer; once the VMI is
  * final (Succeeded, Failed), each that exists is queued for deletion (it
  * then goes once nothing uses it). */
-/* Whether cached claim `c` is the template claim `t` ({name, class,
- * count}) of the VMI of uid `uid`: labelled a template claim, its
- * controller ownerReference naming that uid, of that class and count
- * (decision 0027). */
-static int template_claim_is(const json_t *c, const json_t *t, const char *uid)
-{
-    const json_t *labels = json_object_get(json_object_get(c, "metadata"), "labels");
-    const char *tl = json_string_value(json_object_get(labels, TEMPLATE_LABEL));
-    const json_t *spec = json_object_get(c, "spec");
-    const char *cls = json_string_value(json_object_get(spec, "class"));
-    const char *want = json_string_value(json_object_get(t, "class"));
-    if(!tl || strcmp(tl, "true") != 0 || !cls || !want || strcmp(cls, want) != 0 ||
-       json_integer_value(json_object_get(spec, "count")) != json_integer_value(json_object_get(t, "count")))
-        return 0;
-    size_t j;
-    json_t *r;
-    json_array_foreach(json_object_get(json_object_get(c, "metadata"), "ownerReferences"), j, r)
-    {
-        const char *ruid = json_string_value(json_object_get(r, "uid"));
-        if(json_is_true(json_object_get(r, "controller")) && ruid && uid && strcmp(ruid, uid) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, binder_vmi_phase phase)
 {
     const char *ns = md_str(vmi, "namespace"), *vname = md_str(vmi, "name"), *uid = md_str(vmi, "uid");
@@ -505,7 +480,7 @@ static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, bind
              * uid as a precondition): a tenant's claim of the name, or a
              * later VMI's, is never deleted */
             const char *cuid = have ? md_str(have, "uid") : NULL;
-            if(have && cuid && !md_str(have, "deletionTimestamp") && template_claim_is(have, t, uid))
+            if(have && cuid && !md_str(have, "deletionTimestamp") && bindread_template_claim_is(have, t, uid))
                 json_object_set_new(L->tdeletes, key, json_string(cuid));
         } else if(!have && !md_str(vmi, "deletionTimestamp")) {
             json_object_set_new(
@@ -536,7 +511,7 @@ static int template_claims_ours(const json_t *vmi, const json_t *tmpl)
     json_array_foreach(tmpl, i, t)
     {
         json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, json_string_value(json_object_get(t, "name")));
-        int ok = !c || template_claim_is(c, t, uid);
+        int ok = !c || bindread_template_claim_is(c, t, uid);
         json_decref(c);
         if(!ok)
             return 0;
@@ -544,118 +519,53 @@ static int template_claims_ours(const json_t *vmi, const json_t *tmpl)
     return 1;
 }
 
-/* The node names a PersistentVolume's required node affinity allows, when
- * it is a list of names: matchExpressions kubernetes.io/hostname In, or
- * matchFields metadata.name In (local volumes, as the local static
- * provisioner and OpenEBS/TopoLVM write them; the hostname label is taken
- * as the node's name, which kubelet sets by default). Added to `out` (an
- * object used as a set of names). Returns 1 when the PV limits nodes this
- * way, 0 when it has no such affinity (zone or other labels are not read:
- * those volumes do not limit the set, decision 0026). */
-static int pv_nodes(const json_t *pv, json_t *out)
+/* bindread_volume_nodes' lookup for the leader: PVC `pvc` of the set
+ * being read is remembered against it (so that a PVC or PV change looks
+ * at the set again), and its bound PV comes from the informers. */
+typedef struct pv_lookup {
+    loop *L;
+    const char *ns;
+    const char *setkey;
+} pv_lookup;
+
+static json_t *bound_pv(void *ud, const char *pvc)
 {
-    const json_t *terms = json_object_get(
-        json_object_get(json_object_get(json_object_get(pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
-    int limited = 0;
-    size_t i;
-    json_t *term;
-    json_array_foreach(terms, i, term)
-    {
-        static const char *const kinds[] = {"matchExpressions", "matchFields"};
-        static const char *const keys[] = {"kubernetes.io/hostname", "metadata.name"};
-        for(int k = 0; k < 2; k++) {
-            size_t j;
-            json_t *r;
-            json_array_foreach(json_object_get(term, kinds[k]), j, r)
-            {
-                const char *key = json_string_value(json_object_get(r, "key"));
-                const char *op = json_string_value(json_object_get(r, "operator"));
-                if(!key || !op || strcmp(key, keys[k]) != 0 || strcmp(op, "In") != 0)
-                    continue;
-                size_t v;
-                json_t *val;
-                json_array_foreach(json_object_get(r, "values"), v, val)
-                {
-                    if(json_is_string(val))
-                        json_object_set_new(out, json_string_value(val), json_true());
-                }
-                limited = 1;
-            }
-        }
+    pv_lookup *q = ud;
+    char pk[600];
+    snprintf(pk, sizeof pk, "%s/%s", q->ns, pvc);
+    json_t *users = json_object_get(q->L->pvc_sets, pk);
+    if(!users) {
+        users = json_object();
+        json_object_set_new(q->L->pvc_sets, pk, users);
     }
-    return limited;
+    json_object_set_new(users, q->setkey, json_true());
+    json_t *claim = kube_informer_get(ctl_proc->pvcs_inf, q->ns, pvc);
+    const char *pvname = json_string_value(json_object_get(json_object_get(claim, "spec"), "volumeName"));
+    json_t *pv = pvname ? kube_informer_get(ctl_proc->pvs_inf, NULL, pvname) : NULL;
+    json_decref(claim);
+    return pv;
 }
 
 /* DESIGN.md §6: "a set placed after a WaitForFirstConsumer volume bound is
- * limited to the nodes the volume's node affinity allows". For each volume
- * of the VM's spec (`spec`: the VMI's, or the stopped VM's template's)
- * that is a persistentVolumeClaim or a dataVolume (a PVC of the same
- * name, CDI), the PVC's bound PV (spec.volumeName) is read; the nodes the
- * set may use are those every such PV allows (pv_nodes); no bound PV with
- * such an affinity: no limit. Volumes that disagree leave no node (the
+ * limited to the nodes the volume's node affinity allows". The nodes the
+ * volumes of `spec` (the VMI's, or the stopped VM's template's) allow,
+ * read by bindread_volume_nodes over the PVC and PV informers, limit set
+ * ns/name (no such volume: no limit; volumes that disagree: no node, the
  * set waits). The PVCs are remembered against the set so that a PVC or PV
  * change looks at it again. */
 static void volume_nodes(loop *L, const char *ns, const char *name, const json_t *spec)
 {
-    json_t *allowed = NULL;
     char setkey[600];
     snprintf(setkey, sizeof setkey, "%s/%s", ns, name);
-    size_t i;
-    json_t *vol;
-    json_array_foreach(json_object_get(spec, "volumes"), i, vol)
-    {
-        const char *pvc = json_string_value(json_object_get(json_object_get(vol, "persistentVolumeClaim"), "claimName"));
-        if(!pvc)
-            pvc = json_string_value(json_object_get(json_object_get(vol, "dataVolume"), "name"));
-        if(!pvc)
-            continue;
-        char pk[600];
-        snprintf(pk, sizeof pk, "%s/%s", ns, pvc);
-        json_t *users = json_object_get(L->pvc_sets, pk);
-        if(!users) {
-            users = json_object();
-            json_object_set_new(L->pvc_sets, pk, users);
-        }
-        json_object_set_new(users, setkey, json_true());
-        json_t *claim = kube_informer_get(ctl_proc->pvcs_inf, ns, pvc);
-        const char *pvname = json_string_value(json_object_get(json_object_get(claim, "spec"), "volumeName"));
-        json_t *pv = pvname ? kube_informer_get(ctl_proc->pvs_inf, NULL, pvname) : NULL;
-        json_t *these = json_object();
-        if(pv && pv_nodes(pv, these)) {
-            if(!allowed)
-                allowed = json_incref(these);
-            else {
-                const char *k;
-                json_t *v, *tmp;
-                json_object_foreach_safe(allowed, tmp, k, v)
-                {
-                    if(!json_object_get(these, k))
-                        json_object_del(allowed, k);
-                }
-            }
-        }
-        json_decref(these);
-        json_decref(pv);
-        json_decref(claim);
-    }
+    pv_lookup q = {L, ns, setkey};
     const char *nodes[BINDER_MAX_SET_NODES];
-    size_t n = 0;
-    if(allowed) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(allowed, k, v)
-        {
-            if(n < BINDER_MAX_SET_NODES)
-                nodes[n++] = k;
-        }
-        if(n == 0)
-            nodes[n++] = "(no node: its volumes allow none in common)"; /* no Node has this name */
-    }
+    json_t *keep = NULL;
+    size_t n = bindread_volume_nodes(spec, bound_pv, &q, nodes, BINDER_MAX_SET_NODES, &keep);
     cozy_err err;
     if(binder_state_set_nodes(L->st, ns, name, nodes, n, &err) != BINDER_OK)
         log_write(LOG_WARN, "binder", "cannot limit the VM's claims to its volume's nodes", "namespace", ns, "vm", name,
                   "error", err.msg, NULL);
-    json_decref(allowed);
+    json_decref(keep);
 }
 
 /* Set ns/name from the caches: the VMI's annotation, phase and node when a

@@ -344,3 +344,106 @@ void bindread_node_view_free(bindread_node_view *v)
     json_decref(v->view);
     v->view = NULL;
 }
+
+int bindread_template_claim_is(const json_t *c, const json_t *t, const char *uid)
+{
+    const json_t *labels = json_object_get(json_object_get(c, "metadata"), "labels");
+    const char *tl = json_string_value(json_object_get(labels, BINDREAD_TEMPLATE_LABEL));
+    const json_t *spec = json_object_get(c, "spec");
+    const char *cls = json_string_value(json_object_get(spec, "class"));
+    const char *want = json_string_value(json_object_get(t, "class"));
+    if(!tl || strcmp(tl, "true") != 0 || !cls || !want || strcmp(cls, want) != 0 ||
+       json_integer_value(json_object_get(spec, "count")) != json_integer_value(json_object_get(t, "count")))
+        return 0;
+    size_t j;
+    json_t *r;
+    json_array_foreach(json_object_get(json_object_get(c, "metadata"), "ownerReferences"), j, r)
+    {
+        const char *ruid = json_string_value(json_object_get(r, "uid"));
+        if(json_is_true(json_object_get(r, "controller")) && ruid && uid && strcmp(ruid, uid) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int bindread_pv_nodes(const json_t *pv, json_t *out)
+{
+    const json_t *terms = json_object_get(
+        json_object_get(json_object_get(json_object_get(pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
+    int limited = 0;
+    size_t i;
+    json_t *term;
+    json_array_foreach(terms, i, term)
+    {
+        static const char *const kinds[] = {"matchExpressions", "matchFields"};
+        static const char *const keys[] = {"kubernetes.io/hostname", "metadata.name"};
+        for(int k = 0; k < 2; k++) {
+            size_t j;
+            json_t *r;
+            json_array_foreach(json_object_get(term, kinds[k]), j, r)
+            {
+                const char *key = json_string_value(json_object_get(r, "key"));
+                const char *op = json_string_value(json_object_get(r, "operator"));
+                if(!key || !op || strcmp(key, keys[k]) != 0 || strcmp(op, "In") != 0)
+                    continue;
+                size_t v;
+                json_t *val;
+                json_array_foreach(json_object_get(r, "values"), v, val)
+                {
+                    if(json_is_string(val))
+                        json_object_set_new(out, json_string_value(val), json_true());
+                }
+                limited = 1;
+            }
+        }
+    }
+    return limited;
+}
+
+size_t bindread_volume_nodes(const json_t *spec, bindread_bound_pv_fn pv_of, void *ud, const char **nodes, size_t max,
+                             json_t **keep)
+{
+    json_t *allowed = NULL;
+    size_t i;
+    json_t *vol;
+    *keep = NULL;
+    json_array_foreach(json_object_get(spec, "volumes"), i, vol)
+    {
+        const char *pvc = json_string_value(json_object_get(json_object_get(vol, "persistentVolumeClaim"), "claimName"));
+        if(!pvc)
+            pvc = json_string_value(json_object_get(json_object_get(vol, "dataVolume"), "name"));
+        if(!pvc)
+            continue;
+        json_t *pv = pv_of(ud, pvc);
+        json_t *these = json_object();
+        if(pv && these && bindread_pv_nodes(pv, these)) {
+            if(!allowed)
+                allowed = json_incref(these);
+            else {
+                const char *k;
+                json_t *v, *tmp;
+                json_object_foreach_safe(allowed, tmp, k, v)
+                {
+                    if(!json_object_get(these, k))
+                        json_object_del(allowed, k);
+                }
+            }
+        }
+        json_decref(these);
+        json_decref(pv);
+    }
+    size_t n = 0;
+    if(allowed) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(allowed, k, v)
+        {
+            if(n < max)
+                nodes[n++] = k;
+        }
+        if(n == 0 && max > 0)
+            nodes[n++] = BINDREAD_NO_NODE; /* no Node has this name */
+    }
+    *keep = allowed;
+    return n;
+}

@@ -82,6 +82,47 @@ json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json
  * classes are listed. */
 int bindread_vmi_on_node(const json_t *vmi);
 
+/* Whether GPUClaim object `c` is template claim `t` ({name, class,
+ * count}, as bindread_vmi_claims gives it) of the VMI of uid `uid`:
+ * labelled a template claim (BINDREAD_TEMPLATE_LABEL "true"), its
+ * controller ownerReference naming that uid, of that class and count
+ * (decision 0027). A claim that is not is never taken over by the VMI's
+ * set, nor deleted when the VMI is final. */
+int bindread_template_claim_is(const json_t *c, const json_t *t, const char *uid);
+
+/* The node name bindread_volume_nodes gives when a VM's volumes allow no
+ * node in common (no Node has it, so the set waits). */
+#define BINDREAD_NO_NODE "(no node: its volumes allow none in common)"
+
+/* The PersistentVolume bound to PVC `pvc` (in the VM's namespace, known
+ * to the caller), as a new reference, or NULL when it is unknown or not
+ * bound (bindread_volume_nodes' lookup). */
+typedef json_t *(*bindread_bound_pv_fn)(void *ud, const char *pvc);
+
+/* The node names a PersistentVolume's required node affinity allows, when
+ * it is a list of names: matchExpressions kubernetes.io/hostname In, or
+ * matchFields metadata.name In (local volumes, as the local static
+ * provisioner and OpenEBS/TopoLVM write them; the hostname label is taken
+ * as the node's name, which kubelet sets by default). Added to `out` (an
+ * object used as a set of names). Returns 1 when the PV limits nodes this
+ * way, 0 when it has no such affinity (zone or other labels are not read:
+ * those volumes do not limit the set, decision 0026). */
+int bindread_pv_nodes(const json_t *pv, json_t *out);
+
+/* DESIGN.md §6: "a set placed after a WaitForFirstConsumer volume bound is
+ * limited to the nodes the volume's node affinity allows" (decision 0026
+ * item 9). For each volume of `spec` (a VMI's spec, or a stopped VM's
+ * template's) that is a persistentVolumeClaim or a dataVolume (a PVC of
+ * the same name, CDI), pv_of(ud, pvc) gives the PVC's bound PV; the nodes
+ * the set may use are those every such PV allows (bindread_pv_nodes).
+ * Into nodes[] (at most `max`, in the order the PVs name them; the
+ * strings live in *keep, a new object the caller frees, NULL when none):
+ * 0 names when nothing limits the set (binder_state_set_nodes lifts the
+ * limit), BINDREAD_NO_NODE alone when the volumes allow no node in
+ * common. */
+size_t bindread_volume_nodes(const json_t *spec, bindread_bound_pv_fn pv_of, void *ud, const char **nodes, size_t max,
+                             json_t **keep);
+
 /* What one node offers and whether it takes new sets, read by
  * runtime.binder.node (cozygpu.capacity's rules, decision 0022) into the
  * binder's node spec. Strings are borrowed from `view`. */
