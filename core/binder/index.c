@@ -974,6 +974,39 @@ static size_t feasible_count(const qneed *need, size_t nneed, size_t k, const bi
     return sum;
 }
 
+/* The needs of query q by class (a class named twice adds up) into
+ * need[0..*nneed); *unknown when a class is not known to the index (no
+ * node offers it). BINDER_ERR_INPUT for an empty or long class name,
+ * units 0 or past BINDER_MAX_UNITS, more than BINDER_MAX_SET_CLASSES. */
+static binder_rc query_needs(const binder_index *ix, const binder_query *q, qneed *need, size_t *nneed,
+                             bool *unknown)
+{
+    *nneed = 0;
+    *unknown = false;
+    for(size_t i = 0; i < q->n_needs; i++) {
+        const binder_need *w = &q->needs[i];
+        if(!name_ok(w->class_name, BINDER_MAX_NAME) || w->units == 0 || w->units > BINDER_MAX_UNITS)
+            return BINDER_ERR_INPUT;
+        const bclass *c = class_find(ix, w->class_name);
+        if(!c) {
+            *unknown = true;
+            continue;
+        }
+        size_t k = 0;
+        while(k < *nneed && need[k].cls != c)
+            k++;
+        if(k == *nneed) {
+            if(*nneed == BINDER_MAX_SET_CLASSES)
+                return BINDER_ERR_INPUT;
+            need[(*nneed)++] = (qneed){c, 0};
+        }
+        if(need[k].units + w->units > BINDER_MAX_UNITS)
+            return BINDER_ERR_INPUT;
+        need[k].units += w->units;
+    }
+    return BINDER_OK;
+}
+
 binder_rc binder_node_candidate(const binder_index *ix, const char *name, const binder_query *q,
                                 binder_candidate *out, int *fits)
 {
@@ -987,28 +1020,14 @@ binder_rc binder_node_candidate(const binder_index *ix, const char *name, const 
     if((n->flags & usable) != usable || (n->flags & BINDER_NODE_LAYOUT_PENDING) ||
        !shape_tolerated(n->sh, q->tolerations, q->n_tolerations))
         return BINDER_OK;
-    /* the set's needs by class (a class named twice adds up) */
     qneed need[BINDER_MAX_SET_CLASSES];
     size_t nneed = 0;
-    for(size_t i = 0; i < q->n_needs; i++) {
-        const binder_need *w = &q->needs[i];
-        if(!name_ok(w->class_name, BINDER_MAX_NAME) || w->units == 0 || w->units > BINDER_MAX_UNITS)
-            return BINDER_ERR_INPUT;
-        const bclass *c = class_find(ix, w->class_name);
-        if(!c)
-            return BINDER_OK; /* a class no node offers */
-        size_t k = 0;
-        while(k < nneed && need[k].cls != c)
-            k++;
-        if(k == nneed) {
-            if(nneed == BINDER_MAX_SET_CLASSES)
-                return BINDER_ERR_INPUT;
-            need[nneed++] = (qneed){c, 0};
-        }
-        if(need[k].units + w->units > BINDER_MAX_UNITS)
-            return BINDER_ERR_INPUT;
-        need[k].units += w->units;
-    }
+    bool unknown = false;
+    binder_rc rc = query_needs(ix, q, need, &nneed, &unknown);
+    if(rc)
+        return rc;
+    if(unknown)
+        return BINDER_OK; /* a class no node offers */
     binder_candidate cand = {n->name, 0, 0, 0};
     for(size_t k = 0; k < nneed; k++) {
         const slot *o = node_slot(n, need[k].cls);
@@ -1032,27 +1051,9 @@ binder_rc binder_candidates_set(const binder_index *ix, const binder_query *q, b
     qneed need[BINDER_MAX_SET_CLASSES];
     size_t nneed = 0;
     bool unknown = false;
-    for(size_t i = 0; i < q->n_needs; i++) {
-        const binder_need *w = &q->needs[i];
-        if(!name_ok(w->class_name, BINDER_MAX_NAME) || w->units == 0 || w->units > BINDER_MAX_UNITS)
-            return BINDER_ERR_INPUT;
-        const bclass *c = class_find(ix, w->class_name);
-        if(!c) {
-            unknown = true;
-            continue;
-        }
-        size_t k = 0;
-        while(k < nneed && need[k].cls != c)
-            k++;
-        if(k == nneed) {
-            if(nneed == BINDER_MAX_SET_CLASSES)
-                return BINDER_ERR_INPUT;
-            need[nneed++] = (qneed){c, 0};
-        }
-        if(need[k].units + w->units > BINDER_MAX_UNITS)
-            return BINDER_ERR_INPUT;
-        need[k].units += w->units;
-    }
+    binder_rc rc = query_needs(ix, q, need, &nneed, &unknown);
+    if(rc)
+        return rc;
     if(unknown || !max)
         return BINDER_OK;
     /* the scarcest class drives the walk */

@@ -7,6 +7,9 @@
 -- forgets); and a claim of a template name that the VMI does not own is
 -- never taken over nor deleted (decision 0027).
 local json = H.json
+local SO = require "sim_output"
+local claim_of = SO.claim_of
+local vm_of = SO.vm_of
 local G = require "gpu_nodes"
 
 local function tmp(ext, text)
@@ -38,18 +41,6 @@ local function run_json(sc, objs)
   os.remove(f)
   if snap then os.remove(snap) end
   return code == 0 and json.decode(out) or nil, out, err, code
-end
-
-local function claim_of(step, ref)
-  for _, c in ipairs(step.claims) do
-    if c.claim == ref then return c end
-  end
-end
-
-local function vm_of(step, ref)
-  for _, v in ipairs(step.vms) do
-    if v.vm == ref then return v end
-  end
 end
 
 local function notes(step)

@@ -8,6 +8,9 @@
 -- bound in the snapshot is not bound again; a malformed object exits 2
 -- naming the file, the object and the field; an unknown kind is skipped.
 local json = H.json
+local SO = require "sim_output"
+local claim_of = SO.claim_of
+local node_of = SO.node_of
 local G = require "gpu_nodes"
 local binder = require "runtime.binder"
 
@@ -36,18 +39,6 @@ local function run_json(args)
   for _, x in ipairs(args) do a[#a + 1] = x end
   local out, err, code = H.run(a)
   return code == 0 and json.decode(out) or nil, out, err, code
-end
-
-local function claim_of(step, ref)
-  for _, c in ipairs(step.claims) do
-    if c.claim == ref then return c end
-  end
-end
-
-local function node_of(step, name)
-  for _, n in ipairs(step.nodes) do
-    if n.node == name then return n end
-  end
 end
 
 -- ---- a small cluster, built as the leader's specs build one ----------

@@ -1,0 +1,21 @@
+--- Lookups in the JSON output of `cozygpu simulate --output json`: a step
+--- holds lists `claims` ({claim = "ns/name", ...}), `vms` ({vm =
+--- "ns/name", ...}) and `nodes` ({node = name, ...}).
+local S = {}
+
+local function find(list, field, value)
+  for _, x in ipairs(list or {}) do
+    if x[field] == value then return x end
+  end
+end
+
+--- The claim row "ns/name" of a step, or nil.
+function S.claim_of(step, ref) return find(step.claims, "claim", ref) end
+
+--- The VM row "ns/name" of a step, or nil.
+function S.vm_of(step, ref) return find(step.vms, "vm", ref) end
+
+--- The node row `name` of a step, or nil.
+function S.node_of(step, name) return find(step.nodes, "node", name) end
+
+return S
