@@ -748,6 +748,62 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
       "the template VMI of a pod pinned to the wrong node was not deleted")
   end)
 
+  it("a node's capacity drops under its claims: the most recently bound unattached one moves", function()
+    add_node(d, "gpu-1", 2)
+    add_claim(d, "cap1", 1)
+    wait_claim(d, "cap1", "Bound", "gpu-1")
+    add_claim(d, "cap2", 1)
+    wait_claim(d, "cap2", "Bound", "gpu-1")
+    add_node(d, "gpu-2", 1)
+    -- the kubelet now advertises one L40S on gpu-1 (a GPU failed)
+    G.node_status(d, "gpu-1", { units = 2, alloc = 1 })
+    wait_claim(d, "cap2", "Bound", "gpu-2")
+    local c = claim(d, "cap1")
+    assert.are.equal("gpu-1", c.status.node) -- it keeps its node: it still has the capacity
+  end)
+
+  it("a layout change pending on a node: its unattached claim moves, or keeps its hold saying why", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "lay1", 1)
+    wait_claim(d, "lay1", "Bound", "gpu-1")
+    local function pending(name, on)
+      local g = must(d, "GET", "/apis/cozystack.io/v1alpha1/gpunodes/" .. name)
+      g.status.layout = g.status.layout or {}
+      g.status.layout.pending = on
+      must(d, "PUT", "/apis/cozystack.io/v1alpha1/gpunodes/" .. name .. "/status", g)
+    end
+    pending("gpu-1", true) -- the agent has a vGPU layout change to apply
+    local c = wait_reason("lay1", "LayoutChangePending")
+    assert.are.equal("gpu-1", c.status.node)
+    add_node(d, "gpu-2", 1)
+    wait_claim(d, "lay1", "Bound", "gpu-2")
+  end)
+
+  it("a large Lost set that fits nowhere does not block a smaller order that fits", function()
+    add_node(d, "gpu-1", 4)
+    add_claim(d, "big1", 1)
+    add_claim(d, "big2", 1)
+    add_claim(d, "big3", 1)
+    local out, code = kubectl(d, { "apply" }, { apiVersion = "kubevirt.io/v1", kind = "VirtualMachine",
+      metadata = { name = "vm-big", namespace = NS },
+      spec = { runStrategy = "Halted", template = { metadata = { annotations = { ["gpu.cozystack.io/claims"] = "big1,big2,big3" } },
+        spec = { domain = { devices = { gpus = { { name = "g1", deviceName = L40S }, { name = "g2", deviceName = L40S },
+          { name = "g3", deviceName = L40S } } } } } } } })
+    assert.are.equal(0, code, out)
+    for _, n in ipairs { "big1", "big2", "big3" } do wait_claim(d, n, "Bound", "gpu-1") end
+    out, code = E.kubectl(d, { "delete", "node", "gpu-1" })
+    assert.are.equal(0, code, out)
+    for _, n in ipairs { "big1", "big2", "big3" } do wait_claim(d, n, "Lost") end
+    add_claim(d, "small", 1)
+    add_node(d, "gpu-2", 2) -- room for the small order, not for the Lost set of three
+    wait_claim(d, "small", "Bound", "gpu-2")
+    for _, n in ipairs { "big1", "big2", "big3" } do
+      local c = claim(d, n)
+      assert.are.equal("Lost", c.status.phase)
+      assert.are.equal("NodeLost", ready_cond(c).reason)
+    end
+  end)
+
   it("a gated launcher pod whose claims are not bound stays gated", function()
     add_claim(d, "g1", 1) -- no node at all
     wait_reason("g1", "NoNodeWithRoom")
