@@ -804,6 +804,29 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     end
   end)
 
+  it("a claim stays Attached while its VMI is being deleted, and leaves Attached only once the VMI is final", function()
+    add_node(d, "gpu-1", 1)
+    add_claim(d, "dt1", 1)
+    wait_claim(d, "dt1", "Bound", "gpu-1")
+    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+      metadata = { name = "vm-dt", namespace = NS, finalizers = { "kubevirt.io/virtualMachineControllerFinalize" },
+        labels = { ["gpu.cozystack.io/class-reference"] = "true" }, annotations = { ["gpu.cozystack.io/claims"] = "dt1" } },
+      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    v.status = { phase = "Running", nodeName = "gpu-1" }
+    must(d, "PUT", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-dt/status", v)
+    wait_claim(d, "dt1", "Attached", "gpu-1")
+    -- deleted: KubeVirt's finalizer keeps it while the guest shuts down
+    local out, code = E.kubectl(d, { "delete", "vmi", "vm-dt", "-n", NS, "--wait=false" })
+    assert.are.equal(0, code, out)
+    P.sleep(1.5)
+    local c = claim(d, "dt1")
+    assert.are.equal("Attached", c.status.phase) -- DESIGN §6: not on a deletion timestamp alone
+    vmi_phase("vm-dt", "Succeeded", "gpu-1")
+    c = wait_claim(d, "dt1", "Bound", "gpu-1")
+    assert.is_nil(c.status.attachedTo)
+  end)
+
   it("a gated launcher pod whose claims are not bound stays gated", function()
     add_claim(d, "g1", 1) -- no node at all
     wait_reason("g1", "NoNodeWithRoom")
