@@ -1888,7 +1888,8 @@ void *ctl_bind_main(void *arg)
             if(n == 0 && !L.recheck)
                 break;
         }
-        dirty_free(&L.recheck);
+        /* what the last pass left to look at (L.recheck) waits for the next
+         * wake, at most a second away: never dropped */
         flush(&L);
     }
     loop_drop(&L);

@@ -462,6 +462,17 @@ static void scalar_event(loader *l, const yaml_event_t *ev)
     scalar sc;
     json_t *v;
 
+    if (memchr(text, 0, n)) {
+        /* a "\0", "\x00", "\u0000" escape: Kubernetes JSON could carry
+           U+0000, but no name, label or value cozygpu reads can, and C
+           strings would end there (what a policy sees and what the C side
+           reads would differ): refused, as the webhooks' JSON parser
+           refuses \u0000 */
+        unsigned long line, column;
+        yl_mark_of(&ev->start_mark, &line, &column);
+        yl_fail(l, line, column, "a string holds a NUL character (U+0000, from an escape such as \\0): not accepted");
+        return;
+    }
     if (count_nodes(l, 1, 0, &ev->start_mark) || yl_resolve_event(l, ev, &sc))
         return;
     if (ev->data.scalar.anchor) {

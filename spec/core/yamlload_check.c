@@ -119,9 +119,10 @@ static const struct value_case value_cases[] = {
        (vendored by kubectl 1.32 as sigs.k8s.io/yaml/goyaml.v2) knows exactly
        0 a b t TAB n v f r e SPACE " ' \ N _ L P x u U and an escaped line
        break; each decodes as below (kubectl v1.32.4 gives the same) */
-    {"every escape go-yaml knows",
-     "a: \"\\0\\a\\b\\t\\\t\\n\\v\\f\\r\\e\\ \\\"\\\\\\N\\_\\L\\P\"\n",
-     "[{\"a\":\"\\u0000\\u0007\\b\\t\\t\\n\\u000b\\f\\r\\u001b \\\"\\\\\\u0085\\u00a0\\u2028\\u2029\"}]"},
+    /* \0 is one too, refused: it yields U+0000 (the error cases below) */
+    {"every escape go-yaml knows but \\0",
+     "a: \"\\a\\b\\t\\\t\\n\\v\\f\\r\\e\\ \\\"\\\\\\N\\_\\L\\P\"\n",
+     "[{\"a\":\"\\u0007\\b\\t\\t\\n\\u000b\\f\\r\\u001b \\\"\\\\\\u0085\\u00a0\\u2028\\u2029\"}]"},
     {"hex escapes are code points written as UTF-8",
      "- \"\\x41\\x7f\\x80\\xFF\"\n- \"\\u00e9\\u07FF\\u0800\\uD7FF\\uE000\\uFFFF\"\n"
      "- \"\\U0001F600\\U0010FFFF\\U00000041\"\n",
@@ -288,6 +289,12 @@ static const struct error_case error_cases[] = {
      "found unknown escape character (while parsing a quoted scalar at line 1, column 4)"},
     {"invalid UTF-8", "a: \xff\n", 1, 4, "invalid leading UTF-8 octet"},
     {"control character", "a: \x01\n", 1, 4, "control characters are not allowed"},
+    /* the fuzzer's find: an escape that yields U+0000 (a C string would end
+       there; the webhooks' JSON parser refuses \u0000 too) */
+    {"NUL from \\0", "a: \"2024-02-16\\04:39\"\n", 1, 4,
+     "a string holds a NUL character (U+0000, from an escape such as \\0): not accepted"},
+    {"NUL from \\u0000 in a key", "\"k\\u0000\": 1\n", 1, 1,
+     "a string holds a NUL character (U+0000, from an escape such as \\0): not accepted"},
     {"document after ... without ---", "a: 1\n...\nb: 2\n", 3, 1,
      "did not find expected <document start>"},
 
