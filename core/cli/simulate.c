@@ -718,28 +718,19 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
     sim *s = ud;
     s->choose_calls++;
     binder_candidate kept[BINDER_MAX_CANDIDATES];
-    size_t at[BINDER_MAX_CANDIDATES], k = 0;
-    char rk[600];
-    snprintf(rk, sizeof rk, "%s/%s", sv->ns, sv->vm ? sv->vm : "");
-    const json_t *refused = sv->vm ? json_object_get(s->refused, rk) : NULL;
-    for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
-        if(refused && json_object_get(refused, cands[j].node))
-            continue;
-        at[k] = j;
-        kept[k++] = cands[j];
-    }
-    if(refused && k == 0)
-        say(s, "  VM %s: every candidate is a node its VMIs failed on: all are tried again\n", rk);
-    else if(refused && k < n)
-        say(s, "  VM %s: %zu node%s its VMIs failed on left out of its candidates\n", rk, n - k, n - k > 1 ? "s" : "");
-    if(refused && k < n && s->step_out)
-        out_event(s, json_pack("{s:s,s:s,s:i,s:b}", "kind", "refusedNodes", "vm", rk, "leftOut", (int)(n - k),
-                               "triedAgain", k == 0));
-    if(k == 0) {
-        for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
-            at[k] = j;
-            kept[k++] = cands[j];
-        }
+    size_t at[BINDER_MAX_CANDIDATES], left;
+    size_t k = bindpolicy_avoid(s->refused, sv, cands, n, kept, at, &left);
+    if(left) {
+        char rk[400];
+        snprintf(rk, sizeof rk, "%s/%s", sv->ns, sv->vm ? sv->vm : "");
+        if(left == n)
+            say(s, "  VM %s: every candidate is a node its VMIs failed on: all are tried again\n", rk);
+        else
+            say(s, "  VM %s: %zu node%s its VMIs failed on left out of its candidates\n", rk, left,
+                left > 1 ? "s" : "");
+        if(s->step_out)
+            out_event(s, json_pack("{s:s,s:s,s:i,s:b}", "kind", "refusedNodes", "vm", rk, "leftOut", (int)left,
+                                   "triedAgain", left == n));
     }
     engine_binder_choice ch;
     int i = bindpolicy_choose(&s->bp, sv, kept, k, &ch);
@@ -762,15 +753,8 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
  * that its later template sets try elsewhere (on_choose). */
 static void refuse_node(sim *s, const sim_vm *v, const char *node)
 {
-    char rk[400];
-    vm_key(v, rk, sizeof rk);
-    json_t *r = json_object_get(s->refused, rk);
-    if(!r)
-        json_object_set_new(s->refused, rk, r = json_object());
-    if(json_object_get(r, node) || json_object_size(r) >= 64)
-        return;
-    json_object_set_new(r, node, json_true());
-    say(s, "  VM %s: its VMI failed on %s; its next template claims go elsewhere\n", rk, node);
+    if(bindpolicy_refuse(s->refused, v->ns, v->name, node))
+        say(s, "  VM %s/%s: its VMI failed on %s; its next template claims go elsewhere\n", v->ns, v->name, node);
 }
 
 typedef struct sched_ctx {

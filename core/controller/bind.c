@@ -605,18 +605,9 @@ static void apply_set(loop *L, const char *ns, const char *name)
         if(phase == BINDER_VMI_FAILED && fnode) {
             /* remembered against the VM (its VMIs share its name), so that
              * its next VMI's template set tries elsewhere */
-            char rk[600];
-            snprintf(rk, sizeof rk, "%s/%s", ns, name);
-            json_t *r = json_object_get(L->refused, rk);
-            if(!r) {
-                r = json_object();
-                json_object_set_new(L->refused, rk, r);
-            }
-            if(!json_object_get(r, fnode) && json_object_size(r) < 64) {
-                json_object_set_new(r, fnode, json_true());
+            if(bindpolicy_refuse(L->refused, ns, name, fnode))
                 log_write(LOG_INFO, "binder", "a template VMI failed on a node; its VM's next claims go elsewhere",
                           "namespace", ns, "vm", name, "node", fnode, NULL);
-            }
         }
     }
     json_decref(tmpl);
@@ -851,24 +842,8 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
     /* a template set does not go back to a node one of its VM's VMIs
      * failed on (DESIGN.md §6, last rule; in memory: a restart forgets) */
     binder_candidate kept[BINDER_MAX_CANDIDATES];
-    size_t at[BINDER_MAX_CANDIDATES], k = 0;
-    char rk[600];
-    snprintf(rk, sizeof rk, "%s/%s", sv->ns, sv->vm ? sv->vm : "");
-    const json_t *refused = sv->vm ? json_object_get(L->refused, rk) : NULL;
-    for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
-        if(refused && json_object_get(refused, cands[j].node))
-            continue;
-        at[k] = j;
-        kept[k++] = cands[j];
-    }
-    if(k == 0) {
-        /* every candidate is a node the VM failed on: there is no
-         * elsewhere, so they are tried again rather than none */
-        for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
-            at[k] = j;
-            kept[k++] = cands[j];
-        }
-    }
+    size_t at[BINDER_MAX_CANDIDATES], left;
+    size_t k = bindpolicy_avoid(L->refused, sv, cands, n, kept, at, &left);
     policy_deadline(L);
     engine_binder_choice ch;
     int i = bindpolicy_choose(&L->bp, sv, kept, k, &ch);

@@ -169,3 +169,43 @@ void bindpolicy_on_delete(bindpolicy *bp, const char *ns, const char *name)
     if(binder_state_claim_get(bp->st, ns, name, &cs) == BINDER_OK && bindpolicy_holds(cs.phase))
         usage_add(bp, ns, cs.class_name, -(long long)cs.count);
 }
+
+int bindpolicy_refuse(json_t *refused, const char *ns, const char *vm, const char *node)
+{
+    char rk[BINDER_MAX_NAMESPACE + BINDER_MAX_NAME + 2];
+    snprintf(rk, sizeof rk, "%s/%s", ns, vm);
+    json_t *r = json_object_get(refused, rk);
+    if(!r) {
+        r = json_object();
+        if(json_object_set_new(refused, rk, r) != 0)
+            return 0;
+    }
+    if(json_object_get(r, node) || json_object_size(r) >= BINDPOLICY_MAX_REFUSED)
+        return 0;
+    return json_object_set_new(r, node, json_true()) == 0;
+}
+
+size_t bindpolicy_avoid(const json_t *refused, const binder_set_view *sv, const binder_candidate *cands, size_t n,
+                        binder_candidate *kept, size_t *at, size_t *left_out)
+{
+    const json_t *r = NULL;
+    if(sv->vm) {
+        char rk[BINDER_MAX_NAMESPACE + BINDER_MAX_NAME + 2];
+        snprintf(rk, sizeof rk, "%s/%s", sv->ns, sv->vm);
+        r = json_object_get(refused, rk);
+    }
+    size_t k = 0;
+    for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
+        if(r && json_object_get(r, cands[j].node))
+            continue;
+        at[k] = j;
+        kept[k++] = cands[j];
+    }
+    *left_out = n - k;
+    if(k == 0) /* no elsewhere: they are tried again rather than none */
+        for(size_t j = 0; j < n && k < BINDER_MAX_CANDIDATES; j++) {
+            at[k] = j;
+            kept[k++] = cands[j];
+        }
+    return k;
+}

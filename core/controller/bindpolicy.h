@@ -85,4 +85,26 @@ void bindpolicy_on_delete(bindpolicy *bp, const char *ns, const char *name);
  * (its set waited for another reason) leaves the usage table again. */
 void bindpolicy_settle(bindpolicy *bp);
 
+/* ---- the nodes a template VM's VMIs failed on (DESIGN.md §6, last rule;
+ * decision 0026 item 8) ----
+ * `refused` is a JSON object "ns/vm" -> {node: true} the caller owns (the
+ * leader keeps it for the process, simulate until a leaderChange). */
+
+/* At most this many nodes are remembered per VM. */
+#define BINDPOLICY_MAX_REFUSED 64
+
+/* Remembers that a template VMI of VM ns/vm failed on `node`. Returns 1
+ * when the node is new for the VM, 0 when known already or the VM's list
+ * is full. */
+int bindpolicy_refuse(json_t *refused, const char *ns, const char *vm, const char *node);
+
+/* The candidates of set sv that its VM's VMIs did not fail on, into
+ * kept[0..k) with their positions in cands in at[0..k) (both at least
+ * BINDER_MAX_CANDIDATES long); returns k. When every candidate is such a
+ * node there is no elsewhere: all of them are kept (tried again).
+ * *left_out is how many were left out, n when all were refused (and then
+ * kept). A lone claim (sv->vm NULL) keeps all. */
+size_t bindpolicy_avoid(const json_t *refused, const binder_set_view *sv, const binder_candidate *cands, size_t n,
+                        binder_candidate *kept, size_t *at, size_t *left_out);
+
 #endif
