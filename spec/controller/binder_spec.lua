@@ -75,6 +75,17 @@ local function wait_gone(d, path, timeout, msg)
   end, timeout or 15), (msg or path .. " is still there") .. " (last status " .. tostring(st) .. ")")
 end
 
+-- Creates a template VMI (decision 0027: the class-reference label, no
+-- claims annotation) with `gpus` (default 1) L40S entries; returns it.
+local function template_vmi(d, name, gpus)
+  local list = {}
+  for i = 1, gpus or 1 do list[i] = { name = "gpu" .. (i - 1), deviceName = L40S } end
+  return must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
+    apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+    metadata = { name = name, namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+    spec = { domain = { devices = { gpus = list } } } })
+end
+
 local function claim(d, name)
   return (E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/" .. name))
 end
@@ -542,10 +553,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
 
   it("a template VMI gets its claims while it lives: created owned by it, bound, attached, deleted once it is final", function()
     add_node(d, "gpu-1", 2)
-    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
-      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-      metadata = { name = "pool-w1", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
-      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S }, { name = "gpu1", deviceName = L40S } } } } } })
+    local v = template_vmi(d, "pool-w1", 2)
     -- one claim for the class, two units, named <vmi>-<class> (decision 0027)
     local c = wait_claim(d, "pool-w1-l40s", "Bound", "gpu-1")
     assert.are.equal(2, c.spec.count)
@@ -579,10 +587,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     add_node(d, "gpu-1", 2)
     add_claim(d, "pool-w3-l40s", 1) -- the tenant's own claim, of the name the VMI's would have
     wait_claim(d, "pool-w3-l40s", "Bound", "gpu-1")
-    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
-      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-      metadata = { name = "pool-w3", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
-      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    local v = template_vmi(d, "pool-w3")
     launcher(d, "virt-launcher-pool-w3-x", v, { gates = { "gpu.cozystack.io/claims" } })
     P.sleep(1.5)
     local pod = E.get(d, "/api/v1/namespaces/" .. NS .. "/pods/virt-launcher-pool-w3-x")
@@ -607,10 +612,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     add_node(d, "gpu-1", 1)
     add_node(d, "gpu-2", 1)
     local function start()
-      return must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
-        apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-        metadata = { name = "pool-f1", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
-        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+      return template_vmi(d, "pool-f1")
     end
     start()
     local first = wait_claim(d, "pool-f1-l40s", "Bound").status.node
@@ -626,10 +628,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
 
   it("a template VMI deleted before it ends: garbage collection and the binder remove its claims", function()
     add_node(d, "gpu-1", 1)
-    must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
-      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-      metadata = { name = "pool-w2", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
-      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    template_vmi(d, "pool-w2")
     wait_claim(d, "pool-w2-l40s", "Bound", "gpu-1")
     local out, code = E.kubectl(d, { "delete", "vmi", "pool-w2", "-n", NS, "--wait=false" })
     assert.are.equal(0, code, out)
@@ -713,10 +712,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
   it("a template VM that failed on the only node with room tries that node again", function()
     add_node(d, "gpu-1", 1)
     local function start()
-      return must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
-        apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-        metadata = { name = "pool-one", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
-        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+      return template_vmi(d, "pool-one")
     end
     start()
     wait_claim(d, "pool-one-l40s", "Bound", "gpu-1")
@@ -730,10 +726,7 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
 
   it("a template VMI's ungated launcher pod pinned where its claims are not has its Pending VMI deleted", function()
     add_node(d, "gpu-1", 1)
-    local v = must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances", {
-      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
-      metadata = { name = "pool-sp", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
-      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+    local v = template_vmi(d, "pool-sp")
     wait_claim(d, "pool-sp-l40s", "Bound", "gpu-1")
     local out, code = kubectl(d, { "create" }, {
       apiVersion = "v1", kind = "Pod",
