@@ -12,17 +12,7 @@ local claim_of = SO.claim_of
 local vm_of = SO.vm_of
 local G = require "gpu_nodes"
 
-local function tmp(ext, text)
-  local p = os.tmpname() .. ext
-  H.write(p, text)
-  return p
-end
-
---- Writes `objects` as one kubectl List (JSON) and returns its path.
-local function write_list(objects)
-  return tmp(".json", json.encode { apiVersion = "v1", kind = "List", items = json.array(objects),
-    metadata = { resourceVersion = "" } })
-end
+local tmp, write_list = SO.tmp, SO.write_list
 
 --- Runs simulate with --output json on scenario text `sc` (and snapshot
 --- objects `objs`, when given): the decoded document (nil unless it

@@ -18,17 +18,7 @@ local EXAMPLE = "examples/snapshots/cluster.yaml"
 local ROOT = io.popen("pwd"):read("l")
 local WORKED = "examples/scenarios/drain-from-snapshot.yaml"
 
-local function tmp(ext, text)
-  local p = os.tmpname() .. ext
-  H.write(p, text)
-  return p
-end
-
---- Writes `objects` as one kubectl List (JSON) and returns its path.
-local function write_list(objects)
-  return tmp(".json", json.encode { apiVersion = "v1", kind = "List", items = json.array(objects),
-    metadata = { resourceVersion = "" } })
-end
+local tmp, write_list = SO.tmp, SO.write_list
 
 local EMPTY = tmp(".yaml", "steps: []\n")
 
