@@ -62,8 +62,19 @@ typedef struct sm_node {
 struct sm_set;
 struct wbucket;
 
+/* The claims of one class name by phase (binder_state_class_view), kept
+ * as claims come, change phase and go. Made when a claim first names the
+ * class, freed with the state. */
+typedef struct sm_tally {
+    char *name;
+    uint64_t units[BINDER_PHASE_LAST];
+    uint64_t claims[BINDER_PHASE_LAST];
+    UT_hash_handle hh; /* binder_state.tallies, by name */
+} sm_tally;
+
 typedef struct sm_claim {
     char *ns, *name, *class_name;
+    sm_tally *tally;
     uint32_t count;
     int tmpl;
     binder_phase phase;
@@ -139,6 +150,7 @@ struct binder_state {
     int full;            /* the next binder_reconcile runs a full pass */
     unsigned stamp;
     onode *on_node;      /* by node name: the sets whose VMI is there */
+    sm_tally *tallies;   /* by class name */
 };
 
 /* ------------------------------------------------------------- names */
@@ -229,6 +241,26 @@ static sm_class *class_find(const binder_state *st, const char *name)
     if(name)
         HASH_FIND_STR(st->classes, name, c);
     return c;
+}
+
+/* The tally of class `name`, made when missing; NULL when out of memory. */
+static sm_tally *tally_get(binder_state *st, const char *name)
+{
+    sm_tally *t = NULL;
+    HASH_FIND_STR(st->tallies, name, t);
+    if(t)
+        return t;
+    if(!(t = calloc(1, sizeof *t)) || !(t->name = strdup(name))) {
+        free(t);
+        return NULL;
+    }
+    HASH_ADD_KEYPTR(hh, st->tallies, t->name, strlen(t->name), t);
+    if(!t->hh.tbl) {
+        free(t->name);
+        free(t);
+        return NULL;
+    }
+    return t;
 }
 
 static sm_node *node_find(const binder_state *st, const char *name)
@@ -534,6 +566,13 @@ void binder_state_free(binder_state *st)
         free(o->node);
         free(o);
     }
+    sm_tally *t, *ttmp;
+    HASH_ITER(hh, st->tallies, t, ttmp)
+    {
+        HASH_DEL(st->tallies, t);
+        free(t->name);
+        free(t);
+    }
     sm_class *k, *ktmp;
     HASH_ITER(hh, st->classes, k, ktmp) {
         HASH_DEL(st->classes, k);
@@ -774,6 +813,13 @@ binder_rc binder_state_node_delete(binder_state *st, const char *name, cozy_err 
 
 /* ------------------------------------------------------------ claims */
 
+/* Adds (sign +1) or removes (-1) claim c in its class's tally, at its phase. */
+static void tally(const sm_claim *c, int sign)
+{
+    c->tally->units[c->phase] += (uint64_t)(int64_t)sign * c->count;
+    c->tally->claims[c->phase] += (uint64_t)(int64_t)sign;
+}
+
 static binder_rc claim_new(binder_state *st, const char *ns, const char *name, const char *class_name,
                            uint32_t count, int tmpl, sm_claim **out, cozy_err *err)
 {
@@ -787,7 +833,7 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
         return fail(err, BINDER_ERR_BOUND, "claim %s/%s: known already", ns, name);
     sm_claim *c = calloc(1, sizeof *c);
     if(!c || !(c->ns = strdup(ns)) || !(c->name = strdup(name)) || !(c->class_name = strdup(class_name)) ||
-       !(c->key = key_dup(ns, name, &c->keylen))) {
+       !(c->key = key_dup(ns, name, &c->keylen)) || !(c->tally = tally_get(st, class_name))) {
         claim_free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
@@ -805,6 +851,7 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
     c->count = count;
     c->tmpl = !!tmpl;
     c->phase = BINDER_PENDING;
+    tally(c, +1);
     c->seq = ++st->seq;
     mark(st, c);
     *out = c;
@@ -838,7 +885,9 @@ binder_rc binder_state_claim_put(binder_state *st, const binder_claim_status *s,
         free(att);
         return rc;
     }
+    tally(c, -1);
     c->phase = s->phase;
+    tally(c, +1);
     c->node = node;
     c->attached_to = att;
     c->reason = s->reason;
@@ -872,9 +921,27 @@ binder_rc binder_state_claim_delete(binder_state *st, const char *ns, const char
     if(c->dirty)
         DL_DELETE2(st->dirty, c, dprev, dnext);
     wait_remove(st, c);
+    tally(c, -1);
     HASH_DEL(st->claims, c);
     claim_free(c);
     return BINDER_OK;
+}
+
+void binder_state_class_view(const binder_state *st, const char *name, binder_class_view *out)
+{
+    memset(out, 0, sizeof *out);
+    if(!name || !*name)
+        return;
+    const sm_class *k = class_find(st, name);
+    binder_class_units_get(st->ix, name, k ? k->tols : NULL, k ? k->n_tols : 0, &out->units);
+    if(!k || k->deleting)
+        out->units.free = out->units.max_free = 0; /* no new order of it is placed */
+    sm_tally *t = NULL;
+    HASH_FIND_STR(st->tallies, name, t);
+    if(t) {
+        memcpy(out->claim_units, t->units, sizeof out->claim_units);
+        memcpy(out->claims, t->claims, sizeof out->claims);
+    }
 }
 
 binder_rc binder_state_claim_get(const binder_state *st, const char *ns, const char *name, binder_claim_status *out)
@@ -1111,7 +1178,9 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
         old_node = c->node;
         c->node = copy;
     }
+    tally(c, -1);
     c->phase = phase;
+    tally(c, +1);
     c->reason = reason;
     snprintf(c->msg, sizeof c->msg, "%s", msg);
     if(phase != BINDER_ATTACHED) {

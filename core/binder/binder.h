@@ -237,6 +237,24 @@ binder_rc binder_state_claim_delete(binder_state *st, const char *ns, const char
 /* The status of claim ns/name (borrowed strings). Errors: BINDER_ERR_NO_CLAIM. */
 binder_rc binder_state_claim_get(const binder_state *st, const char *ns, const char *name, binder_claim_status *out);
 
+/* One class as the state holds it: the index's units (offered and bound
+ * over all nodes; free and max_free over the nodes a new set of the class,
+ * with the class's tolerations, could be placed on: binder_class_units_get,
+ * both 0 while the class is not known or is being deleted, since no new
+ * order of it is placed: DESIGN.md §6), and the claims naming it and their
+ * units by phase (index binder_phase). */
+typedef struct binder_class_view {
+    binder_class_units units;
+    uint64_t claim_units[BINDER_PHASE_LAST];
+    uint64_t claims[BINDER_PHASE_LAST];
+} binder_class_view;
+
+/* The view of class `name` (GPUClass status.free and status.maxFreePerNode,
+ * DESIGN.md §3; the per-class metrics of issue 13). All zero for a name no
+ * node, claim or class carries. O(pools of the class): the counts are kept
+ * as claims and nodes change, never counted per call. */
+void binder_state_class_view(const binder_state *st, const char *name, binder_class_view *out);
+
 /* Calls fn for every claim in creation order. fn must not change the state. */
 void binder_state_claims(const binder_state *st, void (*fn)(void *ud, const binder_claim_status *c), void *ud);
 

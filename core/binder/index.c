@@ -71,6 +71,8 @@ typedef struct pool {
     const shape *sh;
     bucket *b; /* b[free], free 1..nb-1 */
     uint32_t nb;
+    uint64_t free_units; /* the free units of the slots listed here, added up */
+    uint32_t top;        /* the highest bucket holding a slot, 0 when none */
 } pool;
 
 typedef struct bclass {
@@ -80,6 +82,7 @@ typedef struct bclass {
     uint32_t npools;
     pool **list; /* the pools, in the order they were made */
     uint32_t nlist;
+    uint64_t offered, bound; /* over every node's slot of the class */
     UT_hash_handle hh;
 } bclass;
 
@@ -394,12 +397,16 @@ static void slot_unlist(binder_index *ix, slot *s)
 {
     if(!s->pool)
         return;
-    bucket *b = &s->pool->b[s->free_at];
+    pool *p = s->pool;
+    bucket *b = &p->b[s->free_at];
     if(s->whole)
         DL_DELETE(b->whole, s);
     else
         DL_DELETE(b->part, s);
     b->n--;
+    p->free_units -= s->free_at;
+    while(p->top && !p->b[p->top].n)
+        p->top--;
     s->pool = NULL;
     s->prev = s->next = NULL;
     ix->listed--;
@@ -425,6 +432,9 @@ static void slot_place(binder_index *ix, slot *s)
     else
         DL_APPEND(b->part, s);
     b->n++;
+    p->free_units += fr;
+    if(fr > p->top)
+        p->top = fr;
     s->pool = p;
     s->free_at = fr;
     s->whole = whole;
@@ -443,8 +453,12 @@ static slot *node_slot(const bnode *n, const bclass *c)
 static void slot_set(binder_index *ix, slot *s, uint32_t offered, uint32_t bound)
 {
     ix->overcommit -= s->bound > s->offered;
+    s->cls->offered -= s->offered;
+    s->cls->bound -= s->bound;
     s->offered = offered;
     s->bound = bound;
+    s->cls->offered += offered;
+    s->cls->bound += bound;
     ix->overcommit += s->bound > s->offered;
 }
 
@@ -455,12 +469,16 @@ static void node_slots_replace(binder_index *ix, bnode *n, slot *fresh, uint32_t
     for(uint32_t i = 0; i < n->nslots; i++) {
         slot_unlist(ix, &n->slots[i]);
         ix->overcommit -= n->slots[i].bound > n->slots[i].offered;
+        n->slots[i].cls->offered -= n->slots[i].offered;
+        n->slots[i].cls->bound -= n->slots[i].bound;
     }
     free(n->slots);
     n->slots = fresh;
     n->nslots = nfresh;
     for(uint32_t i = 0; i < nfresh; i++) {
         n->slots[i].node = n;
+        n->slots[i].cls->offered += n->slots[i].offered;
+        n->slots[i].cls->bound += n->slots[i].bound;
         ix->overcommit += n->slots[i].bound > n->slots[i].offered;
         slot_place(ix, &n->slots[i]);
     }
@@ -720,8 +738,11 @@ binder_rc binder_node_delete(binder_index *ix, const char *name, binder_claim_fn
             fn(ud, &v);
         }
     }
-    for(uint32_t i = 0; i < n->nslots; i++)
+    for(uint32_t i = 0; i < n->nslots; i++) {
         ix->overcommit -= n->slots[i].bound > n->slots[i].offered;
+        n->slots[i].cls->offered -= n->slots[i].offered;
+        n->slots[i].cls->bound -= n->slots[i].bound;
+    }
     HASH_DEL(ix->nodes, n);
     free(n->slots);
     free(n->name);
@@ -939,6 +960,30 @@ binder_rc binder_unbind(binder_index *ix, const char *ns, const char *name)
     if(!c->node)
         return BINDER_ERR_NOT_BOUND;
     slot_place(ix, claim_detach(ix, c));
+    return BINDER_OK;
+}
+
+/* --------------------------------------------------------------- classes */
+
+binder_rc binder_class_units_get(const binder_index *ix, const char *class_name, const binder_toleration *tol,
+                                 size_t ntol, binder_class_units *out)
+{
+    memset(out, 0, sizeof *out);
+    if(!class_name || !*class_name)
+        return BINDER_ERR_INPUT;
+    const bclass *c = class_find(ix, class_name);
+    if(!c)
+        return BINDER_OK;
+    out->offered = c->offered;
+    out->bound = c->bound;
+    for(uint32_t i = 0; i < c->nlist; i++) {
+        const pool *p = c->list[i];
+        if(!p->top || !shape_tolerated(p->sh, tol, ntol))
+            continue;
+        out->free += p->free_units;
+        if(p->top > out->max_free)
+            out->max_free = p->top;
+    }
     return BINDER_OK;
 }
 
@@ -1197,6 +1242,8 @@ binder_rc binder_verify(const binder_index *ix, cozy_err *err)
             const pool *p = k->pools[i];
             if(!p)
                 continue;
+            uint64_t sum = 0;
+            uint32_t top = 0;
             for(uint32_t f = 0; f < p->nb; f++) {
                 uint32_t cnt = 0;
                 for(int g = 0; g < 2; g++) {
@@ -1213,8 +1260,25 @@ binder_rc binder_verify(const binder_index *ix, cozy_err *err)
                     return fail(err, BINDER_ERR_INPUT, "class %s: bucket %u counts %u, holds %u", k->name, f,
                                 p->b[f].n, cnt);
                 inlists += cnt;
+                sum += (uint64_t)f * cnt;
+                if(cnt)
+                    top = f;
             }
+            if(sum != p->free_units || top != p->top)
+                return fail(err, BINDER_ERR_INPUT, "class %s: pool %u: free units %llu and top %u recorded, %llu and %u held",
+                            k->name, i, (unsigned long long)p->free_units, p->top, (unsigned long long)sum, top);
         }
+        uint64_t offered = 0, held = 0;
+        HASH_ITER(hh, ix->nodes, n, ntmp)
+        {
+            const slot *s = node_slot(n, k);
+            offered += s ? s->offered : 0;
+            held += s ? s->bound : 0;
+        }
+        if(offered != k->offered || held != k->bound)
+            return fail(err, BINDER_ERR_INPUT, "class %s: %llu offered and %llu bound recorded, nodes add up to %llu and %llu",
+                        k->name, (unsigned long long)k->offered, (unsigned long long)k->bound,
+                        (unsigned long long)offered, (unsigned long long)held);
     }
     if(listed != ix->listed || inlists != listed)
         return fail(err, BINDER_ERR_INPUT, "listed: counted %zu, in lists %zu, recorded %zu", listed, inlists,

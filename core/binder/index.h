@@ -309,6 +309,30 @@ binder_rc binder_bind(binder_index *ix, const char *ns, const char *claim, const
  * Errors: BINDER_ERR_NO_CLAIM, BINDER_ERR_NOT_BOUND. */
 binder_rc binder_unbind(binder_index *ix, const char *ns, const char *name);
 
+/* -------------------------------------------------------------- classes */
+
+/* What the index holds of one class, all nodes together. */
+typedef struct binder_class_units {
+    uint64_t offered;  /* units every known node offers (whatever its flags) */
+    uint64_t bound;    /* units held by the claims bound to those nodes */
+    uint64_t free;     /* free units on the candidate nodes (below) */
+    uint32_t max_free; /* the most free units one candidate node has */
+} binder_class_units;
+
+/* The units of class `class_name` (GPUClass status and metrics: DESIGN.md
+ * §3 "status.free, status.maxFreePerNode", issue 13). `free` and
+ * `max_free` count only the nodes a new set of the class could be placed
+ * on now: Ready, schedulable, no layout change pending, and every
+ * NoSchedule/NoExecute `gpu.cozystack.io/` taint covered by the
+ * tolerations `tol` (the class's own, which every launcher pod of the
+ * class gets): the nodes binder_candidates would consider. So `max_free`
+ * is the largest set one node can take and `free` what orders together
+ * could get. A class no node offers or claim names is all zero. O(pools
+ * of the class): the sums are kept as units move, never counted per call.
+ * Errors: BINDER_ERR_INPUT (empty class name; *out zeroed). */
+binder_rc binder_class_units_get(const binder_index *ix, const char *class_name, const binder_toleration *tol,
+                                 size_t ntol, binder_class_units *out);
+
 /* ----------------------------------------------------------- candidates */
 
 /* The candidate nodes for a set (DESIGN.md §6, issue 12 "Capacity"): at

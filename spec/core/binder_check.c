@@ -778,6 +778,40 @@ static void check_random(unsigned long steps, uint64_t seed)
                 }
             }
         }
+        /* and on every class's units: offered and bound over all nodes, free
+         * and the most free on one node over the nodes a new set tolerating
+         * nothing, the maintenance taint, or everything could be placed on */
+        for(int c = 0; c < RC; c++)
+            for(int tolerate = 0; tolerate < 3; tolerate++) {
+                uint64_t offered = 0, held = 0, free_units = 0;
+                uint32_t max_free = 0;
+                for(int j = 0; j < RN; j++) {
+                    if(!m.exists[j])
+                        continue;
+                    offered += m.offered[j][c];
+                    held += m.bound[j][c];
+                    int usable = (m.flags[j] & BINDER_NODE_READY) && (m.flags[j] & BINDER_NODE_SCHEDULABLE) &&
+                                 !(m.flags[j] & BINDER_NODE_LAYOUT_PENDING) &&
+                                 (m.taint[j] == 0 || tolerate == 2 || (tolerate == 1 && m.taint[j] == 1));
+                    uint32_t fr = m.offered[j][c] > m.bound[j][c] ? m.offered[j][c] - m.bound[j][c] : 0;
+                    if(usable) {
+                        free_units += fr;
+                        if(fr > max_free)
+                            max_free = fr;
+                    }
+                }
+                binder_toleration tl[1] = {{tolerate == 1 ? "gpu.cozystack.io/maintenance" : NULL, "Exists", NULL, NULL}};
+                binder_class_units u;
+                binder_rc rc = binder_class_units_get(ix, cls_name[c], tl, tolerate ? 1 : 0, &u);
+                if(rc || u.offered != offered || u.bound != held || u.free != free_units || u.max_free != max_free) {
+                    check_failed++;
+                    printf("FAIL random step %lu: class %s tol %d: offered %llu bound %llu free %llu max %u, model %llu %llu "
+                           "%llu %u\n", step, cls_name[c], tolerate, (unsigned long long)u.offered,
+                           (unsigned long long)u.bound, (unsigned long long)u.free, u.max_free,
+                           (unsigned long long)offered, (unsigned long long)held, (unsigned long long)free_units,
+                           max_free);
+                }
+            }
         binder_stats st;
         binder_stats_get(ix, &st);
         overcommits += st.overcommit > 0;

@@ -693,6 +693,40 @@ static void count_phase(void *ud, const binder_claim_status *c)
     seen[c->phase]++;
 }
 
+/* units and claims of one class by phase, from a walk of every claim */
+typedef struct phase_sum {
+    const char *cls;
+    uint64_t units[BINDER_PHASE_LAST], claims[BINDER_PHASE_LAST];
+} phase_sum;
+
+static void sum_phase(void *ud, const binder_claim_status *c)
+{
+    phase_sum *p = ud;
+    if(strcmp(c->class_name, p->cls) == 0) {
+        p->units[c->phase] += c->count;
+        p->claims[c->phase]++;
+    }
+}
+
+/* binder_state_class_view's counts by phase against a walk of every claim;
+ * 0 when they agree, else 1 with the first difference in d */
+static int class_view_differs(const binder_state *st, const char *cls, char *d, size_t n)
+{
+    phase_sum want = {.cls = cls};
+    binder_state_claims(st, sum_phase, &want);
+    binder_class_view v;
+    binder_state_class_view(st, cls, &v);
+    for(int ph = 0; ph < BINDER_PHASE_LAST; ph++)
+        if(v.claim_units[ph] != want.units[ph] || v.claims[ph] != want.claims[ph]) {
+            snprintf(d, n, "class %s, %s: %llu units in %llu claims, the claims add up to %llu in %llu", cls,
+                     binder_phase_name((binder_phase)ph), (unsigned long long)v.claim_units[ph],
+                     (unsigned long long)v.claims[ph], (unsigned long long)want.units[ph],
+                     (unsigned long long)want.claims[ph]);
+            return 1;
+        }
+    return 0;
+}
+
 /* The pass the random run drives: binder_reconcile (incremental) for the
  * state under test, binder_reconcile_all (every claim) for its twin. */
 static size_t (*RECONCILE)(binder_state *, const binder_hooks *) = binder_reconcile;
@@ -969,6 +1003,15 @@ static int rand_step(binder_state *st, binder_hooks *h_, unsigned long step, int
         }
         if(!twin)
             binder_state_claims(st, count_phase, NULL);
+        for(int k = 0; k < 2 && !bad; k++) {
+            char d[400];
+            if(class_view_differs(st, k ? "b" : "a", d, sizeof d)) {
+                char dd[480];
+                snprintf(dd, sizeof dd, "step %lu (op %u): %s", step, op, d);
+                ok(0, "the class view counts every claim by phase", dd);
+                bad = 1;
+            }
+        }
         cozy_err err = {{0}};
         if(binder_state_verify(st, &err)) {
             char d[1200];
