@@ -191,6 +191,20 @@ double metrics_value(const char *family, const char *labels)
     return v;
 }
 
+void metrics_family_clear(const char *family)
+{
+    pthread_mutex_lock(&metrics_lock);
+    metrics_family *f = metrics_find(family);
+    if(f) {
+        for(size_t j = 0; j < f->n_series; j++) {
+            free(f->series[j].labels);
+            free(f->series[j].bins);
+        }
+        f->n_series = 0;
+    }
+    pthread_mutex_unlock(&metrics_lock);
+}
+
 void metrics_reset(void)
 {
     pthread_mutex_lock(&metrics_lock);

@@ -62,6 +62,12 @@ char *metrics_escape(const char *value);
  * as `text/plain; version=0.0.4; charset=utf-8`. */
 char *metrics_render(void);
 
+/* Drops every series of `family` (it stays declared and renders its help
+ * and type with no sample): for gauges about things that went away, e.g.
+ * a deleted GPUClass, or every class once this replica stops leading.
+ * Unknown family: no-op. */
+void metrics_family_clear(const char *family);
+
 /* Forgets every family and series, freeing the registry (for tests and for a
  * clean exit under LeakSanitizer). */
 void metrics_reset(void);

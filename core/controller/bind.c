@@ -171,6 +171,11 @@ typedef struct loop {
     long long log_quiet_until; /* ms: policy failure log lines are held back until then */
     unsigned long log_held;    /* lines held back since the last one written */
     json_t *raw_by_node; /* node -> {resource name: units} */
+    json_t *class_sent;  /* class -> {free, maxFreePerNode} written, until the cache shows it */
+    json_t *class_names; /* class -> true: the classes the per-class gauges were last set for */
+    long long class_next_ms; /* monotonic ms: no GPUClass status write before then */
+    int class_pending;   /* a class status differs and waits for class_next_ms */
+    long long class_log_ms; /* a failing class_status call was last logged then */
 } loop;
 
 static int leading(void)
@@ -698,6 +703,14 @@ static void loop_drop(loop *L)
         free(r);
     }
     json_object_clear(L->raw_by_node);
+    json_object_clear(L->class_sent);
+    json_object_clear(L->class_names);
+    L->class_pending = 0;
+    /* only the leader's view of capacity is exported (a follower's would
+     * be stale and double any sum across replicas) */
+    metrics_family_clear("cozygpu_class_capacity_devices");
+    metrics_family_clear("cozygpu_class_free_devices");
+    metrics_family_clear("cozygpu_class_claimed_devices");
 }
 
 static int build(loop *L)
@@ -789,10 +802,72 @@ static int build(loop *L)
 
 /* --- hooks --- */
 
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Seconds since an RFC 3339 UTC timestamp as the API server writes
+ * metadata.creationTimestamp ("2026-12-01T13:23:52Z", whole seconds), or
+ * -1 when it does not parse. */
+static double seconds_since(const char *ts)
+{
+    struct tm tm = {0};
+    const char *end = ts ? strptime(ts, "%Y-%m-%dT%H:%M:%SZ", &tm) : NULL;
+    if(!end || *end)
+        return -1;
+    time_t t = timegm(&tm);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double d = (double)(now.tv_sec - t) + (double)now.tv_nsec / 1e9;
+    return d < 0 ? 0 : d;
+}
+
+/* The binder's counters of one transition (issue 13 "Metrics"):
+ * placements (a Pending claim Bound: its first node), moves (a Bound claim
+ * to another node), rebinds (a Lost claim Bound or Attached again),
+ * refusals (a claim left waiting, Pending or Lost, with a new reason), by
+ * class, and for a placement the time from the claim's creation
+ * (metadata.creationTimestamp, whole seconds) to Bound. */
+static void count_transition(loop *L, const binder_event *ev)
+{
+    binder_claim_status c;
+    if(binder_state_claim_get(L->st, ev->ns, ev->name, &c) != BINDER_OK)
+        return;
+    char *cls = metrics_escape(c.class_name);
+    if(!cls)
+        return;
+    char lb[600];
+    if(ev->from == BINDER_PENDING && ev->to == BINDER_BOUND) {
+        snprintf(lb, sizeof lb, "class=\"%s\"", cls);
+        metrics_counter_add("cozygpu_binder_placements_total", lb, 1);
+        json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ev->ns, ev->name);
+        double age = seconds_since(md_str(obj, "creationTimestamp"));
+        if(age >= 0)
+            metrics_histogram_observe("cozygpu_binder_bind_latency_seconds", lb, age);
+        json_decref(obj);
+    } else if(ev->from == BINDER_BOUND && ev->to == BINDER_BOUND && ev->from_node && ev->to_node &&
+              strcmp(ev->from_node, ev->to_node) != 0) {
+        snprintf(lb, sizeof lb, "class=\"%s\"", cls);
+        metrics_counter_add("cozygpu_binder_moves_total", lb, 1);
+    } else if(ev->from == BINDER_LOST && (ev->to == BINDER_BOUND || ev->to == BINDER_ATTACHED) &&
+              !(ev->from_node && ev->to_node && strcmp(ev->from_node, ev->to_node) == 0)) {
+        snprintf(lb, sizeof lb, "class=\"%s\"", cls);
+        metrics_counter_add("cozygpu_binder_rebinds_total", lb, 1);
+    } else if((ev->to == BINDER_PENDING || ev->to == BINDER_LOST) && ev->reason != BINDER_R_NONE) {
+        snprintf(lb, sizeof lb, "class=\"%s\",reason=\"%s\"", cls, binder_reason_name(ev->reason));
+        metrics_counter_add("cozygpu_binder_refusals_total", lb, 1);
+    }
+    free(cls);
+}
+
 static void on_event(void *ud, const binder_event *ev)
 {
     loop *L = ud;
     bindpolicy_on_event(&L->bp, ev);
+    count_transition(L, ev);
     const char *set = binder_state_claim_set(L->st, ev->ns, ev->name);
     if(set) {
         char vk[600];
@@ -1044,6 +1119,144 @@ static int write_claim(loop *L, const char *key)
 }
 
 /* --- launcher pods: pin and ungate --- */
+
+/* --- GPUClass status and the per-class gauges (DESIGN.md §3, issue 13,
+ * decision 0030) --- */
+
+/* Writes of GPUClass status are at least this far apart (a burst of
+ * binds is one write per class, the last one current). */
+#define CLASS_WRITE_GAP_MS 250
+
+/* runtime.binder.class_status(class, units): the {free, maxFreePerNode}
+ * the class shows, or NULL (logged at most once a minute) when the call
+ * fails. */
+static json_t *class_status_of(loop *L, const json_t *cls, const binder_class_view *v)
+{
+    lua_State *S = engine_lua(L->e);
+    engine_push_runtime_fn(L->e, "class_status");
+    luajson_push(S, cls);
+    json_t *units = json_pack("{s:I, s:I}", "free", (json_int_t)v->units.free, "max_free",
+                              (json_int_t)v->units.max_free);
+    if(!units) {
+        lua_pop(S, 2);
+        return NULL;
+    }
+    luajson_push(S, units);
+    json_decref(units);
+    cozy_err err;
+    json_t *out = NULL;
+    if(engine_call(L->e, 2, 1, 0, &err) != ENGINE_ALLOWED || engine_to_json(L->e, -1, &out, &err) != COZY_OK ||
+       !json_is_integer(json_object_get(out, "free")) || !json_is_integer(json_object_get(out, "maxFreePerNode"))) {
+        long long now = mono_ms();
+        if(now - L->class_log_ms >= 60000) {
+            L->class_log_ms = now;
+            log_write(LOG_ERROR, "binder", "runtime.binder.class_status failed; the class status is not written",
+                      "gpuclass", md_str(cls, "name"), "error", err.msg, NULL);
+        }
+        json_decref(out);
+        out = NULL;
+    }
+    lua_settop(S, 0);
+    return out;
+}
+
+static void class_gauges(const char *name, const binder_class_view *v)
+{
+    char *esc = metrics_escape(name);
+    if(!esc)
+        return;
+    char lb[700];
+    snprintf(lb, sizeof lb, "class=\"%s\"", esc);
+    metrics_gauge_set("cozygpu_class_capacity_devices", lb, (double)v->units.offered);
+    metrics_gauge_set("cozygpu_class_free_devices", lb, (double)v->units.free);
+    for(int ph = 0; ph < BINDER_PHASE_LAST; ph++) {
+        snprintf(lb, sizeof lb, "class=\"%s\",phase=\"%s\"", esc, binder_phase_name((binder_phase)ph));
+        metrics_gauge_set("cozygpu_class_claimed_devices", lb, (double)v->claim_units[ph]);
+    }
+    free(esc);
+}
+
+/* After a pass: every GPUClass's status.free and status.maxFreePerNode as
+ * runtime.binder.class_status makes them of the state, written (a merge
+ * patch of the status subresource: the Accepted condition is status.c's)
+ * when they differ from what the watch cache shows and were not just
+ * written, at most once per CLASS_WRITE_GAP_MS; and the per-class gauges.
+ * O(classes x pools of each): no claim or node is walked. */
+static void flush_classes(loop *L)
+{
+    json_t *classes = kube_informer_list(ctl_proc->classes_inf);
+    long long now = mono_ms();
+    int may_write = now >= L->class_next_ms, wrote = 0, names_changed = 0;
+    L->class_pending = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(classes, i, c)
+    {
+        const char *name = md_str(c, "name");
+        if(!name)
+            continue;
+        names_changed |= !json_object_get(L->class_names, name);
+    }
+    names_changed |= json_object_size(L->class_names) != json_array_size(classes);
+    if(names_changed) { /* a class went: its series go too */
+        metrics_family_clear("cozygpu_class_capacity_devices");
+        metrics_family_clear("cozygpu_class_free_devices");
+        metrics_family_clear("cozygpu_class_claimed_devices");
+        json_object_clear(L->class_names);
+    }
+    json_array_foreach(classes, i, c)
+    {
+        const char *name = md_str(c, "name");
+        if(!name)
+            continue;
+        json_object_set_new(L->class_names, name, json_true());
+        binder_class_view v;
+        binder_state_class_view(L->st, name, &v);
+        class_gauges(name, &v);
+        json_t *want = class_status_of(L, c, &v);
+        if(!want)
+            continue;
+        const json_t *shown = json_object_get(c, "status");
+        if(json_equal(json_object_get(shown, "free"), json_object_get(want, "free")) &&
+           json_equal(json_object_get(shown, "maxFreePerNode"), json_object_get(want, "maxFreePerNode"))) {
+            json_object_del(L->class_sent, name); /* the API shows it */
+            json_decref(want);
+            continue;
+        }
+        json_t *sent = json_object_get(L->class_sent, name);
+        if(sent && json_equal(sent, want)) {
+            json_decref(want); /* written; the watch has not brought it back yet */
+            continue;
+        }
+        if(!may_write || !leading()) {
+            L->class_pending = 1;
+            json_decref(want);
+            continue;
+        }
+        json_t *patch = json_pack("{s:O}", "status", want);
+        long code = 0;
+        cozy_err err;
+        if(patch && kube_patch_status(ctl_proc->client, &KUBE_GPUCLASSES, NULL, name, patch, &code, NULL, &err) ==
+                        COZY_OK &&
+           code / 100 == 2) {
+            json_object_set(L->class_sent, name, want);
+            metrics_counter_add("cozygpu_class_status_writes_total", "result=\"ok\"", 1);
+            wrote = 1;
+        } else {
+            metrics_counter_add("cozygpu_class_status_writes_total", "result=\"error\"", 1);
+            if(code != 404) { /* a class deleted meanwhile needs nothing */
+                L->class_pending = 1;
+                log_write(LOG_WARN, "binder", "cannot write GPUClass status", "gpuclass", name, "error",
+                          code ? "the API server refused the patch" : err.msg, NULL);
+            }
+        }
+        json_decref(patch);
+        json_decref(want);
+    }
+    json_decref(classes);
+    if(wrote)
+        L->class_next_ms = now + CLASS_WRITE_GAP_MS;
+}
 
 static int has_gate(const json_t *pod)
 {
@@ -1751,6 +1964,7 @@ static void flush(loop *L)
 {
     dirty *d, *t;
     flush_status(L);
+    flush_classes(L);
     flush_protection(L);
     flush_templates(L);
     HASH_ITER(hh, L->deletes, d, t)
@@ -1785,6 +1999,8 @@ void *ctl_bind_main(void *arg)
     L.refused = json_object();
     L.pvc_sets = json_object();
     L.tdeletes = json_object();
+    L.class_sent = json_object();
+    L.class_names = json_object();
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
     cozy_err err;
@@ -1801,6 +2017,15 @@ void *ctl_bind_main(void *arg)
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_sec += 1; /* retries of writes left by a 409 or an error */
+            if(L.class_pending) { /* a GPUClass status waits for its write gap */
+                long long wait = L.class_next_ms - mono_ms();
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                wait = wait < 10 ? 10 : wait > 1000 ? 1000 : wait;
+                ts.tv_sec += wait / 1000;
+                ts.tv_nsec += (wait % 1000) * 1000000;
+                if(ts.tv_nsec >= 1000000000)
+                    ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            }
             pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
         }
         int stop = ctl_proc->stopping;
@@ -1876,6 +2101,8 @@ void *ctl_bind_main(void *arg)
     json_decref(L.refused);
     json_decref(L.pvc_sets);
     json_decref(L.tdeletes);
+    json_decref(L.class_sent);
+    json_decref(L.class_names);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);
     dirty_free(&g_dirty);

@@ -169,6 +169,24 @@ int controller_main(int argc, char **argv)
                     "Binder policy (binder.lua) failures by kind; the set was placed in packing order (decision 0024).");
     metrics_declare("cozygpu_binder_pod_pins_total", "counter",
                     "Gated virt-launcher pods pinned to their claims' node and ungated.");
+    metrics_declare("cozygpu_binder_placements_total", "counter", "Pending claims the leader bound to a node, by class.");
+    metrics_declare("cozygpu_binder_moves_total", "counter", "Bound claims the leader moved to another node, by class.");
+    metrics_declare("cozygpu_binder_rebinds_total", "counter",
+                    "Lost claims the leader bound again (another node, or the same one back), by class.");
+    metrics_declare("cozygpu_binder_refusals_total", "counter",
+                    "Claims left waiting (Pending or Lost) with a new reason, by class and reason.");
+    static const double bind_buckets[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600};
+    metrics_declare_histogram("cozygpu_binder_bind_latency_seconds",
+                              "Time from a claim's creationTimestamp (whole seconds) to its first Bound, by class.",
+                              bind_buckets, sizeof bind_buckets / sizeof *bind_buckets);
+    metrics_declare("cozygpu_class_capacity_devices", "gauge",
+                    "Units of the class all nodes offer (leader only), by class.");
+    metrics_declare("cozygpu_class_free_devices", "gauge",
+                    "Units of the class free on nodes a new order could go to now (leader only), by class.");
+    metrics_declare("cozygpu_class_claimed_devices", "gauge",
+                    "Units of the class the claims ask for, by class and claim phase (leader only).");
+    metrics_declare("cozygpu_class_status_writes_total", "counter",
+                    "GPUClass status.free and maxFreePerNode writes, by result.");
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 0);
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 0);
     metrics_counter_add("cozygpu_policy_errors_total", NULL, 0);

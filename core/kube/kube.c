@@ -569,6 +569,12 @@ cozy_result kube_patch(kube_client *c, const kube_resource *r, const char *ns, c
                    out, err);
 }
 
+cozy_result kube_patch_status(kube_client *c, const kube_resource *r, const char *ns, const char *name,
+                              const json_t *patch, long *status, json_t **out, cozy_err *err)
+{
+    return on_path(c, "PATCH", r, ns, name, "status", NULL, "application/merge-patch+json", patch, status, out, err);
+}
+
 cozy_result kube_delete(kube_client *c, const kube_resource *r, const char *ns, const char *name,
                         long *status, json_t **out, cozy_err *err)
 {

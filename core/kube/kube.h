@@ -133,6 +133,12 @@ cozy_result kube_update_status(kube_client *c, const kube_resource *r, const cha
 cozy_result kube_patch(kube_client *c, const kube_resource *r, const char *ns, const char *name,
                        const char *content_type, const json_t *patch,
                        long *status, json_t **out, cozy_err *err);
+/* kube_patch_status: a JSON merge patch (RFC 7386) of the status
+ * subresource, unconditional: for fields one writer owns alone (the
+ * leader's GPUClass status.free), so no read is needed first and a field
+ * another writer owns (a condition) is left as it is. */
+cozy_result kube_patch_status(kube_client *c, const kube_resource *r, const char *ns, const char *name,
+                              const json_t *patch, long *status, json_t **out, cozy_err *err);
 cozy_result kube_delete(kube_client *c, const kube_resource *r, const char *ns, const char *name,
                         long *status, json_t **out, cozy_err *err);
 

@@ -5,6 +5,7 @@
 --- "capacity", §6), this module only puts them into the one shape the C
 --- side reads.
 local capacity = require "cozygpu.capacity"
+local gpu = require "cozygpu.gpu"
 local json = require "cozygpu.json"
 
 local M = {}
@@ -43,6 +44,27 @@ function M.node(node, gpunode, kubevirt, classes, raw_used)
     taints = json.array(taints),
     problems = json.array(msgs),
   }
+end
+
+--- What a GPUClass's status shows of the binder's state (DESIGN.md §3:
+--- `status.free`, `status.maxFreePerNode`, nothing else, since every
+--- authenticated user reads the class; issue 13; docs/decisions/0030).
+--- `free` is the units on the nodes a new order of the class could go to
+--- now (Ready, schedulable, no layout change pending, the class's
+--- tolerations covering the node's GPU taints), as the binder's index adds
+--- them up; `maxFreePerNode` the largest set of the class one node can take
+--- now: the most free units on one such node, cut to the class's maxCount
+--- (cozygpu.gpu.max_count), since one VM takes no more of the class than
+--- that. A class being deleted takes no new order: both 0.
+--- @param class table the GPUClass
+--- @param units table {free = integer, max_free = integer} from the index
+--- @return table {free = integer, maxFreePerNode = integer}
+function M.class_status(class, units)
+  local free, max = units.free or 0, units.max_free or 0
+  local cap = gpu.max_count(class)
+  if cap and max > cap then max = cap end
+  if max > free then max = free end
+  return { free = free, maxFreePerNode = max }
 end
 
 return M
