@@ -1073,6 +1073,14 @@ static int write_claim(loop *L, const char *key)
     json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
     if(!obj)
         return 1;
+    const char *uid = md_str(obj, "uid"), *held = json_string_value(json_object_get(L->uids, key));
+    if(uid && held && strcmp(uid, held) != 0) {
+        /* the cache already holds a claim re-created under this name, whose
+         * event the state has not taken yet: the state's status is the old
+         * claim's, never the new one's (decision 0026, identity by uid) */
+        json_decref(obj);
+        return 0;
+    }
     char now[40];
     time_t t = time(NULL);
     struct tm tm;
