@@ -201,7 +201,7 @@ typedef struct usage {
     json_t *wanted;      /* "ns/claim" -> true: claims that want a record */
     json_t *ns_count;    /* ns -> number of claims in `wanted` there */
     json_t *mon_ok;      /* ns -> true: the monitor was written or seen right in this lead */
-    json_t *names;       /* "ns/record" -> claim name (records named by this lead) */
+    json_t *names;       /* "ns/record" -> claim name, for the cut names of claims that exist */
 } usage;
 
 static long long mono_ms(void)
@@ -319,14 +319,14 @@ static void warn_unavailable(usage *U)
     json_decref(lease);
 }
 
-/* A 404 on a write: the type is not served (its CRD is missing), unless
- * the Status names the namespace (then the namespace is gone). */
+/* A 404 that says the type is not served (its CRD is missing): the API
+ * server's "the server could not find the requested resource" carries no
+ * details.name, while a missing object or namespace is named there. */
 static int type_missing(long code, const json_t *out)
 {
     if(code != 404)
         return 0;
-    const char *kind = json_string_value(json_object_get(json_object_get(out, "details"), "kind"));
-    return !(kind && strcmp(kind, "namespaces") == 0);
+    return json_string_value(json_object_get(json_object_get(out, "details"), "name")) == NULL;
 }
 
 /* ------------------------------------------------------------ objects */
@@ -623,8 +623,13 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
     ctl_usage_record_name(name, rname, sizeof rname);
     if(join_key(rkey, sizeof rkey, "", ns, rname) != 0)
         return W_OK; /* no such object can exist */
-    json_object_set_new(U->names, rkey, json_string(name));
     json_t *claim = kube_informer_get(claims_inf(), ns, name);
+    /* a cut name cannot be read back as its claim's: remembered while the
+     * claim exists (the others are "gpu-" and the claim name) */
+    if(claim && strcmp(rname + 4, name) != 0)
+        json_object_set_new(U->names, rkey, json_string(name));
+    else if(!claim)
+        json_object_del(U->names, rkey);
     const json_t *spec = json_object_get(claim, "spec");
     const char *phase = json_string_value(json_object_get(json_object_get(claim, "status"), "phase"));
     int want = claim && phase && (strcmp(phase, "Bound") == 0 || strcmp(phase, "Attached") == 0) &&
@@ -861,7 +866,8 @@ void *ctl_usage_main(void *arg)
         ukey *k, *t;
         HASH_ITER(hh, batch, k, t) key_add(&U.work, k->key);
         key_free(&batch);
-        if(round_work(&U) == W_MISSING) {
+        if(round_work(&U) == W_MISSING && probe() == 0) {
+            /* confirmed: compared in full once served again */
             set_avail(&U, 0);
             warn_unavailable(&U);
             key_free(&U.work);

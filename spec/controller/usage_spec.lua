@@ -301,6 +301,27 @@ describe("usage records (two replicas against the double)", function()
     assert.is_true((m['cozygpu_usage_record_writes_total{object="record",op="create",result="ok"}'] or 0) >= 1)
     assert.are.equal(1, m["cozygpu_usage_records_available"])
   end)
+
+  it("names each record after its claim; names too long for gpu-<claim> are cut with a hash, distinct and valid", function()
+    G.add_node(d, "gpu-4", 3)
+    local base = ("a"):rep(237) .. ".b" -- a '.' where the cut falls
+    local long1, long2 = base .. ("x"):rep(10), base .. ("y"):rep(10)
+    for _, n in ipairs { "short-1", long1, long2 } do add_claim(d, n, 1) end
+    local names = {}
+    for _, n in ipairs { "short-1", long1, long2 } do
+      wait_claim(d, n, "Bound")
+      local w = wait_record(d, n, false)
+      names[n] = w.metadata.name
+      assert.is_true(#w.metadata.name <= 253, w.metadata.name)
+      -- a DNS subdomain: labels of [a-z0-9-], alphanumeric at both ends
+      for label in (w.metadata.name .. "."):gmatch("([^.]*)%.") do
+        assert.matches("^[a-z0-9][-a-z0-9]*$", label)
+        assert.matches("[a-z0-9]$", label)
+      end
+    end
+    assert.are.equal("gpu-short-1", names["short-1"])
+    assert.are_not.equal(names[long1], names[long2])
+  end)
 end)
 
 describe("usage records on a cluster without Cozystack's Workload types", function()
