@@ -202,6 +202,7 @@ typedef struct usage {
     json_t *ns_count;    /* ns -> number of claims in `wanted` there */
     json_t *mon_ok;      /* ns -> true: the monitor was written or seen right in this lead */
     json_t *names;       /* "ns/record" -> claim name, for the cut names of claims that exist */
+    json_t *written;     /* "ns/record" -> {obj, behind}: remember() */
 } usage;
 
 static long long mono_ms(void)
@@ -468,8 +469,9 @@ static int delete_uid(const kube_resource *r, const char *object, const char *ns
     return rc;
 }
 
-/* PUT `obj` (conditional on its resourceVersion). */
-static int put(const kube_resource *r, const char *object, const char *ns, const json_t *obj)
+/* PUT `obj` (conditional on its resourceVersion); on success *result (if
+ * result) is the object as written (a new reference). */
+static int put(const kube_resource *r, const char *object, const char *ns, const json_t *obj, json_t **result)
 {
     if(!leading())
         return W_RETRY;
@@ -481,6 +483,10 @@ static int put(const kube_resource *r, const char *object, const char *ns, const
         if(code / 100 == 2) {
             count_write(object, "update", "ok");
             rc = W_OK;
+            if(result) {
+                *result = out;
+                out = NULL;
+            }
         } else if(type_missing(code, out)) {
             count_write(object, "update", "unavailable");
             rc = W_MISSING;
@@ -498,9 +504,11 @@ static int put(const kube_resource *r, const char *object, const char *ns, const
     return rc;
 }
 
-/* POST `want`; on 409 *existing is set to the object read back (a new
- * reference), or W_RETRY when it cannot be read. */
-static int create(const kube_resource *r, const char *object, const char *ns, const json_t *want, json_t **existing)
+/* POST `want`; on success *result (if result) is the object as created;
+ * on 409 *existing is set to the object read back (new references), or
+ * W_RETRY when it cannot be read. */
+static int create(const kube_resource *r, const char *object, const char *ns, const json_t *want, json_t **existing,
+                  json_t **result)
 {
     *existing = NULL;
     if(!leading())
@@ -516,6 +524,10 @@ static int create(const kube_resource *r, const char *object, const char *ns, co
     if(code / 100 == 2) {
         count_write(object, "create", "ok");
         rc = W_OK;
+        if(result) {
+            *result = out;
+            out = NULL;
+        }
     } else if(type_missing(code, out)) {
         count_write(object, "create", "unavailable");
         rc = W_MISSING;
@@ -553,14 +565,14 @@ static int ensure_monitor(usage *U, const char *ns, int force)
         if(have) {
             existing = json_deep_copy(have);
         } else {
-            rc = create(&KUBE_WORKLOADMONITORS, "monitor", ns, want, &existing);
+            rc = create(&KUBE_WORKLOADMONITORS, "monitor", ns, want, &existing, NULL);
             if(rc == W_OK && !existing)
                 log_write(LOG_INFO, "usage", "created the usage monitor", "namespace", ns, "workloadmonitor",
                           MONITOR_NAME, NULL);
         }
         if(rc == W_OK && existing && !monitor_matches(existing, want)) {
             fix_monitor(existing, want);
-            rc = put(&KUBE_WORKLOADMONITORS, "monitor", ns, existing);
+            rc = put(&KUBE_WORKLOADMONITORS, "monitor", ns, existing, NULL);
             if(rc == W_OK)
                 log_write(LOG_INFO, "usage", "restored the usage monitor's labels and spec", "namespace", ns,
                           "workloadmonitor", MONITOR_NAME, NULL);
@@ -574,24 +586,75 @@ static int ensure_monitor(usage *U, const char *ns, int force)
     return rc;
 }
 
-/* Makes `have` (a record of claim ns/name's record name, or NULL) what
- * `want` says; `have` is owned by the caller. */
-static int write_record(const char *ns, const json_t *want, const json_t *have)
+/* What this lead wrote to record `rkey` and the cache may not show yet:
+ * `written` maps it to {obj: the object as the API answered, behind:
+ * [resourceVersions the cache may still show, "" for none]}. */
+static void remember(usage *U, const char *rkey, json_t *obj, json_t *behind)
+{
+    if(!obj) {
+        json_decref(behind);
+        return;
+    }
+    json_object_set_new(U->written, rkey, json_pack("{s:o, s:o}", "obj", obj, "behind", behind));
+}
+
+/* The record as this lead knows it: the cached one, or what it wrote when
+ * the cache still shows the state before that write (the watch event is
+ * on its way). A cache that moved elsewhere wins, and the entry goes.
+ * Returns a new reference or NULL; takes `cached`. */
+static json_t *known_record(usage *U, const char *rkey, json_t *cached)
+{
+    json_t *w = json_object_get(U->written, rkey);
+    if(!w)
+        return cached;
+    const char *rv = cached ? md_str(cached, "resourceVersion") : "";
+    const char *wrv = md_str(json_object_get(w, "obj"), "resourceVersion");
+    if(cached && rv && wrv && strcmp(rv, wrv) == 0) {
+        json_object_del(U->written, rkey); /* caught up */
+        return cached;
+    }
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(w, "behind"), i, b) if(rv && json_is_string(b) &&
+                                                              strcmp(json_string_value(b), rv) == 0)
+    {
+        json_decref(cached);
+        return json_incref(json_object_get(w, "obj"));
+    }
+    json_object_del(U->written, rkey);
+    return cached;
+}
+
+/* Makes `have` (the record of the claim's record name as known, or NULL)
+ * what `want` says; `have` is owned by the caller. */
+static int write_record(usage *U, const char *ns, const json_t *want, const json_t *have)
 {
     const char *rname = md_str(want, "name");
     const char *want_uid = NULL, *have_uid = NULL;
+    char rkey[600];
+    if(join_key(rkey, sizeof rkey, "", ns, rname) != 0)
+        return W_OK;
     claim_owner(want, &want_uid);
     json_t *existing = have ? json_deep_copy(have) : NULL;
+    /* the versions the cache may show until our write's event arrives */
+    json_t *behind = json_array();
+    const char *hrv = have ? md_str(have, "resourceVersion") : NULL;
+    json_array_append_new(behind, json_string(hrv ? hrv : ""));
     int rc = W_OK;
     for(int round = 0; round < 2 && rc == W_OK; round++) {
         if(!existing) {
-            rc = create(&KUBE_WORKLOADS, "record", ns, want, &existing);
+            json_t *made = NULL;
+            rc = create(&KUBE_WORKLOADS, "record", ns, want, &existing, &made);
             if(rc == W_OK && !existing) {
                 log_write(LOG_INFO, "usage", "created a usage record", "namespace", ns, "workload", rname, NULL);
+                remember(U, rkey, made, json_incref(behind));
                 break;
             }
             if(rc != W_OK)
                 break;
+            const char *erv = md_str(existing, "resourceVersion");
+            if(erv)
+                json_array_append_new(behind, json_string(erv));
         }
         have_uid = NULL;
         const char *owner = claim_owner(existing, &have_uid);
@@ -607,10 +670,14 @@ static int write_record(const char *ns, const json_t *want, const json_t *have)
         }
         if(!record_matches(existing, want)) {
             fix_record(existing, want);
-            rc = put(&KUBE_WORKLOADS, "record", ns, existing);
+            json_t *made = NULL;
+            rc = put(&KUBE_WORKLOADS, "record", ns, existing, &made);
+            if(rc == W_OK)
+                remember(U, rkey, made, json_incref(behind));
         }
         break;
     }
+    json_decref(behind);
     json_decref(existing);
     return rc;
 }
@@ -636,14 +703,14 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
                json_is_string(json_object_get(spec, "class")) &&
                json_integer_value(json_object_get(spec, "count")) > 0 && md_str(claim, "uid");
     set_wanted(U, ns, name, want);
-    json_t *have = kube_informer_get(ctl_proc->workloads_inf, ns, rname);
+    json_t *have = known_record(U, rkey, kube_informer_get(ctl_proc->workloads_inf, ns, rname));
     int rc = W_OK;
     if(want) {
         rc = ensure_monitor(U, ns, 0);
         if(rc == W_OK) {
             json_t *d = desired_record(claim, rname);
             if(!have || !record_matches(have, d))
-                rc = write_record(ns, d, have);
+                rc = write_record(U, ns, d, have);
             json_decref(d);
         }
     } else {
@@ -664,6 +731,7 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
         /* only a record of this claim name: another object of the name is not ours */
         if(gone && owner && strcmp(owner, name) == 0) {
             rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, md_str(gone, "uid"));
+            json_object_del(U->written, rkey);
             if(rc == W_OK)
                 log_write(LOG_INFO, "usage", "removed the usage record of a claim that holds no GPUs",
                           "namespace", ns, "workload", rname, NULL);
@@ -718,6 +786,7 @@ static void drop(usage *U)
     json_object_clear(U->ns_count);
     json_object_clear(U->mon_ok);
     json_object_clear(U->names);
+    json_object_clear(U->written);
     U->active = 0;
     U->avail = -1;
 }
@@ -739,6 +808,7 @@ static int round_work(usage *U)
         split_key(k->key + 2, buf, sizeof buf, &ns, &rname);
         char rkey[600];
         join_key(rkey, sizeof rkey, "", ns, rname);
+        json_object_del(U->written, rkey); /* gone from the watch: what we wrote is no guide */
         const char *claim = json_string_value(json_object_get(U->names, rkey));
         char ck[600];
         if(!claim && strncmp(rname, "gpu-", 4) == 0)
@@ -812,6 +882,7 @@ void *ctl_usage_main(void *arg)
     U.ns_count = json_object();
     U.mon_ok = json_object();
     U.names = json_object();
+    U.written = json_object();
     for(;;) {
         pthread_mutex_lock(&ctl_proc->mu);
         if(!ctl_proc->stopping && !g_queue && !g_wake) {
@@ -878,6 +949,7 @@ void *ctl_usage_main(void *arg)
     json_decref(U.ns_count);
     json_decref(U.mon_ok);
     json_decref(U.names);
+    json_decref(U.written);
     pthread_mutex_lock(&ctl_proc->mu);
     key_free(&g_queue);
     pthread_mutex_unlock(&ctl_proc->mu);

@@ -277,6 +277,7 @@ describe("usage records (two replicas against the double)", function()
     assert.is_truthy(cluster.replicas[holder], tostring(holder))
     P.kill(cluster.replicas[holder].pid, 9)
     cluster.replicas[holder] = nil
+    d:reset_log()
     local other = holder == "replica-a" and "replica-b" or "replica-a"
     assert(P.wait_until(function() return lease_holder(d) == other end, 20), "the Lease did not move")
     add_claim(d, "u4", 1) -- an order under the new leader
@@ -289,6 +290,16 @@ describe("usage records (two replicas against the double)", function()
       local w = wait_record(d, n, false)
       assert.are.equal(uid, w.metadata.uid, n .. "'s record was replaced")
     end
+    -- the new leader compared everything and wrote only u4's record:
+    -- no update and no delete of a record or a monitor that was right
+    local created = 0
+    for _, r in ipairs(d:log()) do
+      if r.path:find("/workload", 1, true) and r.method ~= "GET" then
+        assert.are.equal("POST", r.method, json.encode(r))
+        if r.status == 201 then created = created + 1 end
+      end
+    end
+    assert.are.equal(1, created)
     -- one record per held claim, nothing else
     local held = 0
     for _, c in ipairs(d:state("gpuclaims").items) do
