@@ -270,7 +270,8 @@ static void set_wanted(usage *U, const char *ns, const char *name, int want)
 
 /* ------------------------------------------------------------ availability */
 
-/* Whether the cluster serves both types: 1, 0 (404), -1 (no answer). */
+/* Whether the cluster serves both types: 1, 0 (404), -1 (no answer, or
+ * another status). */
 static int probe(void)
 {
     const kube_resource *rs[] = {&KUBE_WORKLOADS, &KUBE_WORKLOADMONITORS};
@@ -469,6 +470,27 @@ static int delete_uid(const kube_resource *r, const char *object, const char *ns
     return rc;
 }
 
+/* A refused write, logged; a write refused again a second later is not
+ * logged again for 10 s (the lines held back are counted in the next). */
+static void write_failed(const char *what, const kube_resource *r, const char *ns, const char *name, long code,
+                         const char *message)
+{
+    static long long quiet_until;
+    static unsigned long held;
+    long long now = mono_ms();
+    if(now < quiet_until) {
+        held++;
+        return;
+    }
+    quiet_until = now + 10000;
+    char c[16], h[24];
+    snprintf(c, sizeof c, "%ld", code);
+    snprintf(h, sizeof h, "%lu", held);
+    held = 0;
+    log_write(LOG_WARN, "usage", what, "resource", r->resource, "namespace", ns, "name", name ? name : "", "status",
+              c, "error", message ? message : "", "held_back", h, NULL);
+}
+
 /* PUT `obj` (conditional on its resourceVersion); on success *result (if
  * result) is the object as written (a new reference). */
 static int put(const kube_resource *r, const char *object, const char *ns, const json_t *obj, json_t **result)
@@ -494,8 +516,7 @@ static int put(const kube_resource *r, const char *object, const char *ns, const
             count_write(object, "update", code == 409 ? "conflict" : "error");
             if(code != 409) {
                 const char *m = json_string_value(json_object_get(out, "message"));
-                log_write(LOG_WARN, "usage", "cannot update", "resource", r->resource, "namespace", ns, "name",
-                          md_str(obj, "name"), "error", m ? m : "", NULL);
+                write_failed("cannot update", r, ns, md_str(obj, "name"), code, m);
             }
         }
     } else
@@ -544,8 +565,7 @@ static int create(const kube_resource *r, const char *object, const char *ns, co
     } else {
         count_write(object, "create", "error");
         const char *m = json_string_value(json_object_get(out, "message"));
-        log_write(LOG_WARN, "usage", "cannot create", "resource", r->resource, "namespace", ns, "name",
-                  md_str(want, "name"), "error", m ? m : "", NULL);
+        write_failed("cannot create", r, ns, md_str(want, "name"), code, m);
     }
     json_decref(out);
     return rc;
@@ -789,6 +809,7 @@ static void drop(usage *U)
     json_object_clear(U->written);
     U->active = 0;
     U->avail = -1;
+    U->next_probe = 0;
 }
 
 /* One round over the work set: claims first (they create monitors as
@@ -913,11 +934,22 @@ void *ctl_usage_main(void *arg)
             full = 1;
         }
         if(U.avail != 1) {
-            if(U.avail == -1 || mono_ms() >= U.next_probe) {
+            if(mono_ms() >= U.next_probe) {
                 int was = U.avail;
                 int p = probe();
                 if(p >= 0)
                     set_avail(&U, p);
+                else {
+                    /* no answer, or one that is not 404 (a 403: RBAC): asked again in 10 s */
+                    U.next_probe = mono_ms() + 10000;
+                    if(mono_ms() >= U.next_warn) {
+                        U.next_warn = mono_ms() + WARN_EVERY_MS;
+                        log_write(LOG_WARN, "usage",
+                                  "cannot tell whether the cluster serves Cozystack's Workload types; no usage "
+                                  "records are written until it answers",
+                                  NULL);
+                    }
+                }
                 if(p == 1 && was != 1) {
                     if(was == 0)
                         log_write(LOG_INFO, "usage", "the Workload types are served now: writing usage records",
