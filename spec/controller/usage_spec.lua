@@ -313,6 +313,21 @@ describe("usage records (two replicas against the double)", function()
     assert.are.equal(1, m["cozygpu_usage_records_available"])
   end)
 
+  it("a Workload a tenant made under a claim's record name is taken over: the claim's owner, labels and count", function()
+    -- made before the claim, claiming 8 devices and no owner
+    must(d, "POST", WL, { apiVersion = "cozystack.io/v1alpha1", kind = "Workload",
+      metadata = { name = "gpu-forged", namespace = NS, labels = { ["example.com/team"] = "ml" } },
+      status = { kind = "gpu-device", type = "l40s", resources = { [KEY] = "8" }, operational = true } })
+    G.add_node(d, "gpu-5", 1)
+    add_claim(d, "forged", 1)
+    local c = wait_claim(d, "forged", "Bound")
+    local w = wait_record(d, "forged", false)
+    assert.are.equal("gpu-forged", w.metadata.name)
+    assert.are.equal(1, tonumber(w.status.resources[KEY]))
+    assert.are.equal(c.metadata.uid, w.metadata.ownerReferences[1].uid)
+    assert.are.equal("ml", w.metadata.labels["example.com/team"]) -- the tenant's other labels stay
+  end)
+
   it("names each record after its claim; names too long for gpu-<claim> are cut with a hash, distinct and valid", function()
     G.add_node(d, "gpu-4", 3)
     local base = ("a"):rep(237) .. ".b" -- a '.' where the cut falls
