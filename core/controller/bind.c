@@ -115,6 +115,8 @@ void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const js
     char kind = (char)(intptr_t)ctx;
     if(inf == ctl_proc->classes_inf)
         ctl_status_on_class_event(NULL, inf, type, obj);
+    if(kind == K_CLAIM)
+        ctl_usage_on_event(ctx, inf, type, obj); /* the claim's usage record */
     const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
     if(!name)
         return;
@@ -133,6 +135,7 @@ void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const js
 void ctl_bind_on_leader_change(void *ctx, int leading)
 {
     ctl_status_on_leader_change(ctx, leading);
+    ctl_usage_on_leader_change(ctx, leading);
     pthread_mutex_lock(&ctl_proc->mu);
     g_wake = 1;
     pthread_cond_broadcast(&ctl_proc->cv);

@@ -9,6 +9,8 @@
  *   review.c    webhook threads' engines, the review callback, readiness
  *   status.c    the leader-only GPUClass status writer
  *   bind.c      the leader's binder loop (claim status, VMI deletes, pins)
+ *   usage.c     the leader's usage records (Workloads) and their monitors
+ *   event.c     Events on the controller's own objects
  *
  * Threads:
  *   main        flags, start-up, then waits for SIGTERM/SIGINT and shuts
@@ -26,6 +28,7 @@
  *   writer      leader-only: GPUClass status conditions.
  *   binder      leader-only: the binder's state from the watches, claim
  *               status, launcher pod pins.
+ *   usage       leader-only: one Workload per held claim (DESIGN.md §3).
  */
 #include "controller/controller.h"
 
@@ -74,7 +77,7 @@ static long long mono_ms(void)
  * replica's view with the API server, and for the specs. */
 static void dump_caches(void)
 {
-    kube_informer *all[18];
+    kube_informer *all[20];
     int n = 0;
     for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
         all[n++] = ctl_proc->cluster_inf[i];
@@ -85,6 +88,8 @@ static void dump_caches(void)
     all[n++] = ctl_proc->pods_inf;
     all[n++] = ctl_proc->pvcs_inf;
     all[n++] = ctl_proc->pvs_inf;
+    all[n++] = ctl_proc->workloads_inf;
+    all[n++] = ctl_proc->monitors_inf;
     json_t *out = json_array();
     for(int i = 0; i < n; i++) {
         const kube_resource *r = kube_informer_resource(all[i]);
@@ -187,6 +192,13 @@ int controller_main(int argc, char **argv)
                     "Units of the class the claims ask for, by class and claim phase (leader only).");
     metrics_declare("cozygpu_class_status_writes_total", "counter",
                     "GPUClass status.free and maxFreePerNode writes, by result.");
+    metrics_declare("cozygpu_usage_records_available", "gauge",
+                    "1 while the leader can write usage records (the cluster serves Cozystack's Workload and "
+                    "WorkloadMonitor types); 0 when it does not, or before the leader has looked.");
+    metrics_declare("cozygpu_usage_record_writes_total", "counter",
+                    "Usage record (Workload) and monitor (WorkloadMonitor) writes by object, op (create, update, "
+                    "delete) and result (ok, conflict, error, unavailable: the type is not served).");
+    metrics_gauge_set("cozygpu_usage_records_available", NULL, 0);
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 0);
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 0);
     metrics_counter_add("cozygpu_policy_errors_total", NULL, 0);
@@ -260,6 +272,16 @@ int controller_main(int argc, char **argv)
         kube_watcher_add(ctl_proc->watcher, &KUBE_PVCS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'v');
     ctl_proc->pvs_inf =
         kube_watcher_add(ctl_proc->watcher, &KUBE_PVS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'w');
+    /* usage records (DESIGN.md §3): only the objects this controller
+     * manages; a cluster without Cozystack's CRDs does not serve them */
+    ctl_proc->workloads_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_WORKLOADS, NULL,
+                                               "app.kubernetes.io/managed-by=cozygpu", NULL, ctl_usage_on_event,
+                                               (void *)(intptr_t)'w');
+    ctl_proc->monitors_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_WORKLOADMONITORS, NULL,
+                                              "app.kubernetes.io/managed-by=cozygpu", NULL, ctl_usage_on_event,
+                                              (void *)(intptr_t)'o');
+    kube_informer_set_optional(ctl_proc->workloads_inf);
+    kube_informer_set_optional(ctl_proc->monitors_inf);
     if(f->policies_configmap && *f->policies_configmap) {
         char sel[300];
         snprintf(sel, sizeof sel, "metadata.name=%s", f->policies_configmap);
@@ -333,6 +355,12 @@ int controller_main(int argc, char **argv)
         goto shutdown;
     }
 
+    if(pthread_create(&ctl_proc->usage, NULL, ctl_usage_main, NULL) != 0) {
+        ctl_proc->usage = 0;
+        fprintf(stderr, "cozygpu controller: cannot start the usage-record thread\n");
+        goto shutdown;
+    }
+
     /* run until SIGTERM / SIGINT; SIGUSR1 dumps the caches */
     int sig = 0;
     while(sigwait(&sigs, &sig) == 0 && sig == SIGUSR1)
@@ -353,6 +381,8 @@ shutdown:
         pthread_join(ctl_proc->writer, NULL);
     if(ctl_proc->binder)
         pthread_join(ctl_proc->binder, NULL);
+    if(ctl_proc->usage)
+        pthread_join(ctl_proc->usage, NULL);
     lease_stop(ctl_proc->lease, 1);
     ctl_proc->lease = NULL;
     if(ctl_proc->server) {

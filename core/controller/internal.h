@@ -8,6 +8,8 @@
  *   ctl_review_   review.c   webhook threads' engines, reviews, readiness
  *   ctl_status_   status.c   leader-only GPUClass status writer
  *   ctl_bind_     bind.c     the leader's binder loop: claim status, pins
+ *   ctl_usage_    usage.c    the leader's usage records (Workloads) and monitors
+ *   ctl_event_    event.c    Events on the controller's own objects
  *   ctl_proc      controller.c  the state, wired up by controller_main
  *
  * Locking: one mutex (ctl.mu) and one condition variable (ctl.cv, on
@@ -52,6 +54,8 @@ typedef struct ctl {
     kube_informer *pods_inf;     /* virt-launcher pods (the pin) */
     kube_informer *pvcs_inf;     /* PersistentVolumeClaims (a set's volumes, DESIGN.md §6) */
     kube_informer *pvs_inf;      /* PersistentVolumes (their node affinity) */
+    kube_informer *workloads_inf; /* usage records (Workloads) this controller manages (optional) */
+    kube_informer *monitors_inf;  /* WorkloadMonitors this controller manages (optional) */
     webhook_server *server;
     lease_elector *lease;        /* NULL with --leader-elect=false */
 
@@ -62,7 +66,7 @@ typedef struct ctl {
     int policies_loaded; /* mu: a bundle is being served */
     int status_dirty;    /* mu: the status writer has work */
 
-    pthread_t reloader, writer, binder;
+    pthread_t reloader, writer, binder, usage;
 } ctl;
 
 /* The one controller of this process (controller.c). */
@@ -218,12 +222,70 @@ void *ctl_bind_main(void *arg);
 /* kube_event_fn of the binder's informers: `ctx` is the kind letter cast
  * to a pointer (see bind.c); records ns/name as changed and wakes the
  * binder. The GPUClass informer's events also go to
- * ctl_status_on_class_event. Runs on the watcher thread; takes mu. */
+ * ctl_status_on_class_event, the GPUClaim informer's to
+ * ctl_usage_on_event. Runs on the watcher thread; takes mu. */
 void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
 
-/* lease_options.on_change: ctl_status_on_leader_change, and wakes the
- * binder so that it builds (leading) or drops (not leading) its state at
+/* lease_options.on_change: ctl_status_on_leader_change,
+ * ctl_usage_on_leader_change, and wakes the binder so that it builds (leading) or drops (not leading) its state at
  * once. Takes mu. */
 void ctl_bind_on_leader_change(void *ctx, int leading);
+
+/* ---- event.c ---- */
+
+/* Records a core/v1 Event about `obj` (borrowed; its metadata name,
+ * namespace — f.ns when it has none —, uid and resourceVersion become the
+ * involvedObject, with `api_version` and `kind`): type "Normal" or
+ * "Warning", a CamelCase reason, a message cut near 1 KiB (invalid UTF-8
+ * becomes U+FFFD). Shape: client-go tools/record's EventRecorder (name
+ * "<object>.<hex nanoseconds>", source.component cozygpu-controller,
+ * reportingInstance the --identity). Blocks on one POST; errors are
+ * logged, never returned. */
+void ctl_event_record(const json_t *obj, const char *api_version, const char *kind, const char *type,
+                      const char *reason, const char *message);
+
+/* ---- usage.c ---- */
+
+/* The usage-record thread (pthread start routine; `arg` unused; returns
+ * NULL once ctl.stopping is set). While this replica leads and every cache
+ * has listed, keeps one Cozystack Workload per GPUClaim whose
+ * status.phase is Bound or Attached (DESIGN.md §3 "Usage records";
+ * docs/decisions/0028): named ctl_usage_record_name(claim), in the claim's
+ * namespace, status {kind: gpu-device, type: <class>, resources:
+ * {"<class>.gpuclass.cozystack.io/devices": "<count>"}, operational:
+ * phase == Attached}, a controller ownerReference to the claim, labels
+ * workloads.cozystack.io/monitor=cozygpu-gpus and
+ * app.kubernetes.io/managed-by=cozygpu; and the WorkloadMonitor
+ * cozygpu-gpus in each namespace that has a record. Incremental: a claim,
+ * record or monitor event touches that claim's record or that namespace's
+ * monitor only; on taking the lead (and when the Workload types become
+ * served) every cached claim and record is compared once. Writes only
+ * what differs (create; 409 AlreadyExists: read and update; a record of
+ * another claim uid: deleted with a uid precondition and created again);
+ * a failed write is tried again a second later. When the cluster does not
+ * serve the Workload types (404) it writes nothing, probes once a minute,
+ * and reports it (log and Warning Event UsageRecordsUnavailable on the
+ * Lease, once per 10 minutes; gauge cozygpu_usage_records_available 0). */
+void *ctl_usage_main(void *arg);
+
+/* kube_event_fn of the GPUClaim, Workload and WorkloadMonitor informers:
+ * `ctx` is the kind letter ('l' claim, 'w' record, 'o' monitor) cast to a
+ * pointer. Queues the claim (a record's through its GPUClaim owner
+ * reference, else its name) or the namespace (a monitor) and wakes the
+ * thread. Runs on the watcher thread; takes mu; never blocks on the API. */
+void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
+
+/* lease_options.on_change (through ctl_bind_on_leader_change): wakes the
+ * thread so that it compares everything (leading) or drops its state.
+ * Takes mu. */
+void ctl_usage_on_leader_change(void *ctx, int leading);
+
+/* The usage record name of GPUClaim `claim` (a DNS subdomain of at most
+ * 253 characters) into out (size n >= 254): "gpu-<claim>"; a claim name
+ * longer than 249 characters is cut to 238, trailing '-' and '.'
+ * dropped, and followed by "-" and 10 hex digits of its 64-bit FNV-1a
+ * hash, so that every claim has one name, the same on every replica and
+ * after a restart (decision 0028). */
+void ctl_usage_record_name(const char *claim, char *out, size_t n);
 
 #endif

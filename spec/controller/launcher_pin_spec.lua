@@ -21,6 +21,10 @@ local VMIS = "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstanc
 local PODS = "/api/v1/namespaces/" .. NS .. "/pods"
 local GATE = "gpu.cozystack.io/claims"
 local OTHER = "example.com/quota"
+-- gpu/launcher-billing's op, first in every patch below: the claims' GPUs
+-- reported as "0" to Cozystack's pod Workload (decision 0028)
+local BILLING = { op = "add", path = "/metadata/annotations/workload.cozystack.io~1resources",
+  value = '{"' .. L40S .. '":"0"}' }
 
 local function expr(key, op, values) return { key = key, operator = op, values = values } end
 local function pinned(node) return expr("metadata.name", "In", { node }) end
@@ -111,13 +115,14 @@ describe("launcher pod gate and pin through the webhook and the API server doubl
   it("creates a pod whose claims are bound already with the pin and no gate", function()
     local pod, ops = admitted(launcher("ready", "bound-a, bound-b", {
       tolerations = { { key = "gpu.cozystack.io/mode", operator = "Equal", value = "passthrough", effect = "NoSchedule" } } }))
-    assert.are.same({ { op = "add", path = "/spec/affinity", value = { nodeAffinity = {
+    assert.are.same({ BILLING, { op = "add", path = "/spec/affinity", value = { nodeAffinity = {
       requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = { { matchFields = { pinned("gpu-node-1") } } } } } } } }, ops)
     local out, code = kubectl { "create", "-f", file("ready", pod) }
     assert.are.equal(0, code, out)
     local p = get(pod.metadata.name)
     assert.is_nil(p.spec.schedulingGates)
     assert.are.same(pod.spec.affinity, p.spec.affinity)
+    assert.are.equal(BILLING.value, p.metadata.annotations["workload.cozystack.io/resources"])
     assert.are.same({ phase = "Pending" }, p.status) -- no SchedulingGated condition: the scheduler takes it
   end)
 
@@ -133,7 +138,7 @@ describe("launcher pod gate and pin through the webhook and the API server doubl
       tolerations = { { key = "gpu.cozystack.io/mode", operator = "Equal", value = "passthrough", effect = "NoSchedule" } },
       affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms = terms },
         preferredDuringSchedulingIgnoredDuringExecution = pref } } }))
-    assert.are.same({ { op = "add", path = "/spec/schedulingGates/-", value = { name = GATE } } }, ops)
+    assert.are.same({ BILLING, { op = "add", path = "/spec/schedulingGates/-", value = { name = GATE } } }, ops)
     local out, code = kubectl { "create", "-f", file("queued", pod) }
     assert.are.equal(0, code, out)
     local p = get(pod.metadata.name)

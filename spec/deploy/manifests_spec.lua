@@ -216,6 +216,10 @@ describe("deploy/ RBAC", function()
       ["kubevirt.io/kubevirts"] = read,
       ["resource.k8s.io/resourceclaims"] = read,
       ["resource.k8s.io/resourceclaimtemplates"] = read,
+      -- usage records (decision 0028): the leader creates, updates and
+      -- deletes them; patch as the issue asked, though nothing patches yet
+      ["cozystack.io/workloads"] = { "create", "delete", "get", "list", "patch", "update", "watch" },
+      ["cozystack.io/workloadmonitors"] = { "create", "delete", "get", "list", "patch", "update", "watch" },
     }, grants(rules_of("ClusterRole", "cozygpu-controller")))
   end)
 

@@ -381,11 +381,51 @@ describe("kube-double", function()
       assert.truthy(rv(u) > rv(o))
     end)
 
+    it("writes a Workload's status with the object: Cozystack's CRD has no status subresource", function()
+      -- cozystack api/v1alpha1 workload_types.go: no +kubebuilder:subresource:status
+      local WL = "/apis/cozystack.io/v1alpha1/namespaces/tenant-a/workloads"
+      local st, w = d:request("POST", WL, { apiVersion = "cozystack.io/v1alpha1", kind = "Workload",
+        metadata = { name = "gpu-x" }, status = { kind = "gpu-device", resources = { a = "1" }, operational = false } })
+      assert.are.equal(201, st)
+      assert.are.same({ kind = "gpu-device", resources = { a = "1" }, operational = false }, w.status)
+      w.status.operational = true
+      st, w = d:request("PUT", WL .. "/gpu-x", w)
+      assert.are.equal(200, st)
+      assert.is_true(w.status.operational)
+      assert.are.equal(404, (d:request("GET", WL .. "/gpu-x/status")))
+      local out, err, code = d:kubectl { "get", "workloads", "-n", "tenant-a", "-o", "name" }
+      assert.are.equal(0, code, err)
+      assert.are.equal("workload.cozystack.io/gpu-x\n", out)
+    end)
+
     it("stores nothing for dryRun=All", function()
       local st = d:request("POST", GPU .. "?dryRun=All", class("dry"))
       assert.are.equal(201, st)
       assert.are.equal(404, (d:request("GET", GPU .. "/dry")))
     end)
+  end)
+end)
+
+describe("kube-double --without", function()
+  it("does not serve the named types, as a cluster without their CRD: 404 and absent from discovery", function()
+    local d = D.start { args = { "--without", "workloads,workloadmonitors" } }
+    local ok, e = pcall(function()
+      local st, s = d:request("GET", "/apis/cozystack.io/v1alpha1/namespaces/tenant-a/workloads")
+      assert.are.equal(404, st)
+      assert.are.equal("NotFound", s.reason)
+      assert.is_nil(s.details and s.details.name) -- no object named: the resource itself is missing
+      local _, v = d:request("GET", "/apis/cozystack.io/v1alpha1")
+      local names = {}
+      for _, r in ipairs(v.resources) do names[r.name] = true end
+      assert.is_nil(names.workloads)
+      assert.is_nil(names.workloadmonitors)
+      assert.is_true(names.gpuclaims)
+      local _, err, code = d:kubectl { "get", "workloads", "-n", "tenant-a" }
+      assert.are_not.equal(0, code)
+      assert.matches("the server doesn't have a resource type \"workloads\"", err, 1, true)
+    end)
+    d:stop()
+    assert(ok, e)
   end)
 end)
 

@@ -26,6 +26,10 @@
  *                          with the 410 Status, as the watch cache does;
  *                          `http`: answer HTTP 410 with the Status instead
  *   --log-requests         print one line per request on stderr
+ *   --without R[,R...]     do not serve these resources (plurals, e.g.
+ *                          workloads,workloadmonitors): a cluster without
+ *                          that CRD, where every path of theirs is 404
+ *                          and discovery does not list them
  *
  * Control API (never authenticated, never subject to faults, not logged):
  *   POST /_double/cut      {"resource":"gpuclasses"?, "mode":"close"|"abrupt"|"expired"}
@@ -220,7 +224,10 @@ const dbl_type DBL_TYPES[] = {
     { "cozystack.io", "v1alpha1", "gpuclasses", "gpuclass", "GPUClass", 0, "gpuc", 1, 1, 1, "" },
     { "cozystack.io", "v1alpha1", "gpuclaims", "gpuclaim", "GPUClaim", 1, "", 1, 1, 1, "" },
     { "cozystack.io", "v1alpha1", "gpunodes", "gpunode", "GPUNode", 0, "", 1, 1, 1, "" },
-    { "cozystack.io", "v1alpha1", "workloads", "workload", "Workload", 1, "", 1, 1, 1, "" },
+    /* Cozystack's usage records: Workload has no status subresource (its
+     * status is written with the object), WorkloadMonitor has one
+     * (cozystack api/v1alpha1 workload_types.go, workloadmonitor_types.go) */
+    { "cozystack.io", "v1alpha1", "workloads", "workload", "Workload", 1, "", 0, 1, 1, "" },
     { "cozystack.io", "v1alpha1", "workloadmonitors", "workloadmonitor", "WorkloadMonitor", 1, "", 1, 1, 1, "" },
     /* volumes (T_* above index the entries before this one), for the binder's WaitForFirstConsumer rule (a PV's node
      * affinity); stored and served, no binding controller */
@@ -261,6 +268,9 @@ static struct {
     unsigned long long initial_rv;
     int expired_http, log_requests;
 } opt = { "127.0.0.1", NULL, NULL, NULL, NULL, NULL, NULL, 0, 1000, 1.0, 1800, 1000, 0, 0 };
+
+/* --without: types not served (set once in main, read-only after) */
+static int g_unserved[NTYPES];
 
 /* ---- global state (all under g_lock) ------------------------------------ */
 
@@ -786,7 +796,7 @@ typedef struct route {
 static int find_type(const char *group, const char *version, const char *plural)
 {
     for (size_t i = 0; i < NTYPES; i++)
-        if (!strcmp(DBL_TYPES[i].group, group) && !strcmp(DBL_TYPES[i].version, version) &&
+        if (!g_unserved[i] && !strcmp(DBL_TYPES[i].group, group) && !strcmp(DBL_TYPES[i].version, version) &&
             !strcmp(DBL_TYPES[i].plural, plural))
             return (int)i;
     return -1;
@@ -855,7 +865,7 @@ static json_t *resource_list(const char *group, const char *version)
     int any = 0;
     for (size_t i = 0; i < NTYPES; i++) {
         const dbl_type *t = &DBL_TYPES[i];
-        if (strcmp(t->group, group) || strcmp(t->version, version)) continue;
+        if (g_unserved[i] || strcmp(t->group, group) || strcmp(t->version, version)) continue;
         any = 1;
         json_t *r = json_pack("{s:s,s:s,s:b,s:s,s:o}", "name", t->plural, "singularName", t->singular, "namespaced",
                               t->namespaced, "kind", t->kind, "verbs", split_words(VERBS));
@@ -925,7 +935,7 @@ static json_t *openapi_gv(const char *gvpath)
         char k[200], p[400];
         if (*t->group) snprintf(k, sizeof k, "apis/%s/%s", t->group, t->version);
         else snprintf(k, sizeof k, "api/%s", t->version);
-        if (strcmp(k, gvpath)) continue;
+        if (g_unserved[i] || strcmp(k, gvpath)) continue;
         any = 1;
         snprintf(p, sizeof p, "/%s/%s%s/{name}", k, t->namespaced ? "namespaces/{namespace}/" : "", t->plural);
         json_t *params = json_pack("[{s:s,s:s,s:{s:s,s:b}},{s:s,s:s,s:{s:s,s:b}},{s:s,s:s,s:{s:s,s:b}}]",
@@ -2695,6 +2705,7 @@ static void usage(void)
     fprintf(stderr, "usage: kube-double [--address A] [--port N] [--port-file F] [--tls-cert F --tls-key F]\n"
                     "       [--client-ca F] [--token T | --token-file F] [--history N] [--bookmark-interval S]\n"
                     "       [--min-request-timeout S] [--initial-rv N] [--expired-watch event|http] [--log-requests]\n"
+                    "       [--without RESOURCE,...]\n"
                     "(see the comment at the top of spec/support/kube-double/double.c)\n");
 }
 
@@ -2718,6 +2729,17 @@ int main(int argc, char **argv)
         else if (OPT("--initial-rv")) opt.initial_rv = strtoull(v, NULL, 10);
         else if (OPT("--expired-watch")) opt.expired_http = !strcmp(v, "http");
         else if (!strcmp(a, "--log-requests")) opt.log_requests = 1;
+        else if (OPT("--without")) {
+            char buf[1024];
+            snprintf(buf, sizeof buf, "%s", v);
+            char *save = NULL;
+            for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+                size_t k = 0;
+                while (k < NTYPES && strcmp(DBL_TYPES[k].plural, w)) k++;
+                if (k == NTYPES) { fprintf(stderr, "kube-double: --without: unknown resource %s\n", w); return 2; }
+                g_unserved[k] = 1;
+            }
+        }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
         else { fprintf(stderr, "kube-double: unknown or incomplete flag %s\n", a); usage(); return 2; }
 #undef OPT
