@@ -14,7 +14,10 @@
 --   * no claim is Attached to a VMI that is final or gone;
 --   * every Pending or Lost claim carries a Ready condition with a reason;
 --   * a deleted claim is kept only while a VMI uses it;
---   * a template claim exists only while its VMI is not final.
+--   * a template claim exists only while its VMI is not final;
+--   * settled: exactly one usage record (Workload) per Bound or Attached
+--     claim, operational exactly while Attached, and none without such a
+--     claim (issue 13, decision 0028), across the leader kills.
 -- The seed and step count are printed; COZYGPU_FAULT_SEED and
 -- COZYGPU_FAULT_STEPS replay or lengthen a run. The double and the
 -- replicas are real processes, so a replay repeats the same steps, not
@@ -128,6 +131,57 @@ describe("binder fault run", function()
         local s = node[n]
         assert(s, ("step %d: claims booked on unknown node %s"):format(step, n))
         assert(u <= s.units, ("step %d (seed %d): node %s shows %d units booked, it has %d"):format(step, SEED, n, u, s.units))
+      end
+    end
+
+    -- usage records (DESIGN.md §3, issue 13, decision 0028): exactly one
+    -- Workload per Bound or Attached claim, owned by it (its uid), billing
+    -- its count of its class, operational exactly while Attached; and no
+    -- record of the controller's without such a claim (a Lost, Pending or
+    -- deleted claim is not billed)
+    local records = 0 -- usage records seen by the last check
+    local function check_records(cl, when)
+      local by_uid = {}
+      for _, c in ipairs(cl) do by_uid[c.metadata.uid] = c end
+      local per_claim = {}
+      for _, w in ipairs(items("workloads")) do
+        local labels = w.metadata.labels or {}
+        if labels["app.kubernetes.io/managed-by"] == "cozygpu" then
+          local owner
+          for _, o in ipairs(w.metadata.ownerReferences or {}) do
+            if o.kind == "GPUClaim" then owner = o end
+          end
+          local key = w.metadata.namespace .. "/" .. w.metadata.name
+          assert(owner, ("%s (seed %d): record %s has no GPUClaim owner"):format(when, SEED, key))
+          local c = by_uid[owner.uid]
+          assert(c, ("%s (seed %d): record %s outlives its claim %s"):format(when, SEED, key, owner.name))
+          local ph = c.status and c.status.phase
+          assert(ph == "Bound" or ph == "Attached", ("%s (seed %d): record %s bills claim %s, which is %s"):format(
+            when, SEED, key, c.metadata.name, tostring(ph)))
+          assert.are.equal(c.metadata.namespace, w.metadata.namespace, key)
+          assert.are.equal("gpu-device", w.status.kind, key)
+          assert.are.equal(c.spec.count, tonumber(w.status.resources[c.spec.class .. ".gpuclass.cozystack.io/devices"]), key)
+          assert.are.equal(ph == "Attached", w.status.operational == true, key .. " operational")
+          assert.are.equal("cozygpu-gpus", labels["workloads.cozystack.io/monitor"], key)
+          per_claim[owner.uid] = (per_claim[owner.uid] or 0) + 1
+        end
+      end
+      for _, c in ipairs(cl) do
+        local ph = c.status and c.status.phase
+        local n = per_claim[c.metadata.uid] or 0
+        if ph == "Bound" or ph == "Attached" then
+          assert(n == 1, ("%s (seed %d): %s/%s is %s with %d usage records"):format(when, SEED, c.metadata.namespace,
+            c.metadata.name, ph, n))
+        end
+      end
+      records = 0
+      for _, n in pairs(per_claim) do records = records + n end
+      -- and each namespace with a record has the monitor naming it
+      for _, w in ipairs(items("workloads")) do
+        if (w.metadata.labels or {})["app.kubernetes.io/managed-by"] == "cozygpu" then
+          local m = E.get(d, "/apis/cozystack.io/v1alpha1/namespaces/" .. w.metadata.namespace .. "/workloadmonitors/cozygpu-gpus")
+          assert(m, ("%s (seed %d): no monitor in %s"):format(when, SEED, w.metadata.namespace))
+        end
       end
     end
 
@@ -305,6 +359,8 @@ describe("binder fault run", function()
         local rv = d:state("gpuclaims").resourceVersion
         local rvs = {}
         for _, c in ipairs(items("gpuclaims")) do rvs[#rvs + 1] = c.metadata.resourceVersion end
+        rvs[#rvs + 1] = "|" -- and the usage records (decision 0028)
+        for _, w in ipairs(items("workloads")) do rvs[#rvs + 1] = w.metadata.resourceVersion end
         local now = table.concat(rvs, ",")
         if now == last then still = still + 1 else still, last = 0, now end
         return still >= 6 and rv
@@ -312,6 +368,7 @@ describe("binder fault run", function()
 
       cl = items("gpuclaims")
       check_budget(cl, label)
+      check_records(cl, label)
       local live = {}
       for _, v in ipairs(items("virtualmachineinstances")) do live[v.metadata.namespace .. "/" .. v.metadata.name] = v end
       local per, bound = booked(cl)
@@ -446,7 +503,7 @@ describe("binder fault run", function()
     end
     settle_and_check("healed")
     local bound_now = (phases.Bound or 0) + (phases.Attached or 0)
-    print(("# binder fault run: healed: %d claims Bound or Attached"):format(bound_now))
+    print(("# binder fault run: healed: %d claims Bound or Attached, %d usage records"):format(bound_now, records))
     local parts = {}
     for k, v in pairs(counts) do parts[#parts + 1] = ("%s %d"):format(k, v) end
     table.sort(parts)
