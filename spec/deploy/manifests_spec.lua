@@ -218,8 +218,8 @@ describe("deploy/ RBAC", function()
       ["resource.k8s.io/resourceclaimtemplates"] = read,
       -- usage records (decision 0028): the leader creates, updates and
       -- deletes them; patch as the issue asked, though nothing patches yet
-      ["cozystack.io/workloads"] = { "create", "delete", "get", "list", "patch", "update", "watch" },
-      ["cozystack.io/workloadmonitors"] = { "create", "delete", "get", "list", "patch", "update", "watch" },
+      ["cozystack.io/workloads"] = { "create", "delete", "get", "list", "update", "watch" },
+      ["cozystack.io/workloadmonitors"] = { "create", "delete", "get", "list", "update", "watch" },
     }, grants(rules_of("ClusterRole", "cozygpu-controller")))
   end)
 
