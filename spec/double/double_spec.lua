@@ -98,10 +98,10 @@ describe("kube-double", function()
       local out, err, code = d:kubectl { "get", "gpuclasses" }
       assert.are.equal(0, code, err)
       local l = lines(out)
-      assert.truthy(l[1]:match("^NAME%s+MODE%s+MODEL%s+PROFILE%s+RESOURCE%s+FREE%s+AGE$"), l[1])
+      assert.truthy(l[1]:match("^NAME%s+MODE%s+MODEL%s+PROFILE%s+RESOURCE%s+FREE%s+MAX%-FREE%-PER%-NODE%s+AGE$"), l[1])
       assert.truthy(l[3]:match("^l40s%s+Passthrough%s+L40S%s+nvidia.com/AD102GL_L40S%s+%d+s$"), l[3])
       out = d:kubectl { "get", "gpuc", "-o", "wide" }
-      assert.truthy(lines(out)[1]:match("MAX%s+FREE%s+MAX%-FREE%-PER%-NODE"))
+      assert.truthy(lines(out)[1]:match("RESOURCE%s+MAX%s+FREE%s+MAX%-FREE%-PER%-NODE"))
     end)
 
     it("gets one class as JSON with the server's metadata and the file's spec (defaults applied)", function()
