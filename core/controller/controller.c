@@ -9,6 +9,7 @@
  *   review.c    webhook threads' engines, the review callback, readiness
  *   status.c    the leader-only GPUClass status writer
  *   bind.c      the leader's binder loop (claim status, VMI deletes, pins)
+ *   license.c   the leader's license token copies (DESIGN.md §8)
  *
  * Threads:
  *   main        flags, start-up, then waits for SIGTERM/SIGINT and shuts
@@ -26,6 +27,8 @@
  *   writer      leader-only: GPUClass status conditions.
  *   binder      leader-only: the binder's state from the watches, claim
  *               status, launcher pod pins.
+ *   licenser    leader-only: license token Secret copies, the classes'
+ *               LicenseReady condition.
  */
 #include "controller/controller.h"
 
@@ -74,7 +77,7 @@ static long long mono_ms(void)
  * replica's view with the API server, and for the specs. */
 static void dump_caches(void)
 {
-    kube_informer *all[18];
+    kube_informer *all[20];
     int n = 0;
     for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
         all[n++] = ctl_proc->cluster_inf[i];
@@ -85,6 +88,8 @@ static void dump_caches(void)
     all[n++] = ctl_proc->pods_inf;
     all[n++] = ctl_proc->pvcs_inf;
     all[n++] = ctl_proc->pvs_inf;
+    all[n++] = ctl_proc->license_copies_inf;
+    all[n++] = ctl_proc->license_src_inf;
     json_t *out = json_array();
     for(int i = 0; i < n; i++) {
         const kube_resource *r = kube_informer_resource(all[i]);
@@ -114,6 +119,21 @@ static void dump_caches(void)
     else
         log_write(LOG_WARN, "controller", "cannot write the watch caches", "path", path, NULL);
     json_decref(out);
+}
+
+/* The cluster informers' events of the kinds both leader loops follow
+ * (classes, claims, VMIs, namespaces): the binder's, then the license
+ * copier's. ctx is the kind letter (bind.c, license.c). */
+static void on_cluster_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
+{
+    ctl_bind_on_event(ctx, inf, type, obj);
+    ctl_license_on_event(ctx, inf, type, obj);
+}
+
+static void on_leader_change(void *ctx, int leading)
+{
+    ctl_bind_on_leader_change(ctx, leading);
+    ctl_license_on_leader_change(ctx, leading);
 }
 
 int controller_main(int argc, char **argv)
@@ -169,6 +189,9 @@ int controller_main(int argc, char **argv)
                     "Binder policy (binder.lua) failures by kind; the set was placed in packing order (decision 0024).");
     metrics_declare("cozygpu_binder_pod_pins_total", "counter",
                     "Gated virt-launcher pods pinned to their claims' node and ungated.");
+    metrics_declare("cozygpu_license_copy_writes_total", "counter",
+                    "License token Secret copies written by the leader, by op (create, update, delete) and result "
+                    "(ok, retry, error).");
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 0);
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 0);
     metrics_counter_add("cozygpu_policy_errors_total", NULL, 0);
@@ -222,7 +245,8 @@ int controller_main(int argc, char **argv)
         int kind = r == &KUBE_GPUCLASSES ? 'c' : r == &KUBE_NODES ? 'n' : r == &KUBE_GPUCLAIMS ? 'l'
                  : r == &KUBE_VMIS ? 'i' : r == &KUBE_KUBEVIRTS ? 'k' : r == &KUBE_NAMESPACES ? 's'
                  : r == &KUBE_RESOURCEQUOTAS ? 'q' : 0;
-        kube_event_fn fn = kind ? ctl_bind_on_event : NULL;
+        kube_event_fn fn = kind == 'c' || kind == 'l' || kind == 'i' || kind == 's' ? on_cluster_event
+                         : kind ? ctl_bind_on_event : NULL;
         ctl_proc->cluster_inf[ctl_proc->n_cluster_inf++] =
             kube_watcher_add(ctl_proc->watcher, r, NULL, NULL, NULL, fn, (void *)(intptr_t)kind);
         if(cluster_kinds[i] == &KUBE_GPUCLASSES)
@@ -242,6 +266,13 @@ int controller_main(int argc, char **argv)
         kube_watcher_add(ctl_proc->watcher, &KUBE_PVCS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'v');
     ctl_proc->pvs_inf =
         kube_watcher_add(ctl_proc->watcher, &KUBE_PVS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'w');
+    /* the license copies, by label (never every Secret of the cluster),
+     * and the Secrets of the controller's own namespace, where the hoster
+     * keeps the token sources (docs/decisions/0029) */
+    ctl_proc->license_copies_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_SECRETS, NULL, CTL_LICENSE_COPY_SELECTOR,
+                                                    NULL, ctl_license_on_event, (void *)(intptr_t)'x');
+    ctl_proc->license_src_inf =
+        kube_watcher_add(ctl_proc->watcher, &KUBE_SECRETS, f->ns, NULL, NULL, ctl_license_on_event, (void *)(intptr_t)'y');
     if(f->policies_configmap && *f->policies_configmap) {
         char sel[300];
         snprintf(sel, sizeof sel, "metadata.name=%s", f->policies_configmap);
@@ -297,7 +328,7 @@ int controller_main(int argc, char **argv)
     if(f->leader_elect) {
         lease_options lo = {.namespace_ = f->ns, .name = f->lease_name, .identity = f->identity,
                             .lease_duration_ms = f->lease_ms, .renew_deadline_ms = f->renew_ms,
-                            .retry_period_ms = f->retry_ms, .on_change = ctl_bind_on_leader_change};
+                            .retry_period_ms = f->retry_ms, .on_change = on_leader_change};
         if(lease_start(&ctl_proc->lease, ctl_proc->client, &lo, &err) != COZY_OK) {
             fprintf(stderr, "cozygpu controller: %s\n", err.msg);
             goto shutdown;
@@ -312,6 +343,12 @@ int controller_main(int argc, char **argv)
     if(pthread_create(&ctl_proc->binder, NULL, ctl_bind_main, NULL) != 0) {
         ctl_proc->binder = 0;
         fprintf(stderr, "cozygpu controller: cannot start the binder\n");
+        goto shutdown;
+    }
+
+    if(pthread_create(&ctl_proc->licenser, NULL, ctl_license_main, NULL) != 0) {
+        ctl_proc->licenser = 0;
+        fprintf(stderr, "cozygpu controller: cannot start the license copier\n");
         goto shutdown;
     }
 
@@ -335,6 +372,8 @@ shutdown:
         pthread_join(ctl_proc->writer, NULL);
     if(ctl_proc->binder)
         pthread_join(ctl_proc->binder, NULL);
+    if(ctl_proc->licenser)
+        pthread_join(ctl_proc->licenser, NULL);
     lease_stop(ctl_proc->lease, 1);
     ctl_proc->lease = NULL;
     if(ctl_proc->server) {
