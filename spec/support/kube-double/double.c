@@ -134,6 +134,11 @@
  *    another namespace (also for a cluster-scoped dependent, which is then
  *    kept) a Warning Event OwnerRefInvalidNamespace about the dependent is
  *    written, as graph_builder.go reports it.
+ *  - Secrets and ConfigMaps (ValidateSecretUpdate, ValidateConfigMapUpdate
+ *    in pkg/apis/core/validation): a Secret's type cannot change, and once
+ *    `immutable: true` is stored, updates keep immutable and data (and
+ *    binaryData) as they are (422 Invalid; metadata may still change,
+ *    and deletion is allowed, as on the real server).
  *  - custom resources (kubevirt.io, cozystack.io) get defaulting and pruning
  *    from a stored CRD's schema and server-side Table output from its
  *    additionalPrinterColumns, when the CRD has been created.
@@ -248,7 +253,7 @@ const dbl_type DBL_TYPES[] = {
 };
 const size_t DBL_NTYPES = sizeof DBL_TYPES / sizeof DBL_TYPES[0];
 #define NTYPES (sizeof DBL_TYPES / sizeof DBL_TYPES[0])
-enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_EVENTS = 6, T_CRDS = 8 };
+enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_SECRETS = 3, T_CONFIGMAPS = 4, T_EVENTS = 6, T_CRDS = 8 };
 
 /* ---- options ---------------------------------------------------------- */
 
@@ -504,6 +509,42 @@ static json_t *err_invalid(const dbl_type *t, const char *name, const char *fiel
  * `Kind "name" is invalid: E` for one distinct error and `[E1, E2]` for
  * several (ToAggregate drops repeated texts; E is "field: message"). Takes
  * causes (stolen). */
+/* ValidateSecretUpdate / ValidateConfigMapUpdate (pkg/apis/core/validation
+ * of v1.32): a Secret's type never changes ("field is immutable"); once
+ * `immutable: true` is stored, immutable stays true and data (and a
+ * ConfigMap's binaryData) stay as they are ("field is immutable when
+ * `immutable` is set"). Appends the causes. stringData is not converted
+ * into data by the double (not faithful: the real server merges it into
+ * data first, so an update through stringData is refused as a change of
+ * data). */
+static void immutable_causes(json_t *causes, int secret, const json_t *next, const json_t *cur)
+{
+    static const char *const locked = "Forbidden: field is immutable when `immutable` is set";
+    if (secret) {
+        const json_t *nt = json_object_get(next, "type"), *ct = json_object_get(cur, "type");
+        const char *nv = json_string_value(nt) ?: "", *cv = json_string_value(ct) ?: "";
+        if (strcmp(nv, cv) != 0) {
+            char m[700];
+            snprintf(m, sizeof m, "Invalid value: \"%.600s\": field is immutable", nv);
+            json_array_append_new(causes, json_pack("{s:s,s:s,s:s}", "reason", "FieldValueInvalid", "message", m,
+                                                    "field", "type"));
+        }
+    }
+    if (!json_is_true(json_object_get(cur, "immutable"))) return;
+    if (!json_is_true(json_object_get(next, "immutable")))
+        json_array_append_new(causes, json_pack("{s:s,s:s,s:s}", "reason", "FieldValueForbidden", "message", locked,
+                                                "field", "immutable"));
+    static const char *const fields[] = { "data", "binaryData" };
+    for (int i = 0; i < (secret ? 1 : 2); i++) {
+        const json_t *a = json_object_get(next, fields[i]), *b = json_object_get(cur, fields[i]);
+        int same = (!a || json_object_size(a) == 0) && (!b || json_object_size(b) == 0) ? 1
+                 : a && b ? json_equal((json_t *)a, (json_t *)b) : 0;
+        if (!same || (secret && json_object_get(next, "stringData")))
+            json_array_append_new(causes, json_pack("{s:s,s:s,s:s}", "reason", "FieldValueForbidden", "message",
+                                                    locked, "field", fields[i]));
+    }
+}
+
 static json_t *err_invalid_causes(const dbl_type *t, const char *name, json_t *causes)
 {
     char qk[160];
@@ -1609,6 +1650,8 @@ static enum MHD_Result do_update(rq *r, const route *rt, json_t *obj, json_t *cu
                     json_array_extend(causes, pc);
                     json_decref(pc);
                 }
+                if (rt->res == T_SECRETS || rt->res == T_CONFIGMAPS)
+                    immutable_causes(causes, rt->res == T_SECRETS, next, cur);
                 if (json_array_size(causes)) err = err_invalid_causes(t, rt->name, causes);
                 else json_decref(causes);
             }
