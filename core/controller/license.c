@@ -53,6 +53,8 @@
 #define LABEL_MANAGED "app.kubernetes.io/managed-by"
 #define MANAGED_BY "cozygpu"
 #define COND "LicenseReady"
+/* how long a pair waits for the copies' watch to show its last write */
+#define WRITE_SETTLE_MS 5000
 
 /* ------------------------------------------------------------ dirty keys */
 
@@ -152,6 +154,8 @@ typedef struct state {
     json_t *ns_classes; /* ns -> {class: true}: pairs with a user or a copy, by namespace */
     json_t *class_ns; /* class -> {ns: true}: the same pairs, by class */
     json_t *remote;   /* "ns/name" -> the source object read by GET (null: 404) for sources elsewhere */
+    json_t *written;  /* "ns/class" -> {"rv": the copy's resourceVersion before our last write ("" none),
+                         "at": ms}: until the copies' watch shows the write, the pair is not written again */
     lkey *todo;       /* pairs "ns/class" to compare */
     lkey *conds;      /* classes whose condition must be compared and written */
     long long next_poll_ms;
@@ -194,9 +198,10 @@ static void state_drop(state *S)
     json_decref(S->ns_classes);
     json_decref(S->class_ns);
     json_decref(S->remote);
+    json_decref(S->written);
     key_free(&S->todo);
     key_free(&S->conds);
-    S->users = S->contrib = S->ns_classes = S->class_ns = S->remote = NULL;
+    S->users = S->contrib = S->ns_classes = S->class_ns = S->remote = S->written = NULL;
     S->built = 0;
     if(S->e) {
         engine_push_runtime_fn(S->e, "reset");
@@ -856,7 +861,7 @@ static int write_outcome(const char *op, const char *ns, const char *cls, cozy_r
     snprintf(cs, sizeof cs, "%ld", code);
     const char *msg = rc != COZY_OK ? err->msg : json_string_value(json_object_get(res, "message"));
     count_write(op, rc != COZY_OK || code == 409 || code == 429 || code >= 500 ? "retry" : "error");
-    log_write(LOG_WARN, "license", "cannot write the license copy", "op", op, "namespace", ns, "gpuclass", cls,
+    log_write(code == 409 ? LOG_INFO : LOG_WARN, "license", "cannot write the license copy", "op", op, "namespace", ns, "gpuclass", cls,
               "status", cs, "error", msg ? msg : "", NULL);
     if(rc != COZY_OK || code == 409 || code == 429 || code >= 500)
         return W_RETRY;
@@ -987,6 +992,19 @@ static int reconcile_pair(state *S, const char *ns, const char *cls)
     snprintf(ukey, sizeof ukey, "%s/%s", ns, cls);
     const json_t *users = json_object_get(S->users, ukey);
     json_t *copy = kube_informer_get(ctl_proc->license_copies_inf, ns, name);
+    const char *seen_rv = copy ? md_str(copy, "resourceVersion") : "";
+    json_t *wr = json_object_get(S->written, ukey);
+    if(wr) {
+        /* our last write of this copy is not in the watch cache yet: a
+         * comparison now would see the old copy and write again (a 409,
+         * or a second create); wait for it, at most WRITE_SETTLE_MS */
+        if(str_eq(json_string_value(json_object_get(wr, "rv")), seen_rv ? seen_rv : "") &&
+           mono_ms() - json_integer_value(json_object_get(wr, "at")) < WRITE_SETTLE_MS) {
+            json_decref(copy);
+            return W_RETRY;
+        }
+        json_object_del(S->written, ukey);
+    }
     json_t *labels = labels_of(cls);
     json_t *owners = NULL;
     int keep_data = 0;
@@ -1003,22 +1021,29 @@ static int reconcile_pair(state *S, const char *ns, const char *cls)
             owners = NULL;
         }
     }
-    int w = W_DONE;
+    int w = W_DONE, wrote = 1;
     if(!leading())
         w = W_RETRY;
     else if(!owners) {
         if(copy)
             w = delete_copy(ns, cls, copy);
+        else
+            wrote = 0;
     } else if(!copy)
         w = create_copy(ns, c, labels, owners);
     else if(!keep_data && !data_matches(copy, c)) {
-        /* the data of an immutable Secret cannot change: delete, then
-         * create (the next round, once the deletion is seen) */
+        /* the data of an immutable Secret cannot change in place: delete,
+         * then create */
         w = delete_copy(ns, cls, copy);
         if(w == W_DONE)
             w = create_copy(ns, c, labels, owners);
     } else if(!meta_matches(copy, labels, owners))
         w = update_copy(ns, cls, copy, labels, owners);
+    else
+        wrote = 0;
+    if(w == W_DONE && wrote)
+        json_object_set_new(S->written, ukey, json_pack("{s:s, s:I}", "rv", seen_rv ? seen_rv : "", "at",
+                                                         (json_int_t)mono_ms()));
     if(w == W_DONE && !owners && !json_object_size(users))
         pair_forget(S, ns, cls);
     json_decref(owners);
@@ -1190,6 +1215,7 @@ static void build(state *S)
     S->ns_classes = json_object();
     S->class_ns = json_object();
     S->remote = json_object();
+    S->written = json_object();
     S->next_poll_ms = 0;
     engine_push_runtime_fn(S->e, "reset");
     cozy_err err;

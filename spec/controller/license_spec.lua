@@ -241,8 +241,16 @@ describe("the leader's license copier (two replicas against the double)", functi
     for _, s in pairs(got) do check_copy(s, TOKEN1) end
     -- a while later the unentitled namespaces (tenant-b; tenant-b-y, whose
     -- parent lacks the label) still have none, though each has a claim
-    P.sleep(2)
+    -- and, once settled, nothing is written again: no Secret and no class
+    -- status write while nothing changes
+    d:reset_log()
+    P.sleep(3)
     assert.are.equal(set_of(w), set_of(copies()))
+    for _, r in ipairs(d:log()) do
+      local write = r.method ~= "GET" and not r.watch
+      assert.is_false(write and (r.path:find("/secrets", 1, true) ~= nil or r.path:find("/gpuclasses/", 1, true) ~= nil),
+        r.method .. " " .. r.path)
+    end
   end)
 
   it("follows the source when the token is rotated", function()
