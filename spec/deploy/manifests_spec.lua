@@ -209,6 +209,7 @@ describe("deploy/ RBAC", function()
       ["/namespaces"] = read,
       ["/nodes"] = read,
       ["/resourcequotas"] = read,
+      ["/secrets"] = { "create", "delete", "get", "list", "update", "watch" },
       ["/persistentvolumeclaims"] = read,
       ["/persistentvolumes"] = read,
       ["kubevirt.io/virtualmachineinstances"] = { "delete", "get", "list", "watch" },
