@@ -247,6 +247,10 @@ const dbl_type DBL_TYPES[] = {
       "ValidatingWebhookConfiguration", 0, "", 0, 0, 0, "" },
     { "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration",
       "MutatingWebhookConfiguration", 0, "", 0, 0, 0, "" },
+    { "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "validatingadmissionpolicy",
+      "ValidatingAdmissionPolicy", 0, "", 1, 0, 0, "" },
+    { "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", "validatingadmissionpolicybinding",
+      "ValidatingAdmissionPolicyBinding", 0, "", 0, 0, 0, "" },
     /* cert-manager's CRDs, as if installed (deploy/30-certificates.yaml) */
     { "cert-manager.io", "v1", "issuers", "issuer", "Issuer", 1, "", 1, 1, 1, "" },
     { "cert-manager.io", "v1", "certificates", "certificate", "Certificate", 1, "cert certs", 1, 1, 1, "" },
