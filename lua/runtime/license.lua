@@ -85,6 +85,20 @@ end
 function M.namespace_set(ns)
   local name = object.get(ns, "metadata", "name")
   if type(name) ~= "string" then error("a Namespace without metadata.name") end
+  local old = namespaces[name]
+  -- what the rule reads of a namespace: its vGPU label and its ancestors;
+  -- any other change (an annotation, another label) changes nobody's
+  -- answer, so the namespaces below are not recomputed
+  if old ~= nil and object.label(old, tenant.VGPU_LABEL) == object.label(ns, tenant.VGPU_LABEL) then
+    local chain = tenant.ancestors(ns, object.get(settings, "tenantRoot"))
+    local was = chain_of[name] or {}
+    local same = #chain == #was
+    for i = 1, #chain do same = same and chain[i] == was[i] end
+    if same then
+      namespaces[name] = ns
+      return {}
+    end
+  end
   unindex(name)
   namespaces[name] = ns
   index(name, ns)
