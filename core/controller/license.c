@@ -870,6 +870,8 @@ static int write_outcome(const char *op, const char *ns, const char *cls, cozy_r
 
 static int delete_copy(const char *ns, const char *cls, const json_t *copy)
 {
+    if(!leading())
+        return W_RETRY; /* checked just before each write */
     char name[600];
     snprintf(name, sizeof name, "%s%s", PREFIX, cls);
     char *path = kube_path(&KUBE_SECRETS, ns, name, NULL);
@@ -921,6 +923,8 @@ static int create_conflict(const char *ns, const char *cls, const char *name)
 
 static int create_copy(const char *ns, const lclass *c, const json_t *labels, const json_t *owners)
 {
+    if(!leading())
+        return W_RETRY; /* checked just before each write */
     char name[600];
     snprintf(name, sizeof name, "%s%s", PREFIX, c->name);
     char *b64 = cozy_base64_encode(c->token, c->token_len);
@@ -949,6 +953,8 @@ static int create_copy(const char *ns, const lclass *c, const json_t *labels, co
 /* Updates the metadata of `copy` (labels, no annotations, owners). */
 static int update_copy(const char *ns, const char *cls, const json_t *copy, const json_t *labels, const json_t *owners)
 {
+    if(!leading())
+        return W_RETRY; /* checked just before each write */
     json_t *obj = json_deep_copy(copy);
     json_t *md = json_object_get(obj, "metadata");
     if(!md) {
