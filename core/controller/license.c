@@ -777,8 +777,13 @@ static json_t *owners_of(const json_t *users, int active_vmis_only)
  * without a trailing '-' or '.' (a label value's limits). */
 static void class_label(const char *cls, char *buf, size_t n)
 {
-    snprintf(buf, n < 64 ? n : 64, "%s", cls);
-    size_t l = strlen(buf);
+    size_t l = strlen(cls);
+    if(l > 63)
+        l = 63;
+    if(l >= n)
+        l = n - 1;
+    memcpy(buf, cls, l);
+    buf[l] = 0;
     while(l > 0 && (buf[l - 1] == '-' || buf[l - 1] == '.'))
         buf[--l] = 0;
 }
