@@ -359,12 +359,17 @@ describe("the leader's license copier (two replicas against the double)", functi
     claim("tenant-b", "p1", "l40s")
     local cases = {
       { data = { ["token.txt"] = TOKEN1 }, reason = "KeyNotFound" },
-      { data = { [KEY] = "\1\2\3binary" }, reason = "NotAToken" },
-      { data = { [KEY] = "" }, reason = "NotAToken" },
+      { data = { [KEY] = "\1\2\3binary" }, reason = "NotAToken", why = "not printable" },
+      { data = { [KEY] = "" }, reason = "NotAToken", why = "empty" },
+      { data = { [KEY] = string.rep("A", 70000) }, reason = "NotAToken", why = "more than 65536" }, -- the 64 KiB bound
     }
     for _, k in ipairs(cases) do
       source(k.data)
-      local x = wait_cond("False", k.reason)
+      local x
+      assert(P.wait_until(function()
+        x = cond()
+        return x and x.status == "False" and x.reason == k.reason and x.message:find(k.why or "", 1, true)
+      end, 20), k.reason .. ": " .. json.encode(x or {}))
       assert.truthy(x.message:find(CLASS, 1, true), x.message)
       assert.truthy(x.message:find("cozy-gpu/nvidia-vgpu-license", 1, true), x.message)
       assert.falsy(x.message:find("tenant-", 1, true), x.message)
