@@ -45,7 +45,6 @@
 #include "base/b64.h"
 #include "base/log.h"
 #include "base/metrics.h"
-#include "base/utf8.h"
 #include "engine/luajson.h"
 
 #define PREFIX CTL_LICENSE_PREFIX
