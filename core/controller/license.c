@@ -1220,6 +1220,7 @@ static int write_cond(state *S, const char *name)
 
 static void build(state *S)
 {
+    long long t0 = mono_ms();
     S->users = json_object();
     S->contrib = json_object();
     S->ns_classes = json_object();
@@ -1272,7 +1273,11 @@ static void build(state *S)
     }
     json_decref(list);
     S->built = 1;
-    log_write(LOG_INFO, "license", "leading: every license copy is compared once", NULL);
+    char pairs[24], ms[24];
+    snprintf(pairs, sizeof pairs, "%u", HASH_COUNT(S->todo));
+    snprintf(ms, sizeof ms, "%lld", mono_ms() - t0);
+    log_write(LOG_INFO, "license", "leading: every license copy is compared once", "pairs", pairs, "read_ms", ms,
+              NULL);
 }
 
 static void apply_batch(state *S, lkey *batch)
