@@ -198,6 +198,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <uthash.h>
 
 /* ---- resource types --------------------------------------------------- */
 
@@ -280,9 +281,17 @@ typedef struct entry {
     char *key;        /* "ns/name" or "name": etcd key order */
     json_t *obj;      /* immutable */
 } entry;
+/* key -> position in store.v: lookups by key are constant time (the
+ * collector looks every owner reference up on every write) */
+typedef struct store_ix {
+    const char *key;  /* the entry's own key */
+    size_t i;
+    UT_hash_handle hh;
+} store_ix;
 typedef struct store {
-    entry *v;
+    entry *v;         /* in insertion order (the collector's walk order) */
     size_t n, cap;
+    store_ix *ix;
 } store;
 static store g_store[NTYPES];
 
@@ -602,19 +611,42 @@ static json_t *err_expired(unsigned long long rv, unsigned long long floor)
 static entry *store_find(int res, const char *key)
 {
     store *s = &g_store[res];
-    for (size_t i = 0; i < s->n; i++)
-        if (!strcmp(s->v[i].key, key)) return &s->v[i];
-    return NULL;
+    store_ix *x;
+    HASH_FIND_STR(s->ix, key, x);
+    return x ? &s->v[x->i] : NULL;
 }
 
 static void store_remove(int res, entry *e)
 {
     store *s = &g_store[res];
     size_t i = (size_t)(e - s->v);
+    store_ix *x;
+    HASH_FIND_STR(s->ix, e->key, x);
+    if (x) { HASH_DEL(s->ix, x); free(x); }
     free(e->key);
     json_decref(e->obj);
     memmove(&s->v[i], &s->v[i + 1], (s->n - i - 1) * sizeof *s->v);
     s->n--;
+    for (size_t j = i; j < s->n; j++) {   /* the entries after it moved down one */
+        HASH_FIND_STR(s->ix, s->v[j].key, x);
+        if (x) x->i = j;
+    }
+}
+
+static void store_append(int res, const char *key, json_t *obj)
+{
+    store *s = &g_store[res];
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+    }
+    s->v[s->n].key = strdup(key);
+    s->v[s->n].obj = obj;
+    store_ix *x = calloc(1, sizeof *x);
+    x->key = s->v[s->n].key;
+    x->i = s->n;
+    HASH_ADD_KEYPTR(hh, s->ix, x->key, strlen(x->key), x);
+    s->n++;
 }
 
 /* Records the write of `obj` (stolen; NULL for deletion with `last` given)
@@ -643,14 +675,7 @@ static unsigned long long commit(int res, const char *key, const char *type, jso
         json_decref(e->obj);
         e->obj = json_incref(obj);
     } else {
-        store *s = &g_store[res];
-        if (s->n == s->cap) {
-            s->cap = s->cap ? s->cap * 2 : 16;
-            s->v = realloc(s->v, s->cap * sizeof *s->v);
-        }
-        s->v[s->n].key = strdup(key);
-        s->v[s->n].obj = json_incref(obj);
-        s->n++;
+        store_append(res, key, json_incref(obj));
     }
     /* history ring: drop the oldest when full; that revision becomes the floor */
     if (g_hist_n == opt.history) {
@@ -2845,6 +2870,8 @@ int main(int argc, char **argv)
     MHD_stop_daemon(d);
 
     for (size_t i = 0; i < NTYPES; i++) {
+        store_ix *x, *tmp;
+        HASH_ITER(hh, g_store[i].ix, x, tmp) { HASH_DEL(g_store[i].ix, x); free(x); }
         for (size_t j = 0; j < g_store[i].n; j++) { free(g_store[i].v[j].key); json_decref(g_store[i].v[j].obj); }
         free(g_store[i].v);
     }
