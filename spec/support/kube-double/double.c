@@ -1981,6 +1981,12 @@ static int gc_report_namespace(int res, const json_t *dep, int ot, const json_t 
     const char *ns = meta_str(dep, "namespace") ?: "";
     const char *duid = meta_str(dep, "uid") ?: "";
     int elsewhere = 0;
+    /* uids are unique: an owner found in the dependent's own namespace with
+     * that uid is nowhere else (the walk below is for dangling references) */
+    char *own = make_key(ns, json_string_value(json_object_get(ref, "name")) ?: "");
+    entry *here = store_find(ot, own);
+    free(own);
+    if (here && !strcmp(meta_str(here->obj, "uid") ?: "", ruid)) return 0;
     for (size_t i = 0; i < g_store[ot].n && !elsewhere; i++) {
         const json_t *o = g_store[ot].v[i].obj;
         if (!strcmp(meta_str(o, "uid") ?: "", ruid) && strcmp(meta_str(o, "namespace") ?: "", ns)) elsewhere = 1;
