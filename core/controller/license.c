@@ -642,7 +642,25 @@ static void set_user(state *S, const char *ckey, const char *ns, const char *uke
     char key[600];
     const char *cls;
     json_t *v;
-    json_object_foreach(json_object_get(S->contrib, ckey), cls, v)
+    json_t *prev = json_object_get(S->contrib, ckey);
+    if(prev && classes && json_equal(prev, classes)) {
+        /* the same classes, uid and activity (a status write, a label):
+         * no pair changes, none is compared again */
+        int same = 1;
+        json_object_foreach(classes, cls, v)
+        {
+            snprintf(key, sizeof key, "%s/%s", ns, cls);
+            const json_t *u = json_object_get(json_object_get(S->users, key), ukey);
+            if(!u || !str_eq(json_string_value(json_object_get(u, "uid")), uid ? uid : "") ||
+               json_is_true(json_object_get(u, "active")) != !!active)
+                same = 0;
+        }
+        if(same) {
+            json_decref(classes);
+            return;
+        }
+    }
+    json_object_foreach(prev, cls, v)
     {
         if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
             continue;
