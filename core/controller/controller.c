@@ -11,6 +11,7 @@
  *   bind.c      the leader's binder loop (claim status, VMI deletes, pins)
  *   usage.c     the leader's usage records (Workloads) and their monitors
  *   event.c     Events on the controller's own objects
+ *   license.c   the leader's license token copies (DESIGN.md §8)
  *
  * Threads:
  *   main        flags, start-up, then waits for SIGTERM/SIGINT and shuts
@@ -29,6 +30,8 @@
  *   binder      leader-only: the binder's state from the watches, claim
  *               status, launcher pod pins.
  *   usage       leader-only: one Workload per held claim (DESIGN.md §3).
+ *   licenser    leader-only: license token Secret copies, the classes'
+ *               LicenseReady condition.
  */
 #include "controller/controller.h"
 
@@ -77,7 +80,7 @@ static long long mono_ms(void)
  * replica's view with the API server, and for the specs. */
 static void dump_caches(void)
 {
-    kube_informer *all[20];
+    kube_informer *all[24];
     int n = 0;
     for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
         all[n++] = ctl_proc->cluster_inf[i];
@@ -90,6 +93,8 @@ static void dump_caches(void)
     all[n++] = ctl_proc->pvs_inf;
     all[n++] = ctl_proc->workloads_inf;
     all[n++] = ctl_proc->monitors_inf;
+    all[n++] = ctl_proc->license_copies_inf;
+    all[n++] = ctl_proc->license_src_inf;
     json_t *out = json_array();
     for(int i = 0; i < n; i++) {
         const kube_resource *r = kube_informer_resource(all[i]);
@@ -119,6 +124,21 @@ static void dump_caches(void)
     else
         log_write(LOG_WARN, "controller", "cannot write the watch caches", "path", path, NULL);
     json_decref(out);
+}
+
+/* The cluster informers' events of the kinds both leader loops follow
+ * (classes, claims, VMIs, namespaces): the binder's, then the license
+ * copier's. ctx is the kind letter (bind.c, license.c). */
+static void on_cluster_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
+{
+    ctl_bind_on_event(ctx, inf, type, obj);
+    ctl_license_on_event(ctx, inf, type, obj);
+}
+
+static void on_leader_change(void *ctx, int leading)
+{
+    ctl_bind_on_leader_change(ctx, leading);
+    ctl_license_on_leader_change(ctx, leading);
 }
 
 int controller_main(int argc, char **argv)
@@ -199,6 +219,9 @@ int controller_main(int argc, char **argv)
                     "Usage record (Workload) and monitor (WorkloadMonitor) writes by object, op (create, update, "
                     "delete) and result (ok, conflict, error, unavailable: the type is not served).");
     metrics_gauge_set("cozygpu_usage_records_available", NULL, 0);
+    metrics_declare("cozygpu_license_copy_writes_total", "counter",
+                    "License token Secret copies written by the leader, by op (create, update, delete) and result "
+                    "(ok, retry, error).");
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 0);
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 0);
     metrics_counter_add("cozygpu_policy_errors_total", NULL, 0);
@@ -252,7 +275,8 @@ int controller_main(int argc, char **argv)
         int kind = r == &KUBE_GPUCLASSES ? 'c' : r == &KUBE_NODES ? 'n' : r == &KUBE_GPUCLAIMS ? 'l'
                  : r == &KUBE_VMIS ? 'i' : r == &KUBE_KUBEVIRTS ? 'k' : r == &KUBE_NAMESPACES ? 's'
                  : r == &KUBE_RESOURCEQUOTAS ? 'q' : 0;
-        kube_event_fn fn = kind ? ctl_bind_on_event : NULL;
+        kube_event_fn fn = kind == 'c' || kind == 'l' || kind == 'i' || kind == 's' ? on_cluster_event
+                         : kind ? ctl_bind_on_event : NULL;
         ctl_proc->cluster_inf[ctl_proc->n_cluster_inf++] =
             kube_watcher_add(ctl_proc->watcher, r, NULL, NULL, NULL, fn, (void *)(intptr_t)kind);
         if(cluster_kinds[i] == &KUBE_GPUCLASSES)
@@ -282,6 +306,13 @@ int controller_main(int argc, char **argv)
                                               (void *)(intptr_t)'o');
     kube_informer_set_optional(ctl_proc->workloads_inf);
     kube_informer_set_optional(ctl_proc->monitors_inf);
+    /* the license copies, by label (never every Secret of the cluster),
+     * and the Secrets of the controller's own namespace, where the hoster
+     * keeps the token sources (docs/decisions/0029) */
+    ctl_proc->license_copies_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_SECRETS, NULL, CTL_LICENSE_COPY_SELECTOR,
+                                                    NULL, ctl_license_on_event, (void *)(intptr_t)'x');
+    ctl_proc->license_src_inf =
+        kube_watcher_add(ctl_proc->watcher, &KUBE_SECRETS, f->ns, NULL, NULL, ctl_license_on_event, (void *)(intptr_t)'y');
     if(f->policies_configmap && *f->policies_configmap) {
         char sel[300];
         snprintf(sel, sizeof sel, "metadata.name=%s", f->policies_configmap);
@@ -337,7 +368,7 @@ int controller_main(int argc, char **argv)
     if(f->leader_elect) {
         lease_options lo = {.namespace_ = f->ns, .name = f->lease_name, .identity = f->identity,
                             .lease_duration_ms = f->lease_ms, .renew_deadline_ms = f->renew_ms,
-                            .retry_period_ms = f->retry_ms, .on_change = ctl_bind_on_leader_change};
+                            .retry_period_ms = f->retry_ms, .on_change = on_leader_change};
         if(lease_start(&ctl_proc->lease, ctl_proc->client, &lo, &err) != COZY_OK) {
             fprintf(stderr, "cozygpu controller: %s\n", err.msg);
             goto shutdown;
@@ -358,6 +389,12 @@ int controller_main(int argc, char **argv)
     if(pthread_create(&ctl_proc->usage, NULL, ctl_usage_main, NULL) != 0) {
         ctl_proc->usage = 0;
         fprintf(stderr, "cozygpu controller: cannot start the usage-record thread\n");
+        goto shutdown;
+    }
+
+    if(pthread_create(&ctl_proc->licenser, NULL, ctl_license_main, NULL) != 0) {
+        ctl_proc->licenser = 0;
+        fprintf(stderr, "cozygpu controller: cannot start the license copier\n");
         goto shutdown;
     }
 
@@ -383,6 +420,8 @@ shutdown:
         pthread_join(ctl_proc->binder, NULL);
     if(ctl_proc->usage)
         pthread_join(ctl_proc->usage, NULL);
+    if(ctl_proc->licenser)
+        pthread_join(ctl_proc->licenser, NULL);
     lease_stop(ctl_proc->lease, 1);
     ctl_proc->lease = NULL;
     if(ctl_proc->server) {

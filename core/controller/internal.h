@@ -10,6 +10,7 @@
  *   ctl_bind_     bind.c     the leader's binder loop: claim status, pins
  *   ctl_usage_    usage.c    the leader's usage records (Workloads) and monitors
  *   ctl_event_    event.c    Events on the controller's own objects
+ *   ctl_license_  license.c  the leader's license token copies (DESIGN.md §8)
  *   ctl_proc      controller.c  the state, wired up by controller_main
  *
  * Locking: one mutex (ctl.mu) and one condition variable (ctl.cv, on
@@ -56,6 +57,8 @@ typedef struct ctl {
     kube_informer *pvs_inf;      /* PersistentVolumes (their node affinity) */
     kube_informer *workloads_inf; /* usage records (Workloads) this controller manages (optional) */
     kube_informer *monitors_inf;  /* WorkloadMonitors this controller manages (optional) */
+    kube_informer *license_copies_inf; /* Secrets labelled as license copies (CTL_LICENSE_COPY_SELECTOR) */
+    kube_informer *license_src_inf;    /* Secrets of the controller's namespace (license sources) */
     webhook_server *server;
     lease_elector *lease;        /* NULL with --leader-elect=false */
 
@@ -66,7 +69,7 @@ typedef struct ctl {
     int policies_loaded; /* mu: a bundle is being served */
     int status_dirty;    /* mu: the status writer has work */
 
-    pthread_t reloader, writer, binder, usage;
+    pthread_t reloader, writer, binder, usage, licenser;
 } ctl;
 
 /* The one controller of this process (controller.c). */
@@ -287,5 +290,52 @@ void ctl_usage_on_leader_change(void *ctx, int leading);
  * hash, so that every claim has one name, the same on every replica and
  * after a restart (decision 0028). */
 void ctl_usage_record_name(const char *claim, char *out, size_t n);
+/* ---- license.c ---- */
+
+/* The copy of class C's token in a tenant namespace is the Secret
+ * CTL_LICENSE_PREFIX C (docs/decisions/0004), labelled
+ * app.kubernetes.io/managed-by=cozygpu and CTL_LICENSE_CLASS_LABEL=C (cut
+ * to 63 characters), holding only CTL_LICENSE_TOKEN_KEY
+ * (docs/decisions/0029). The copies' informer selects them with
+ * CTL_LICENSE_COPY_SELECTOR. */
+#define CTL_LICENSE_PREFIX "gpu-license-"
+#define CTL_LICENSE_CLASS_LABEL "gpu.cozystack.io/license-class"
+#define CTL_LICENSE_COPY_SELECTOR "app.kubernetes.io/managed-by=cozygpu," CTL_LICENSE_CLASS_LABEL
+/* the file name NVIDIA's GPU Operator gives the token (its licensing
+ * ConfigMap), and the key the guest finds it under */
+#define CTL_LICENSE_TOKEN_KEY "client_configuration_token.tok"
+/* owners one copy lists at most (the namespace's users of the class) */
+#define CTL_LICENSE_MAX_OWNERS 32
+/* a token larger than this is refused (NotAToken) */
+#define CTL_LICENSE_TOKEN_MAX_BYTES (64u * 1024u)
+
+/* The license copier thread (pthread start routine; `arg` unused; returns
+ * NULL once ctl.stopping is set). While this replica leads and every cache
+ * has listed: keeps, for every licensed vGPU GPUClass (spec.mode VGPU,
+ * spec.license.secretRef), the Secret CTL_LICENSE_PREFIX<class> in every
+ * namespace that runtime.license (cozygpu.tenant.vgpu_entitled) says is
+ * entitled and that has a GPUClaim or a VMI (not final) of the class:
+ * type Opaque, immutable, only the token under CTL_LICENSE_TOKEN_KEY, the
+ * users as ownerReferences (at most CTL_LICENSE_MAX_OWNERS); deletes it
+ * when the class, its license, the entitlement (once no VMI of the class
+ * runs there: DESIGN.md §8) or the last user goes; writes the class's
+ * LicenseReady condition (True TokenFound; False SecretNotFound,
+ * KeyNotFound, NotAToken, naming the class and its secretRef, never a
+ * tenant namespace) with a log line and a Warning Event on each new
+ * failure. Incremental per event; one full compare on taking the lead.
+ * Rules: DESIGN.md §3, §5, §8; docs/decisions/0004, 0029. When
+ * runtime.license cannot be opened the thread logs it and ends. */
+void *ctl_license_main(void *arg);
+
+/* kube_event_fn of the informers the copier follows: `ctx` is the kind
+ * letter cast to a pointer ('c' GPUClass, 's' Namespace, 'l' GPUClaim,
+ * 'i' VMI, 'x' license copy, 'y' Secret of the controller's namespace);
+ * records ns/name as changed and wakes the copier. Runs on the watcher
+ * thread; takes mu. */
+void ctl_license_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
+
+/* lease_options.on_change part of the copier: wakes it so that it builds
+ * (leading) or drops (not leading) its state at once. Takes mu. */
+void ctl_license_on_leader_change(void *ctx, int leading);
 
 #endif

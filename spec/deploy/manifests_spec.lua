@@ -48,7 +48,8 @@ local function get(kind, name)
 end
 
 local CLUSTER_SCOPED = { Namespace = true, ClusterRole = true, ClusterRoleBinding = true,
-  CustomResourceDefinition = true, MutatingWebhookConfiguration = true, ValidatingWebhookConfiguration = true }
+  CustomResourceDefinition = true, MutatingWebhookConfiguration = true, ValidatingWebhookConfiguration = true,
+  ValidatingAdmissionPolicy = true, ValidatingAdmissionPolicyBinding = true }
 
 local function deployment() return get("Deployment", "cozygpu-controller") end
 local function container() return deployment().spec.template.spec.containers[1] end
@@ -209,6 +210,7 @@ describe("deploy/ RBAC", function()
       ["/namespaces"] = read,
       ["/nodes"] = read,
       ["/resourcequotas"] = read,
+      ["/secrets"] = { "create", "delete", "get", "list", "update", "watch" },
       ["/persistentvolumeclaims"] = read,
       ["/persistentvolumes"] = read,
       ["kubevirt.io/virtualmachineinstances"] = { "delete", "get", "list", "watch" },
@@ -241,6 +243,29 @@ describe("deploy/ RBAC", function()
       assert.are.same({ { kind = "ServiceAccount", name = "cozygpu-controller", namespace = NS } }, b.subjects)
     end
     assert.are.equal("cozygpu-controller", deployment().spec.template.spec.serviceAccountName)
+  end)
+end)
+
+describe("deploy/ license copies policy (decision 0029)", function()
+  it("refuses writes of Secrets carrying the copies' label, on create, update and delete, failing closed", function()
+    local p = get("ValidatingAdmissionPolicy", "cozygpu-license-copies")
+    assert.are.equal("Fail", p.spec.failurePolicy)
+    assert.are.same({ { apiGroups = { "" }, apiVersions = { "v1" }, resources = { "secrets" },
+      operations = { "CREATE", "UPDATE", "DELETE" } } }, p.spec.matchConstraints.resourceRules)
+    assert.are.same({ matchExpressions = { { key = "gpu.cozystack.io/license-class", operator = "Exists" } } },
+      p.spec.matchConstraints.objectSelector)
+    assert.are.same({ "false" }, (function()
+      local out = {}
+      for i, v in ipairs(p.spec.validations) do out[i] = v.expression end
+      return out
+    end)())
+    -- the writer it lets through is the ServiceAccount the controller runs as
+    local sa = get("ServiceAccount", deployment().spec.template.spec.serviceAccountName)
+    local who = ("'system:serviceaccount:%s:%s'"):format(sa.metadata.namespace, sa.metadata.name)
+    assert.truthy(p.spec.matchConditions[1].expression:find(who, 1, true), p.spec.matchConditions[1].expression)
+    local b = get("ValidatingAdmissionPolicyBinding", "cozygpu-license-copies")
+    assert.are.equal("cozygpu-license-copies", b.spec.policyName)
+    assert.are.same({ "Deny" }, b.spec.validationActions)
   end)
 end)
 

@@ -144,3 +144,48 @@ describe("matchConditions (evaluated with @bufbuild/cel)", function()
     assert.are.equal(condition("/validate/vmi"), condition("/mutate/vmi"))
   end)
 end)
+
+-- The license copies' ValidatingAdmissionPolicy (deploy/55-license-copies-
+-- policy.yaml, decision 0029): its matchCondition decides who is refused,
+-- from request.userInfo alone.
+describe("the license copies' ValidatingAdmissionPolicy (evaluated with @bufbuild/cel)", function()
+  if not available() then
+    pending("node or @bufbuild/cel missing (npm install --prefix " .. H.build .. "/cel @bufbuild/cel@0.6.1)")
+    return
+  end
+
+  local function policy_condition()
+    for _, d in ipairs(assert(core.manifests("deploy/55-license-copies-policy.yaml"))) do
+      if d.object.kind == "ValidatingAdmissionPolicy" then return d.object.spec.matchConditions[1].expression end
+    end
+    error("no ValidatingAdmissionPolicy")
+  end
+
+  it("refuses tenants, and lets the controller, the collector, the namespace controller and system:masters through", function()
+    local expr = policy_condition()
+    local cases = {
+      { "a tenant admin", { username = "alice", groups = json.array { "system:authenticated", "tenant-a-admins" } }, true },
+      { "a tenant's ServiceAccount", { username = "system:serviceaccount:tenant-a:default" }, true },
+      { "another cozy-gpu ServiceAccount", { username = "system:serviceaccount:cozy-gpu:default" }, true },
+      { "the controller", { username = "system:serviceaccount:cozy-gpu:cozygpu-controller" }, false },
+      { "the garbage collector", { username = "system:serviceaccount:kube-system:generic-garbage-collector" }, false },
+      { "the namespace controller", { username = "system:serviceaccount:kube-system:namespace-controller" }, false },
+      { "kube-controller-manager's own identity", { username = "system:kube-controller-manager" }, false },
+      { "a cluster admin", { username = "kubernetes-admin", groups = json.array { "system:masters" } }, false },
+    }
+    local input = json.array()
+    for i, c in ipairs(cases) do
+      input[i] = { expression = expr, object = json.object(), request = { operation = "UPDATE", userInfo = c[2] } }
+    end
+    local inf, outf = os.tmpname(), os.tmpname()
+    H.write(inf, json.encode({ cases = input }))
+    local ok = os.execute(("env -u LD_PRELOAD NODE_PATH=%s node spec/deploy/cel-eval.js <%s >%s"):format(H.q(MODULES), inf, outf))
+    local res = H.json_lines(H.read(outf))
+    os.remove(inf) os.remove(outf)
+    assert(ok, "cel-eval.js failed")
+    for i, c in ipairs(cases) do
+      assert.is_nil(res[i].error, c[1] .. ": " .. tostring(res[i].error))
+      assert.are.equal(c[3], res[i].value, c[1])
+    end
+  end)
+end)

@@ -138,6 +138,11 @@
  *    another namespace (also for a cluster-scoped dependent, which is then
  *    kept) a Warning Event OwnerRefInvalidNamespace about the dependent is
  *    written, as graph_builder.go reports it.
+ *  - Secrets and ConfigMaps (ValidateSecretUpdate, ValidateConfigMapUpdate
+ *    in pkg/apis/core/validation): a Secret's type cannot change, and once
+ *    `immutable: true` is stored, updates keep immutable and data (and
+ *    binaryData) as they are (422 Invalid; metadata may still change,
+ *    and deletion is allowed, as on the real server).
  *  - custom resources (kubevirt.io, cozystack.io) get defaulting and pruning
  *    from a stored CRD's schema and server-side Table output from its
  *    additionalPrinterColumns, when the CRD has been created.
@@ -197,6 +202,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <uthash.h>
 
 /* ---- resource types --------------------------------------------------- */
 
@@ -249,13 +255,17 @@ const dbl_type DBL_TYPES[] = {
       "ValidatingWebhookConfiguration", 0, "", 0, 0, 0, "" },
     { "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration",
       "MutatingWebhookConfiguration", 0, "", 0, 0, 0, "" },
+    { "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "validatingadmissionpolicy",
+      "ValidatingAdmissionPolicy", 0, "", 1, 0, 0, "" },
+    { "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", "validatingadmissionpolicybinding",
+      "ValidatingAdmissionPolicyBinding", 0, "", 0, 0, 0, "" },
     /* cert-manager's CRDs, as if installed (deploy/30-certificates.yaml) */
     { "cert-manager.io", "v1", "issuers", "issuer", "Issuer", 1, "", 1, 1, 1, "" },
     { "cert-manager.io", "v1", "certificates", "certificate", "Certificate", 1, "cert certs", 1, 1, 1, "" },
 };
 const size_t DBL_NTYPES = sizeof DBL_TYPES / sizeof DBL_TYPES[0];
 #define NTYPES (sizeof DBL_TYPES / sizeof DBL_TYPES[0])
-enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_EVENTS = 6, T_CRDS = 8 };
+enum { T_NAMESPACES = 0, T_NODES = 1, T_PODS = 2, T_SECRETS = 3, T_CONFIGMAPS = 4, T_EVENTS = 6, T_CRDS = 8 };
 
 /* ---- options ---------------------------------------------------------- */
 
@@ -281,9 +291,17 @@ typedef struct entry {
     char *key;        /* "ns/name" or "name": etcd key order */
     json_t *obj;      /* immutable */
 } entry;
+/* key -> position in store.v: lookups by key are constant time (the
+ * collector looks every owner reference up on every write) */
+typedef struct store_ix {
+    const char *key;  /* the entry's own key */
+    size_t i;
+    UT_hash_handle hh;
+} store_ix;
 typedef struct store {
-    entry *v;
+    entry *v;         /* in insertion order (the collector's walk order) */
     size_t n, cap;
+    store_ix *ix;
 } store;
 static store g_store[NTYPES];
 
@@ -514,6 +532,42 @@ static json_t *err_invalid(const dbl_type *t, const char *name, const char *fiel
  * `Kind "name" is invalid: E` for one distinct error and `[E1, E2]` for
  * several (ToAggregate drops repeated texts; E is "field: message"). Takes
  * causes (stolen). */
+/* ValidateSecretUpdate / ValidateConfigMapUpdate (pkg/apis/core/validation
+ * of v1.32): a Secret's type never changes ("field is immutable"); once
+ * `immutable: true` is stored, immutable stays true and data (and a
+ * ConfigMap's binaryData) stay as they are ("field is immutable when
+ * `immutable` is set"). Appends the causes. stringData is not converted
+ * into data by the double (not faithful: the real server merges it into
+ * data first, so an update through stringData is refused as a change of
+ * data). */
+static void immutable_causes(json_t *causes, int secret, const json_t *next, const json_t *cur)
+{
+    static const char *const locked = "Forbidden: field is immutable when `immutable` is set";
+    if (secret) {
+        const json_t *nt = json_object_get(next, "type"), *ct = json_object_get(cur, "type");
+        const char *nv = json_string_value(nt) ?: "", *cv = json_string_value(ct) ?: "";
+        if (strcmp(nv, cv) != 0) {
+            char m[700];
+            snprintf(m, sizeof m, "Invalid value: \"%.600s\": field is immutable", nv);
+            json_array_append_new(causes, json_pack("{s:s,s:s,s:s}", "reason", "FieldValueInvalid", "message", m,
+                                                    "field", "type"));
+        }
+    }
+    if (!json_is_true(json_object_get(cur, "immutable"))) return;
+    if (!json_is_true(json_object_get(next, "immutable")))
+        json_array_append_new(causes, json_pack("{s:s,s:s,s:s}", "reason", "FieldValueForbidden", "message", locked,
+                                                "field", "immutable"));
+    static const char *const fields[] = { "data", "binaryData" };
+    for (int i = 0; i < (secret ? 1 : 2); i++) {
+        const json_t *a = json_object_get(next, fields[i]), *b = json_object_get(cur, fields[i]);
+        int same = (!a || json_object_size(a) == 0) && (!b || json_object_size(b) == 0) ? 1
+                 : a && b ? json_equal((json_t *)a, (json_t *)b) : 0;
+        if (!same || (secret && json_object_get(next, "stringData")))
+            json_array_append_new(causes, json_pack("{s:s,s:s,s:s}", "reason", "FieldValueForbidden", "message",
+                                                    locked, "field", fields[i]));
+    }
+}
+
 static json_t *err_invalid_causes(const dbl_type *t, const char *name, json_t *causes)
 {
     char qk[160];
@@ -567,19 +621,42 @@ static json_t *err_expired(unsigned long long rv, unsigned long long floor)
 static entry *store_find(int res, const char *key)
 {
     store *s = &g_store[res];
-    for (size_t i = 0; i < s->n; i++)
-        if (!strcmp(s->v[i].key, key)) return &s->v[i];
-    return NULL;
+    store_ix *x;
+    HASH_FIND_STR(s->ix, key, x);
+    return x ? &s->v[x->i] : NULL;
 }
 
 static void store_remove(int res, entry *e)
 {
     store *s = &g_store[res];
     size_t i = (size_t)(e - s->v);
+    store_ix *x;
+    HASH_FIND_STR(s->ix, e->key, x);
+    if (x) { HASH_DEL(s->ix, x); free(x); }
     free(e->key);
     json_decref(e->obj);
     memmove(&s->v[i], &s->v[i + 1], (s->n - i - 1) * sizeof *s->v);
     s->n--;
+    for (size_t j = i; j < s->n; j++) {   /* the entries after it moved down one */
+        HASH_FIND_STR(s->ix, s->v[j].key, x);
+        if (x) x->i = j;
+    }
+}
+
+static void store_append(int res, const char *key, json_t *obj)
+{
+    store *s = &g_store[res];
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+    }
+    s->v[s->n].key = strdup(key);
+    s->v[s->n].obj = obj;
+    store_ix *x = calloc(1, sizeof *x);
+    x->key = s->v[s->n].key;
+    x->i = s->n;
+    HASH_ADD_KEYPTR(hh, s->ix, x->key, strlen(x->key), x);
+    s->n++;
 }
 
 /* Records the write of `obj` (stolen; NULL for deletion with `last` given)
@@ -608,14 +685,7 @@ static unsigned long long commit(int res, const char *key, const char *type, jso
         json_decref(e->obj);
         e->obj = json_incref(obj);
     } else {
-        store *s = &g_store[res];
-        if (s->n == s->cap) {
-            s->cap = s->cap ? s->cap * 2 : 16;
-            s->v = realloc(s->v, s->cap * sizeof *s->v);
-        }
-        s->v[s->n].key = strdup(key);
-        s->v[s->n].obj = json_incref(obj);
-        s->n++;
+        store_append(res, key, json_incref(obj));
     }
     /* history ring: drop the oldest when full; that revision becomes the floor */
     if (g_hist_n == opt.history) {
@@ -1619,6 +1689,8 @@ static enum MHD_Result do_update(rq *r, const route *rt, json_t *obj, json_t *cu
                     json_array_extend(causes, pc);
                     json_decref(pc);
                 }
+                if (rt->res == T_SECRETS || rt->res == T_CONFIGMAPS)
+                    immutable_causes(causes, rt->res == T_SECRETS, next, cur);
                 if (json_array_size(causes)) err = err_invalid_causes(t, rt->name, causes);
                 else json_decref(causes);
             }
@@ -1919,6 +1991,12 @@ static int gc_report_namespace(int res, const json_t *dep, int ot, const json_t 
     const char *ns = meta_str(dep, "namespace") ?: "";
     const char *duid = meta_str(dep, "uid") ?: "";
     int elsewhere = 0;
+    /* uids are unique: an owner found in the dependent's own namespace with
+     * that uid is nowhere else (the walk below is for dangling references) */
+    char *own = make_key(ns, json_string_value(json_object_get(ref, "name")) ?: "");
+    entry *here = store_find(ot, own);
+    free(own);
+    if (here && !strcmp(meta_str(here->obj, "uid") ?: "", ruid)) return 0;
     for (size_t i = 0; i < g_store[ot].n && !elsewhere; i++) {
         const json_t *o = g_store[ot].v[i].obj;
         if (!strcmp(meta_str(o, "uid") ?: "", ruid) && strcmp(meta_str(o, "namespace") ?: "", ns)) elsewhere = 1;
@@ -2820,6 +2898,8 @@ int main(int argc, char **argv)
     MHD_stop_daemon(d);
 
     for (size_t i = 0; i < NTYPES; i++) {
+        store_ix *x, *tmp;
+        HASH_ITER(hh, g_store[i].ix, x, tmp) { HASH_DEL(g_store[i].ix, x); free(x); }
         for (size_t j = 0; j < g_store[i].n; j++) { free(g_store[i].v[j].key); json_decref(g_store[i].v[j].obj); }
         free(g_store[i].v);
     }

@@ -1,0 +1,1408 @@
+/* license.c — the leader's license copier (internal.h, ctl_license_): the
+ * hoster's NVIDIA client configuration token, named by a licensed vGPU
+ * class's spec.license.secretRef, copied as the Secret
+ * `gpu-license-<class>` into every namespace that is entitled to vGPU and
+ * uses the class; the class's `LicenseReady` condition.
+ *
+ * Rules: DESIGN.md §3 (GPUClass spec.license), §5 (vGPU entitlement: the
+ * rule is cozygpu.tenant's vgpu_entitled, asked through runtime.license,
+ * never re-implemented here), §8 (licensing); docs/decisions/0004 (the
+ * copy's name, the VMI's volume), 0029 (this copier: what a copy holds,
+ * who owns it, what a namespace that lost the entitlement keeps, the
+ * token check).
+ *
+ * One thread, like the binder (bind.c). The watcher thread's callbacks
+ * record which objects changed ("K:ns/name") and wake it. While this
+ * replica leads and every cache has listed, the thread:
+ *   1. on taking the lead, reads every namespace (into runtime.license),
+ *      class, claim, VMI and copy from the caches once and compares every
+ *      (namespace, class) pair that has a user or a copy;
+ *   2. after that applies each changed object and compares only the pairs
+ *      it touches: a claim or VMI its namespace's pairs of its classes, a
+ *      namespace the pairs of the namespaces whose entitlement it changed
+ *      (itself and those below it in the tenant tree), a class or its
+ *      source Secret the pairs of that class, a copy its own pair;
+ *   3. writes a copy only when it differs from what the pair wants:
+ *      create, update (metadata), or delete and create (the data of an
+ *      immutable Secret cannot change in place), each after checking the
+ *      Lease; a failed write stays queued and is retried a second later;
+ *   4. writes each class's LicenseReady condition through the status
+ *      subresource when it changed (read-modify-write of that condition
+ *      only, as status.c does for Accepted), and reports a bad source once
+ *      per reason with a log line and a Warning Event on the class.
+ * Sources in the controller's own namespace come from a watch of that
+ * namespace's Secrets; a source elsewhere is read with a GET every
+ * --status-interval. Losing the lead drops the state.
+ */
+#include "controller/internal.h"
+
+#include <lua.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uthash.h>
+
+#include "base/b64.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "engine/luajson.h"
+
+#define PREFIX CTL_LICENSE_PREFIX
+#define LABEL_CLASS CTL_LICENSE_CLASS_LABEL
+#define LABEL_MANAGED "app.kubernetes.io/managed-by"
+#define MANAGED_BY "cozygpu"
+#define COND "LicenseReady"
+/* how long a pair waits for the copies' watch to show its last write */
+#define WRITE_SETTLE_MS 5000
+
+/* ------------------------------------------------------------ dirty keys */
+
+typedef struct lkey {
+    char *key;
+    UT_hash_handle hh;
+} lkey;
+
+static lkey *g_dirty; /* mu */
+static int g_wake;    /* mu: leadership changed */
+
+static void key_add(lkey **set, const char *key)
+{
+    lkey *d;
+    HASH_FIND_STR(*set, key, d);
+    if(d)
+        return;
+    d = calloc(1, sizeof *d);
+    if(!d || !(d->key = strdup(key))) {
+        free(d);
+        return; /* out of memory: the next relist or take-over brings it back */
+    }
+    HASH_ADD_KEYPTR(hh, *set, d->key, strlen(d->key), d);
+}
+
+static void key_del(lkey **set, lkey *d)
+{
+    HASH_DEL(*set, d);
+    free(d->key);
+    free(d);
+}
+
+static void key_free(lkey **set)
+{
+    lkey *d, *t;
+    HASH_ITER(hh, *set, d, t) key_del(set, d);
+}
+
+static const char *md_str(const json_t *obj, const char *field)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
+}
+
+void ctl_license_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
+{
+    (void)inf, (void)type;
+    char kind = (char)(intptr_t)ctx;
+    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    if(!name)
+        return;
+    size_t n = strlen(name) + (ns ? strlen(ns) : 0) + 4;
+    char *key = malloc(n);
+    if(!key)
+        return;
+    snprintf(key, n, "%c:%s/%s", kind, ns ? ns : "", name);
+    pthread_mutex_lock(&ctl_proc->mu);
+    key_add(&g_dirty, key);
+    pthread_cond_broadcast(&ctl_proc->cv);
+    pthread_mutex_unlock(&ctl_proc->mu);
+    free(key);
+}
+
+void ctl_license_on_leader_change(void *ctx, int leading)
+{
+    (void)ctx, (void)leading;
+    pthread_mutex_lock(&ctl_proc->mu);
+    g_wake = 1;
+    pthread_cond_broadcast(&ctl_proc->cv);
+    pthread_mutex_unlock(&ctl_proc->mu);
+}
+
+/* ------------------------------------------------------------ the state */
+
+/* One GPUClass as the copier sees it. */
+typedef struct lclass {
+    char *name;
+    int licensed;        /* VGPU with spec.license.secretRef (name and namespace) */
+    char *src_ns, *src_name;
+    char *resource_name; /* spec.resourceName: a VMI's deviceName maps to the class through it */
+    char *token;         /* the source's token when it passed the check, else NULL */
+    size_t token_len;
+    char *key;           /* the source key it came from */
+    char *src_rv;        /* the resourceVersion of the source read last ("" absent) */
+    char reason[32];     /* LicenseReady: "" (no condition: not licensed), TokenFound, or the failure */
+    char message[1024];
+    char reported[32];   /* the failure reason last reported (log, Event), "" none */
+    json_int_t generation;
+    UT_hash_handle hh;
+} lclass;
+
+typedef struct state {
+    int built;
+    engine *e;        /* runtime.license */
+    lclass *classes;
+    json_t *users;    /* "ns/class" -> {"Kind/name": {"uid": U, "active": bool}} */
+    json_t *contrib;  /* "K:ns/name" (claim 'l', VMI 'i') -> {class: true}: what it added to users */
+    json_t *ns_classes; /* ns -> {class: true}: pairs with a user or a copy, by namespace */
+    json_t *class_ns; /* class -> {ns: true}: the same pairs, by class */
+    json_t *remote;   /* "ns/name" -> the source object read by GET (null: 404) for sources elsewhere */
+    json_t *written;  /* "ns/class" -> {"rv": the copy's resourceVersion before our last write ("" none),
+                         "at": ms}: until the copies' watch shows the write, the pair is not written again */
+    lkey *todo;       /* pairs "ns/class" to compare */
+    lkey *conds;      /* classes whose condition must be compared and written */
+    long long next_poll_ms;
+} state;
+
+static int leading(void)
+{
+    return lease_is_leader(ctl_proc->lease);
+}
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void class_free(lclass *c)
+{
+    free(c->name);
+    free(c->src_ns);
+    free(c->src_name);
+    free(c->resource_name);
+    free(c->token);
+    free(c->key);
+    free(c->src_rv);
+    free(c);
+}
+
+static void state_drop(state *S)
+{
+    lclass *c, *t;
+    HASH_ITER(hh, S->classes, c, t)
+    {
+        HASH_DEL(S->classes, c);
+        class_free(c);
+    }
+    json_decref(S->users);
+    json_decref(S->contrib);
+    json_decref(S->ns_classes);
+    json_decref(S->class_ns);
+    json_decref(S->remote);
+    json_decref(S->written);
+    key_free(&S->todo);
+    key_free(&S->conds);
+    S->users = S->contrib = S->ns_classes = S->class_ns = S->remote = S->written = NULL;
+    S->built = 0;
+    if(S->e) {
+        engine_push_runtime_fn(S->e, "reset");
+        cozy_err err;
+        engine_call(S->e, 0, 0, 0, &err);
+    }
+}
+
+static kube_informer *cluster_inf(const kube_resource *r)
+{
+    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
+        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == r)
+            return ctl_proc->cluster_inf[i];
+    return NULL;
+}
+
+/* "ns/name" into ns and name (pointing into buf). */
+static void split_key(const char *key, char *buf, size_t n, const char **ns, const char **name)
+{
+    snprintf(buf, n, "%s", key);
+    char *slash = strchr(buf, '/');
+    if(!slash) {
+        *ns = "";
+        *name = buf;
+        return;
+    }
+    *slash = 0;
+    *ns = buf;
+    *name = slash + 1;
+}
+
+/* Queues pair (ns, class) and indexes it both ways. */
+static void pair_touch(state *S, const char *ns, const char *cls)
+{
+    char key[600];
+    if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
+        return;
+    key_add(&S->todo, key);
+    json_t *a = json_object_get(S->ns_classes, ns);
+    if(!a) {
+        a = json_object();
+        json_object_set_new(S->ns_classes, ns, a);
+    }
+    json_object_set_new(a, cls, json_true());
+    json_t *b = json_object_get(S->class_ns, cls);
+    if(!b) {
+        b = json_object();
+        json_object_set_new(S->class_ns, cls, b);
+    }
+    json_object_set_new(b, ns, json_true());
+}
+
+/* Forgets pair (ns, class) in both indexes (no user, no copy left). */
+static void pair_forget(state *S, const char *ns, const char *cls)
+{
+    json_t *a = json_object_get(S->ns_classes, ns);
+    json_object_del(a, cls);
+    if(a && json_object_size(a) == 0)
+        json_object_del(S->ns_classes, ns);
+    json_t *b = json_object_get(S->class_ns, cls);
+    json_object_del(b, ns);
+    if(b && json_object_size(b) == 0)
+        json_object_del(S->class_ns, cls);
+}
+
+/* Every pair of class `cls` queued (its license or token changed). */
+static void class_touch(state *S, const char *cls)
+{
+    const char *ns;
+    json_t *v;
+    char key[600];
+    json_object_foreach(json_object_get(S->class_ns, cls), ns, v)
+    {
+        if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
+            key_add(&S->todo, key);
+    }
+}
+
+/* --- entitlement through runtime.license --- */
+
+/* Calls runtime.license[fn] with one argument (a JSON object, or a string
+ * when obj is NULL) and returns the names it answered (a new array), or
+ * NULL when it failed (logged). */
+static json_t *lua_changed(state *S, const char *fn, const json_t *obj, const char *name)
+{
+    lua_State *L = engine_lua(S->e);
+    engine_push_runtime_fn(S->e, fn);
+    if(obj)
+        luajson_push(L, obj);
+    else
+        lua_pushstring(L, name);
+    cozy_err err;
+    if(engine_call(S->e, 1, 1, 0, &err) != ENGINE_ALLOWED) {
+        log_write(LOG_WARN, "license", "runtime.license failed on a namespace", "namespace", name, "error", err.msg,
+                  NULL);
+        return NULL;
+    }
+    json_t *out = NULL;
+    if(engine_to_json(S->e, -1, &out, &err) != COZY_OK)
+        out = NULL;
+    lua_pop(L, 1);
+    return out;
+}
+
+static int entitled(state *S, const char *ns)
+{
+    lua_State *L = engine_lua(S->e);
+    engine_push_runtime_fn(S->e, "entitled");
+    lua_pushstring(L, ns);
+    cozy_err err;
+    if(engine_call(S->e, 1, 1, 0, &err) != ENGINE_ALLOWED) {
+        log_write(LOG_WARN, "license", "runtime.license.entitled failed; the namespace counts as not entitled",
+                  "namespace", ns, "error", err.msg, NULL);
+        return 0;
+    }
+    int yes = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return yes;
+}
+
+/* Namespace `name` from the cache into runtime.license; queues the pairs
+ * of every namespace whose entitlement changed. */
+static void apply_namespace(state *S, const char *name)
+{
+    json_t *obj = kube_informer_get(cluster_inf(&KUBE_NAMESPACES), NULL, name);
+    json_t *changed = obj ? lua_changed(S, "namespace_set", obj, name) : lua_changed(S, "namespace_gone", NULL, name);
+    json_decref(obj);
+    size_t i;
+    json_t *n;
+    json_array_foreach(changed, i, n)
+    {
+        const char *ns = json_string_value(n);
+        const char *cls;
+        json_t *v;
+        char key[600];
+        json_object_foreach(json_object_get(S->ns_classes, ns ? ns : ""), cls, v)
+        {
+            if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
+                key_add(&S->todo, key);
+        }
+    }
+    json_decref(changed);
+}
+
+/* --- classes and their source --- */
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static int str_eq(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* GETs Secret ns/name into S->remote (null: 404). 0 when read, -1 when the
+ * read failed (logged; what S->remote held stays). */
+static int fetch_remote(state *S, const char *ns, const char *name, const char *cls)
+{
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
+    long code = 0;
+    json_t *obj = NULL;
+    cozy_err err;
+    if(kube_get(ctl_proc->client, &KUBE_SECRETS, ns, name, &code, &obj, &err) != COZY_OK) {
+        log_write(LOG_WARN, "license", "cannot read the license Secret", "gpuclass", cls, "error", err.msg, NULL);
+        return -1;
+    }
+    if(code == 200 && json_is_object(obj)) {
+        json_object_set_new(S->remote, key, obj);
+        return 0;
+    }
+    json_decref(obj);
+    if(code == 404) {
+        json_object_set_new(S->remote, key, json_null());
+        return 0;
+    }
+    char cs[16];
+    snprintf(cs, sizeof cs, "%ld", code);
+    log_write(LOG_WARN, "license", "cannot read the license Secret", "gpuclass", cls, "status", cs, NULL);
+    return -1;
+}
+
+/* The source Secret of class c as the copier sees it now: from the watch
+ * of the controller's namespace, or from the last GET (sources elsewhere;
+ * read now when never read). A new reference, or NULL when it does not
+ * exist. */
+static json_t *source_of(state *S, const lclass *c)
+{
+    if(strcmp(c->src_ns, ctl_proc->f.ns) == 0)
+        return kube_informer_get(ctl_proc->license_src_inf, c->src_ns, c->src_name);
+    char key[600];
+    snprintf(key, sizeof key, "%s/%s", c->src_ns, c->src_name);
+    if(!json_object_get(S->remote, key))
+        fetch_remote(S, c->src_ns, c->src_name, c->name);
+    json_t *o = json_object_get(S->remote, key);
+    return json_is_object(o) ? json_incref(o) : NULL;
+}
+
+/* Checks a token's bytes (docs/decisions/0029): NVIDIA documents the
+ * client configuration token only as a file (client_configuration_token_
+ * <date>.tok) that the guest's nvidia-gridd reads from its
+ * ClientConfigToken folder, not its content; what can be checked is that
+ * it is there, bounded, and text: printable ASCII, tab, CR, LF. Returns
+ * NULL when it passes, else why not (static). */
+static const char *token_problem(const unsigned char *b, size_t n, char *buf, size_t bn)
+{
+    if(n == 0)
+        return "it is empty";
+    if(n > CTL_LICENSE_TOKEN_MAX_BYTES) {
+        snprintf(buf, bn, "it is %zu bytes, more than %u", n, (unsigned)CTL_LICENSE_TOKEN_MAX_BYTES);
+        return buf;
+    }
+    size_t text = 0;
+    for(size_t i = 0; i < n; i++) {
+        unsigned char ch = b[i];
+        if(ch == '\t' || ch == '\r' || ch == '\n')
+            continue;
+        if(ch < 0x20 || ch > 0x7e) {
+            snprintf(buf, bn, "byte 0x%02x at offset %zu is not printable text", ch, i);
+            return buf;
+        }
+        text++;
+    }
+    if(text == 0)
+        return "it holds only blanks";
+    return NULL;
+}
+
+/* The key of the source that holds the token: TOKEN_KEY, or else the only
+ * key ending in ".tok" (a token kept under the name the NVIDIA Licensing
+ * Portal downloads it as). NULL when neither. */
+static const char *token_key(const json_t *data)
+{
+    if(json_is_string(json_object_get(data, CTL_LICENSE_TOKEN_KEY)))
+        return CTL_LICENSE_TOKEN_KEY;
+    const char *k, *found = NULL;
+    json_t *v;
+    int n = 0;
+    json_object_foreach((json_t *)data, k, v)
+    {
+        size_t l = strlen(k);
+        if(l > 4 && strcmp(k + l - 4, ".tok") == 0 && json_is_string(v)) {
+            found = k;
+            n++;
+        }
+    }
+    return n == 1 ? found : NULL;
+}
+
+/* Reads class c's source into c->token and the wanted condition; returns
+ * 1 when the token or the condition changed. */
+static int read_source(state *S, lclass *c)
+{
+    char *old_token = c->token;
+    size_t old_len = c->token_len;
+    char old_reason[32], old_message[sizeof c->message];
+    snprintf(old_reason, sizeof old_reason, "%s", c->reason);
+    snprintf(old_message, sizeof old_message, "%s", c->message);
+    c->token = NULL;
+    c->token_len = 0;
+    free(c->key);
+    c->key = NULL;
+    free(c->src_rv);
+    c->src_rv = NULL;
+    if(!c->licensed) {
+        c->reason[0] = c->message[0] = 0;
+    } else {
+        json_t *src = source_of(S, c);
+        c->src_rv = strdup(src ? (md_str(src, "resourceVersion") ? md_str(src, "resourceVersion") : "") : "");
+        const json_t *data = json_object_get(src, "data");
+        const char *key = src ? token_key(data) : NULL;
+        unsigned char *raw = NULL;
+        size_t rawn = 0;
+        char why[160];
+        const char *problem = NULL;
+        if(!src) {
+            snprintf(c->reason, sizeof c->reason, "SecretNotFound");
+            snprintf(c->message, sizeof c->message, "GPUClass %s: the license Secret %s/%s (spec.license.secretRef) is not found",
+                     c->name, c->src_ns, c->src_name);
+        } else if(!key) {
+            snprintf(c->reason, sizeof c->reason, "KeyNotFound");
+            snprintf(c->message, sizeof c->message,
+                     "GPUClass %s: the license Secret %s/%s (spec.license.secretRef) has no key %s, nor exactly "
+                     "one key ending in .tok",
+                     c->name, c->src_ns, c->src_name, CTL_LICENSE_TOKEN_KEY);
+        } else {
+            const char *v = json_string_value(json_object_get(data, key));
+            int rc = cozy_base64_decode(v, strlen(v), &raw, &rawn);
+            if(rc == -2) {
+                snprintf(c->reason, sizeof c->reason, "%s", old_reason);
+                snprintf(c->message, sizeof c->message, "%s", old_message);
+                c->token = old_token;
+                c->token_len = old_len;
+                json_decref(src);
+                return 0; /* out of memory: keep what was there */
+            }
+            if(rc != 0)
+                problem = "its data is not base64";
+            else
+                problem = token_problem(raw, rawn, why, sizeof why);
+            if(problem) {
+                snprintf(c->reason, sizeof c->reason, "NotAToken");
+                snprintf(c->message, sizeof c->message,
+                         "GPUClass %s: key %s of the license Secret %s/%s (spec.license.secretRef) is not an NVIDIA "
+                         "client configuration token: %s",
+                         c->name, key, c->src_ns, c->src_name, problem);
+                free(raw);
+            } else {
+                c->token = (char *)raw;
+                c->token_len = rawn;
+                c->key = strdup(key);
+                snprintf(c->reason, sizeof c->reason, "TokenFound");
+                snprintf(c->message, sizeof c->message,
+                         "GPUClass %s: the token of the license Secret %s/%s (key %s) is copied as Secret %s%s into the "
+                         "entitled namespaces that use the class",
+                         c->name, c->src_ns, c->src_name, key, PREFIX, c->name);
+            }
+        }
+        json_decref(src);
+    }
+    int changed = !(old_token == NULL && c->token == NULL) &&
+                  !(old_token && c->token && old_len == c->token_len && memcmp(old_token, c->token, old_len) == 0);
+    free(old_token);
+    if(strcmp(old_reason, c->reason) != 0 || strcmp(old_message, c->message) != 0) {
+        key_add(&S->conds, c->name);
+        changed = 1;
+    }
+    return changed;
+}
+
+/* Class `name` from the cache into the state. */
+static void apply_class(state *S, const char *name)
+{
+    json_t *obj = kube_informer_get(ctl_proc->classes_inf, NULL, name);
+    lclass *c;
+    HASH_FIND_STR(S->classes, name, c);
+    if(!c) {
+        if(!obj)
+            return;
+        c = calloc(1, sizeof *c);
+        if(!c || !(c->name = strdup(name))) {
+            free(c);
+            json_decref(obj);
+            return;
+        }
+        HASH_ADD_KEYPTR(hh, S->classes, c->name, strlen(c->name), c);
+    }
+    const json_t *spec = json_object_get(obj, "spec");
+    const json_t *ref = json_object_get(json_object_get(spec, "license"), "secretRef");
+    const char *mode = json_string_value(json_object_get(spec, "mode"));
+    const char *sns = json_string_value(json_object_get(ref, "namespace"));
+    const char *sname = json_string_value(json_object_get(ref, "name"));
+    int licensed = obj && mode && strcmp(mode, "VGPU") == 0 && sns && *sns && sname && *sname;
+    int moved = licensed != c->licensed || !str_eq(licensed ? sns : NULL, c->src_ns) ||
+                !str_eq(licensed ? sname : NULL, c->src_name);
+    c->licensed = licensed;
+    free(c->src_ns);
+    free(c->src_name);
+    c->src_ns = licensed ? strdup(sns) : NULL;
+    c->src_name = licensed ? strdup(sname) : NULL;
+    free(c->resource_name);
+    c->resource_name = dup_or_null(json_string_value(json_object_get(spec, "resourceName")));
+    json_int_t gen = json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation"));
+    if(gen != c->generation)
+        key_add(&S->conds, c->name);
+    c->generation = gen;
+    if(licensed && (!c->src_ns || !c->src_name))
+        c->licensed = 0; /* out of memory */
+    if(read_source(S, c) || moved)
+        class_touch(S, name);
+    key_add(&S->conds, c->name);
+    json_decref(obj);
+}
+
+/* A source Secret changed (ns/name): every class naming it reads it again. */
+static void apply_source(state *S, const char *ns, const char *name)
+{
+    lclass *c, *t;
+    HASH_ITER(hh, S->classes, c, t)
+    {
+        if(c->licensed && strcmp(c->src_ns, ns) == 0 && strcmp(c->src_name, name) == 0 && read_source(S, c))
+            class_touch(S, c->name);
+    }
+}
+
+/* GETs every source outside the controller's namespace (each once, however
+ * many classes name it) and re-reads the classes whose source moved. */
+static void poll_remote(state *S)
+{
+    json_t *seen = json_object();
+    lclass *c, *t;
+    HASH_ITER(hh, S->classes, c, t)
+    {
+        if(!c->licensed || strcmp(c->src_ns, ctl_proc->f.ns) == 0)
+            continue;
+        char key[600];
+        snprintf(key, sizeof key, "%s/%s", c->src_ns, c->src_name);
+        if(!json_object_get(seen, key)) {
+            fetch_remote(S, c->src_ns, c->src_name, c->name);
+            json_object_set_new(seen, key, json_true());
+        }
+        json_t *src = source_of(S, c);
+        const char *rv = src ? md_str(src, "resourceVersion") : "";
+        if(!str_eq(rv ? rv : "", c->src_rv) && read_source(S, c))
+            class_touch(S, c->name);
+        json_decref(src);
+    }
+    json_decref(seen);
+}
+
+/* --- users: claims and VMIs --- */
+
+static int vmi_final(const json_t *vmi)
+{
+    const char *ph = json_string_value(json_object_get(json_object_get(vmi, "status"), "phase"));
+    return ph && (strcmp(ph, "Succeeded") == 0 || strcmp(ph, "Failed") == 0);
+}
+
+/* The class whose spec.resourceName is `rn`, or NULL. */
+static const char *class_for_resource(state *S, const char *rn)
+{
+    lclass *c, *t;
+    HASH_ITER(hh, S->classes, c, t)
+    {
+        if(c->resource_name && rn && strcmp(c->resource_name, rn) == 0)
+            return c->name;
+    }
+    return NULL;
+}
+
+/* Removes what object `ckey` ("K:ns/name") added to the users and queues
+ * its pairs; then adds `classes` ({class: true}) for it as user `ukey`
+ * ("Kind/name") with `uid` and `active`. classes NULL: gone. */
+static void set_user(state *S, const char *ckey, const char *ns, const char *ukey, json_t *classes, const char *uid,
+                     int active)
+{
+    char key[600];
+    const char *cls;
+    json_t *v;
+    json_t *prev = json_object_get(S->contrib, ckey);
+    if(prev && classes && json_equal(prev, classes)) {
+        /* the same classes, uid and activity (a status write, a label):
+         * no pair changes, none is compared again */
+        int same = 1;
+        json_object_foreach(classes, cls, v)
+        {
+            snprintf(key, sizeof key, "%s/%s", ns, cls);
+            const json_t *u = json_object_get(json_object_get(S->users, key), ukey);
+            if(!u || !str_eq(json_string_value(json_object_get(u, "uid")), uid ? uid : "") ||
+               json_is_true(json_object_get(u, "active")) != !!active)
+                same = 0;
+        }
+        if(same) {
+            json_decref(classes);
+            return;
+        }
+    }
+    json_object_foreach(prev, cls, v)
+    {
+        if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
+            continue;
+        json_t *u = json_object_get(S->users, key);
+        json_object_del(u, ukey);
+        if(u && json_object_size(u) == 0)
+            json_object_del(S->users, key);
+        key_add(&S->todo, key);
+    }
+    if(!classes || json_object_size(classes) == 0) {
+        json_object_del(S->contrib, ckey);
+        json_decref(classes);
+        return;
+    }
+    json_object_foreach(classes, cls, v)
+    {
+        if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
+            continue;
+        json_t *u = json_object_get(S->users, key);
+        if(!u) {
+            u = json_object();
+            json_object_set_new(S->users, key, u);
+        }
+        json_object_set_new(u, ukey, json_pack("{s:s, s:b}", "uid", uid ? uid : "", "active", active));
+        pair_touch(S, ns, cls);
+    }
+    json_object_set_new(S->contrib, ckey, classes);
+}
+
+static void apply_claim(state *S, const char *ns, const char *name)
+{
+    json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+    char ckey[600], ukey[400];
+    snprintf(ckey, sizeof ckey, "l:%s/%s", ns, name);
+    snprintf(ukey, sizeof ukey, "GPUClaim/%s", name);
+    const char *cls = json_string_value(json_object_get(json_object_get(obj, "spec"), "class"));
+    json_t *classes = NULL;
+    if(obj && cls && *cls) {
+        classes = json_object();
+        json_object_set_new(classes, cls, json_true());
+    }
+    set_user(S, ckey, ns, ukey, classes, md_str(obj, "uid"), 1);
+    json_decref(obj);
+}
+
+/* A VMI uses the classes its gpus[] and hostDevices[] deviceNames map to
+ * (a class's spec.resourceName, DESIGN.md §3), as the VMI mutation that
+ * gives it the license volume reads them (policies/vmi-record.lua). */
+static void apply_vmi(state *S, const char *ns, const char *name)
+{
+    json_t *obj = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+    char ckey[600], ukey[400];
+    snprintf(ckey, sizeof ckey, "i:%s/%s", ns, name);
+    snprintf(ukey, sizeof ukey, "VirtualMachineInstance/%s", name);
+    json_t *classes = NULL;
+    if(obj) {
+        const json_t *dev = json_object_get(json_object_get(json_object_get(obj, "spec"), "domain"), "devices");
+        static const char *const lists[] = {"gpus", "hostDevices"};
+        for(size_t l = 0; l < 2; l++) {
+            size_t i;
+            json_t *g;
+            json_array_foreach(json_object_get(dev, lists[l]), i, g)
+            {
+                const char *cls = class_for_resource(S, json_string_value(json_object_get(g, "deviceName")));
+                if(cls) {
+                    if(!classes)
+                        classes = json_object();
+                    json_object_set_new(classes, cls, json_true());
+                }
+            }
+        }
+    }
+    set_user(S, ckey, ns, ukey, classes, md_str(obj, "uid"), obj && !vmi_final(obj));
+    json_decref(obj);
+}
+
+/* A copy changed (ns/name): its pair is compared. */
+static void apply_copy(state *S, const char *ns, const char *name)
+{
+    size_t pl = strlen(PREFIX);
+    if(strncmp(name, PREFIX, pl) != 0 || !name[pl])
+        return;
+    pair_touch(S, ns, name + pl);
+}
+
+/* --- the copy a pair wants --- */
+
+/* The ownerReferences of the copy: the users of the pair, sorted by
+ * "Kind/name" (claims before VMIs), at most CTL_LICENSE_MAX_OWNERS; with
+ * `active_vmis_only`, only the VMIs that are not final. A new array. */
+static json_t *owners_of(const json_t *users, int active_vmis_only)
+{
+    const char **keys = NULL;
+    size_t n = 0, cap = json_object_size(users);
+    if(cap)
+        keys = calloc(cap, sizeof *keys);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)users, k, v)
+    {
+        if(!keys)
+            break;
+        int vmi = strncmp(k, "VirtualMachineInstance/", 23) == 0;
+        if(active_vmis_only && (!vmi || !json_is_true(json_object_get(v, "active"))))
+            continue;
+        if(vmi && !json_is_true(json_object_get(v, "active")))
+            continue; /* a final VMI is no user: the copy does not wait for it */
+        keys[n++] = k;
+    }
+    /* insertion sort: the lists are short (one namespace's users of one class) */
+    for(size_t i = 1; i < n; i++)
+        for(size_t j = i; j > 0 && strcmp(keys[j - 1], keys[j]) > 0; j--) {
+            const char *x = keys[j];
+            keys[j] = keys[j - 1];
+            keys[j - 1] = x;
+        }
+    json_t *out = json_array();
+    for(size_t i = 0; i < n && i < CTL_LICENSE_MAX_OWNERS; i++) {
+        int vmi = strncmp(keys[i], "VirtualMachineInstance/", 23) == 0;
+        const char *slash = strchr(keys[i], '/');
+        json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:s}", "apiVersion",
+                                             vmi ? "kubevirt.io/v1" : "cozystack.io/v1alpha1", "kind",
+                                             vmi ? "VirtualMachineInstance" : "GPUClaim", "name", slash + 1, "uid",
+                                             json_string_value(json_object_get(json_object_get(users, keys[i]), "uid"))));
+    }
+    free(keys);
+    return out;
+}
+
+/* The label value naming class `cls`: the name, cut to 63 characters
+ * without a trailing '-' or '.' (a label value's limits). */
+static void class_label(const char *cls, char *buf, size_t n)
+{
+    size_t l = strlen(cls);
+    if(l > 63)
+        l = 63;
+    if(l >= n)
+        l = n - 1;
+    memcpy(buf, cls, l);
+    buf[l] = 0;
+    while(l > 0 && (buf[l - 1] == '-' || buf[l - 1] == '.'))
+        buf[--l] = 0;
+}
+
+static json_t *labels_of(const char *cls)
+{
+    char lv[64];
+    class_label(cls, lv, sizeof lv);
+    return json_pack("{s:s, s:s}", LABEL_MANAGED, MANAGED_BY, LABEL_CLASS, lv);
+}
+
+/* Whether `copy`'s data is exactly the token (one key, its bytes), its
+ * type Opaque and it is immutable. */
+static int data_matches(const json_t *copy, const lclass *c)
+{
+    const json_t *data = json_object_get(copy, "data");
+    const char *type = json_string_value(json_object_get(copy, "type"));
+    if(!json_is_true(json_object_get(copy, "immutable")) || !type || strcmp(type, "Opaque") != 0 ||
+       json_object_size(data) != 1 || json_object_get(copy, "stringData"))
+        return 0;
+    const char *v = json_string_value(json_object_get(data, CTL_LICENSE_TOKEN_KEY));
+    if(!v)
+        return 0;
+    unsigned char *raw = NULL;
+    size_t n = 0;
+    if(cozy_base64_decode(v, strlen(v), &raw, &n) != 0)
+        return 0;
+    int same = n == c->token_len && memcmp(raw, c->token, n) == 0;
+    free(raw);
+    return same;
+}
+
+/* Whether `copy`'s metadata is what the pair wants: the two labels, no
+ * annotations, these owners. */
+static int meta_matches(const json_t *copy, const json_t *labels, const json_t *owners)
+{
+    const json_t *md = json_object_get(copy, "metadata");
+    const json_t *ann = json_object_get(md, "annotations");
+    const json_t *refs = json_object_get(md, "ownerReferences");
+    if(ann && json_object_size(ann) > 0)
+        return 0;
+    if(!json_equal((json_t *)json_object_get(md, "labels"), (json_t *)labels))
+        return 0;
+    if(json_array_size(refs) != json_array_size(owners))
+        return 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(owners, i, r)
+    {
+        const json_t *x = json_array_get(refs, i);
+        static const char *const f[] = {"apiVersion", "kind", "name", "uid"};
+        for(size_t j = 0; j < 4; j++)
+            if(!str_eq(json_string_value(json_object_get(x, f[j])), json_string_value(json_object_get(r, f[j]))))
+                return 0;
+        if(json_object_get(x, "controller") || json_object_get(x, "blockOwnerDeletion"))
+            return 0;
+    }
+    return 1;
+}
+
+static void count_write(const char *op, const char *result)
+{
+    char lbl[80];
+    snprintf(lbl, sizeof lbl, "op=\"%s\",result=\"%s\"", op, result);
+    metrics_counter_add("cozygpu_license_copy_writes_total", lbl, 1);
+}
+
+/* Outcome of one write: done, retry (stays queued), or drop (a refusal a
+ * retry would repeat: logged; the next event of the pair tries again). */
+enum { W_DONE, W_RETRY, W_DROP };
+
+static int write_outcome(const char *op, const char *ns, const char *cls, cozy_result rc, long code, const json_t *res,
+                         const cozy_err *err)
+{
+    if(rc == COZY_OK && code / 100 == 2) {
+        count_write(op, "ok");
+        return W_DONE;
+    }
+    char cs[16];
+    snprintf(cs, sizeof cs, "%ld", code);
+    const char *msg = rc != COZY_OK ? err->msg : json_string_value(json_object_get(res, "message"));
+    count_write(op, rc != COZY_OK || code == 409 || code == 429 || code >= 500 ? "retry" : "error");
+    log_write(code == 409 ? LOG_INFO : LOG_WARN, "license", "cannot write the license copy", "op", op, "namespace", ns, "gpuclass", cls,
+              "status", cs, "error", msg ? msg : "", NULL);
+    if(rc != COZY_OK || code == 409 || code == 429 || code >= 500)
+        return W_RETRY;
+    return W_DROP;
+}
+
+static int delete_copy(const char *ns, const char *cls, const json_t *copy)
+{
+    if(!leading())
+        return W_RETRY; /* checked just before each write */
+    char name[600];
+    snprintf(name, sizeof name, "%s%s", PREFIX, cls);
+    char *path = kube_path(&KUBE_SECRETS, ns, name, NULL);
+    if(!path)
+        return W_RETRY;
+    json_t *opts = json_pack("{s:s, s:s, s:{s:s?}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions",
+                             "uid", md_str(copy, "uid"));
+    long code = 0;
+    json_t *res = NULL;
+    cozy_err err;
+    cozy_result rc = kube_request(ctl_proc->client, "DELETE", path, NULL, opts, &code, &res, &err);
+    free(path);
+    json_decref(opts);
+    int w = rc == COZY_OK && code == 404 ? W_DONE : write_outcome("delete", ns, cls, rc, code, res, &err);
+    json_decref(res);
+    return w;
+}
+
+/* A create answered 409: a Secret of the copy's name exists. One of ours
+ * (the label) is a copy the watch has not delivered yet: done, its event
+ * brings the pair back. Another (a tenant's, or a copy whose labels were
+ * taken off) is taken over: deleted, and the copy created on the retry
+ * (decision 0004 reserves the name). */
+static int create_conflict(const char *ns, const char *cls, const char *name)
+{
+    long code = 0;
+    json_t *cur = NULL;
+    cozy_err err;
+    if(kube_get(ctl_proc->client, &KUBE_SECRETS, ns, name, &code, &cur, &err) != COZY_OK || code != 200) {
+        json_decref(cur);
+        return W_RETRY;
+    }
+    const char *mb = json_string_value(json_object_get(json_object_get(json_object_get(cur, "metadata"), "labels"),
+                                                       LABEL_MANAGED));
+    const char *lc = json_string_value(json_object_get(json_object_get(json_object_get(cur, "metadata"), "labels"),
+                                                       LABEL_CLASS));
+    int ours = mb && strcmp(mb, MANAGED_BY) == 0 && lc;
+    int w = W_DONE;
+    if(!ours) {
+        log_write(LOG_WARN, "license", "a Secret not managed by cozygpu has the copy's name; it is replaced",
+                  "namespace", ns, "gpuclass", cls, NULL);
+        w = delete_copy(ns, cls, cur);
+        if(w == W_DONE)
+            w = W_RETRY;
+    }
+    json_decref(cur);
+    return w;
+}
+
+static int create_copy(const char *ns, const lclass *c, const json_t *labels, const json_t *owners)
+{
+    if(!leading())
+        return W_RETRY; /* checked just before each write */
+    char name[600];
+    snprintf(name, sizeof name, "%s%s", PREFIX, c->name);
+    char *b64 = cozy_base64_encode(c->token, c->token_len);
+    if(!b64)
+        return W_RETRY;
+    json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:O, s:O}, s:s, s:b, s:{s:s}}", "apiVersion", "v1", "kind",
+                            "Secret", "metadata", "name", name, "namespace", ns, "labels", labels, "ownerReferences",
+                            owners, "type", "Opaque", "immutable", 1, "data", CTL_LICENSE_TOKEN_KEY, b64);
+    free(b64);
+    if(!obj)
+        return W_RETRY;
+    long code = 0;
+    json_t *res = NULL;
+    cozy_err err;
+    cozy_result rc = kube_create(ctl_proc->client, &KUBE_SECRETS, ns, obj, &code, &res, &err);
+    json_decref(obj);
+    if(rc == COZY_OK && code == 409) {
+        json_decref(res);
+        return create_conflict(ns, c->name, name);
+    }
+    int w = write_outcome("create", ns, c->name, rc, code, res, &err);
+    json_decref(res);
+    return w;
+}
+
+/* Updates the metadata of `copy` (labels, no annotations, owners). */
+static int update_copy(const char *ns, const char *cls, const json_t *copy, const json_t *labels, const json_t *owners)
+{
+    if(!leading())
+        return W_RETRY; /* checked just before each write */
+    json_t *obj = json_deep_copy(copy);
+    json_t *md = json_object_get(obj, "metadata");
+    if(!md) {
+        json_decref(obj);
+        return W_RETRY;
+    }
+    json_object_set(md, "labels", (json_t *)labels);
+    json_object_del(md, "annotations");
+    json_object_set(md, "ownerReferences", (json_t *)owners);
+    long code = 0;
+    json_t *res = NULL;
+    cozy_err err;
+    cozy_result rc = kube_update(ctl_proc->client, &KUBE_SECRETS, ns, obj, &code, &res, &err);
+    json_decref(obj);
+    int w = write_outcome("update", ns, cls, rc, code, res, &err);
+    json_decref(res);
+    return w;
+}
+
+/* Compares pair ns/cls with its copy and writes the difference. Returns
+ * W_DONE (nothing left to do), W_RETRY or W_DROP.
+ *
+ * The pair wants (docs/decisions/0029):
+ *  - a copy with the token, owned by every user (claims, VMIs not final),
+ *    when the class is licensed with a valid token and the namespace is
+ *    entitled and has a user;
+ *  - when the source is bad: an existing copy kept with its data (owners
+ *    and labels kept current), none created;
+ *  - when the namespace is not entitled: an existing copy kept, data
+ *    untouched, while a VMI of the class that is not final runs there
+ *    (DESIGN.md §8, "the next VM start"), owned by those VMIs only; none
+ *    created;
+ *  - else no copy. */
+static int reconcile_pair(state *S, const char *ns, const char *cls)
+{
+    char name[640];
+    snprintf(name, sizeof name, "%s%s", PREFIX, cls);
+    lclass *c;
+    HASH_FIND_STR(S->classes, cls, c);
+    char ukey[1280];
+    snprintf(ukey, sizeof ukey, "%s/%s", ns, cls);
+    const json_t *users = json_object_get(S->users, ukey);
+    json_t *copy = kube_informer_get(ctl_proc->license_copies_inf, ns, name);
+    const char *seen_rv = copy ? md_str(copy, "resourceVersion") : "";
+    json_t *wr = json_object_get(S->written, ukey);
+    if(wr) {
+        /* our last write of this copy is not in the watch cache yet: a
+         * comparison now would see the old copy and write again (a 409,
+         * or a second create); wait for it, at most WRITE_SETTLE_MS */
+        if(str_eq(json_string_value(json_object_get(wr, "rv")), seen_rv ? seen_rv : "") &&
+           mono_ms() - json_integer_value(json_object_get(wr, "at")) < WRITE_SETTLE_MS) {
+            json_decref(copy);
+            return W_RETRY;
+        }
+        json_object_del(S->written, ukey);
+    }
+    json_t *labels = labels_of(cls);
+    json_t *owners = NULL;
+    int keep_data = 0;
+    if(c && c->licensed) {
+        if(entitled(S, ns)) {
+            owners = owners_of(users, 0);
+            keep_data = c->token == NULL;
+        } else {
+            owners = owners_of(users, 1);
+            keep_data = 1;
+        }
+        if(json_array_size(owners) == 0 || (keep_data && !copy)) {
+            json_decref(owners);
+            owners = NULL;
+        }
+    }
+    int w = W_DONE, wrote = 1;
+    if(!leading())
+        w = W_RETRY;
+    else if(!owners) {
+        if(copy)
+            w = delete_copy(ns, cls, copy);
+        else
+            wrote = 0;
+    } else if(!copy)
+        w = create_copy(ns, c, labels, owners);
+    else if(!keep_data && !data_matches(copy, c)) {
+        /* the data of an immutable Secret cannot change in place: delete,
+         * then create */
+        w = delete_copy(ns, cls, copy);
+        if(w == W_DONE)
+            w = create_copy(ns, c, labels, owners);
+    } else if(!meta_matches(copy, labels, owners))
+        w = update_copy(ns, cls, copy, labels, owners);
+    else
+        wrote = 0;
+    if(w == W_DONE && wrote)
+        json_object_set_new(S->written, ukey, json_pack("{s:s, s:I}", "rv", seen_rv ? seen_rv : "", "at",
+                                                         (json_int_t)mono_ms()));
+    if(w == W_DONE && !owners && !json_object_size(users))
+        pair_forget(S, ns, cls);
+    json_decref(owners);
+    json_decref(labels);
+    json_decref(copy);
+    return w;
+}
+
+/* --- the class condition --- */
+
+typedef struct cond_want {
+    const char *reason, *message, *now;
+    json_int_t generation;
+} cond_want;
+
+/* kube_update_retry mutate: sets (or with reason "" removes) the
+ * LicenseReady condition, leaving every other condition and status field
+ * as read. */
+static int set_cond(json_t *obj, void *ctx)
+{
+    cond_want *w = ctx;
+    json_t *status = json_object_get(obj, "status");
+    json_t *conds = json_object_get(status, "conditions");
+    json_t *mine = NULL;
+    size_t i, at = 0;
+    json_t *x;
+    json_array_foreach(conds, i, x)
+    {
+        const char *t = json_string_value(json_object_get(x, "type"));
+        if(t && strcmp(t, COND) == 0) {
+            mine = x;
+            at = i;
+        }
+    }
+    if(!*w->reason) {
+        if(!mine)
+            return 1;
+        json_array_remove(conds, at);
+        return leading() ? 0 : -1;
+    }
+    const char *st = strcmp(w->reason, "TokenFound") == 0 ? "True" : "False";
+    if(mine) {
+        const char *ost = json_string_value(json_object_get(mine, "status"));
+        if(str_eq(ost, st) && str_eq(json_string_value(json_object_get(mine, "reason")), w->reason) &&
+           str_eq(json_string_value(json_object_get(mine, "message")), w->message) &&
+           json_integer_value(json_object_get(mine, "observedGeneration")) == w->generation)
+            return 1;
+        if(!str_eq(ost, st))
+            json_object_set_new(mine, "lastTransitionTime", json_string(w->now));
+    } else {
+        if(!json_is_object(status)) {
+            status = json_object();
+            json_object_set_new(obj, "status", status);
+        }
+        if(!json_is_array(conds)) {
+            conds = json_array();
+            json_object_set_new(status, "conditions", conds);
+        }
+        mine = json_pack("{s:s, s:s}", "type", COND, "lastTransitionTime", w->now);
+        json_array_append_new(conds, mine);
+    }
+    json_object_set_new(mine, "status", json_string(st));
+    json_object_set_new(mine, "reason", json_string(w->reason));
+    json_object_set_new(mine, "message", json_string(w->message));
+    json_object_set_new(mine, "observedGeneration", json_integer(w->generation));
+    return leading() ? 0 : -1; /* last check before the write */
+}
+
+/* Records a Warning Event on GPUClass `cls` (in the controller's
+ * namespace: a cluster-scoped object's Events go to a namespace of the
+ * recorder's choosing, and `kubectl describe` lists them from all). */
+static void class_event(const json_t *obj, const char *reason, const char *message)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const char *name = md_str(obj, "name");
+    char ev_name[400], stamp[40];
+    snprintf(ev_name, sizeof ev_name, "%s.%llx", name ? name : "gpuclass",
+             (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, "
+                           "s:s, s:s, s:s, s:i}",
+                           "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace",
+                           ctl_proc->f.ns, "involvedObject", "apiVersion", "cozystack.io/v1alpha1", "kind", "GPUClass",
+                           "name", name ? name : "", "uid", md_str(obj, "uid"), "resourceVersion",
+                           md_str(obj, "resourceVersion"), "type", "Warning", "reason", reason, "message", message,
+                           "source", "component", "cozygpu-controller", "reportingComponent", "cozygpu-controller",
+                           "reportingInstance", ctl_proc->f.identity, "firstTimestamp", stamp, "lastTimestamp", stamp,
+                           "count", 1);
+    if(!ev)
+        return;
+    long code = 0;
+    json_t *res = NULL;
+    cozy_err err;
+    if(kube_create(ctl_proc->client, &KUBE_EVENTS, ctl_proc->f.ns, ev, &code, &res, &err) != COZY_OK)
+        log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error", err.msg, NULL);
+    json_decref(res);
+    json_decref(ev);
+}
+
+/* Whether the cached class already shows the wanted condition. */
+static int cond_shown(const json_t *obj, const lclass *c)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(json_object_get(obj, "status"), "conditions"), i, x)
+    {
+        const char *t = json_string_value(json_object_get(x, "type"));
+        if(t && strcmp(t, COND) == 0)
+            return *c->reason && str_eq(json_string_value(json_object_get(x, "reason")), c->reason) &&
+                   str_eq(json_string_value(json_object_get(x, "message")), c->message) &&
+                   json_integer_value(json_object_get(x, "observedGeneration")) == c->generation;
+    }
+    return !*c->reason;
+}
+
+/* Writes the condition of class `name`; 1 when done. */
+static int write_cond(state *S, const char *name)
+{
+    lclass *c;
+    HASH_FIND_STR(S->classes, name, c);
+    json_t *obj = kube_informer_get(ctl_proc->classes_inf, NULL, name);
+    if(!c || !obj) {
+        json_decref(obj);
+        return 1;
+    }
+    int failed = *c->reason && strcmp(c->reason, "TokenFound") != 0;
+    if(failed && strcmp(c->reported, c->reason) != 0 && leading()) {
+        log_write(LOG_WARN, "license", "the license Secret of a class cannot be copied", "gpuclass", c->name,
+                  "reason", c->reason, "error", c->message, NULL);
+        class_event(obj, c->reason, c->message);
+        snprintf(c->reported, sizeof c->reported, "%s", c->reason);
+    } else if(!failed && *c->reported) {
+        log_write(LOG_INFO, "license", "the license Secret of a class is readable again", "gpuclass", c->name, NULL);
+        c->reported[0] = 0;
+    }
+    if(cond_shown(obj, c)) {
+        json_decref(obj);
+        return 1;
+    }
+    json_decref(obj);
+    char now[40];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cond_want w = {c->reason, c->message, now, c->generation};
+    json_t *out = NULL;
+    cozy_err err;
+    int ok = 1;
+    if(!leading())
+        return 0;
+    if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLASSES, NULL, name, 1, set_cond, &w, &out, &err) != COZY_OK) {
+        log_write(LOG_WARN, "license", "cannot write GPUClass status", "gpuclass", name, "error", err.msg, NULL);
+        ok = strstr(err.msg, "404") != NULL || strstr(err.msg, "NotFound") != NULL;
+    }
+    json_decref(out);
+    return ok;
+}
+
+/* --- the loop --- */
+
+static void build(state *S)
+{
+    long long t0 = mono_ms();
+    S->users = json_object();
+    S->contrib = json_object();
+    S->ns_classes = json_object();
+    S->class_ns = json_object();
+    S->remote = json_object();
+    S->written = json_object();
+    S->next_poll_ms = 0;
+    engine_push_runtime_fn(S->e, "reset");
+    cozy_err err;
+    engine_call(S->e, 0, 0, 0, &err);
+    engine_push_runtime_fn(S->e, "settings");
+    luajson_push(engine_lua(S->e), ctl_proc->settings);
+    engine_call(S->e, 1, 0, 0, &err);
+    json_t *list = kube_informer_list(cluster_inf(&KUBE_NAMESPACES));
+    size_t i;
+    json_t *o;
+    json_array_foreach(list, i, o)
+    {
+        json_decref(lua_changed(S, "namespace_set", o, md_str(o, "name")));
+    }
+    json_decref(list);
+    list = kube_informer_list(ctl_proc->classes_inf);
+    json_array_foreach(list, i, o)
+    {
+        if(md_str(o, "name"))
+            apply_class(S, md_str(o, "name"));
+    }
+    json_decref(list);
+    static const kube_resource *const kinds[] = {&KUBE_GPUCLAIMS, &KUBE_VMIS};
+    for(size_t k = 0; k < 2; k++) {
+        list = kube_informer_list(cluster_inf(kinds[k]));
+        json_array_foreach(list, i, o)
+        {
+            const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
+            if(!ns || !name)
+                continue;
+            if(kinds[k] == &KUBE_GPUCLAIMS)
+                apply_claim(S, ns, name);
+            else
+                apply_vmi(S, ns, name);
+        }
+        json_decref(list);
+    }
+    list = kube_informer_list(ctl_proc->license_copies_inf);
+    json_array_foreach(list, i, o)
+    {
+        const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
+        if(ns && name)
+            apply_copy(S, ns, name);
+    }
+    json_decref(list);
+    S->built = 1;
+    char pairs[24], ms[24];
+    snprintf(pairs, sizeof pairs, "%u", HASH_COUNT(S->todo));
+    snprintf(ms, sizeof ms, "%lld", mono_ms() - t0);
+    log_write(LOG_INFO, "license", "leading: every license copy is compared once", "pairs", pairs, "read_ms", ms,
+              NULL);
+}
+
+static void apply_batch(state *S, lkey *batch)
+{
+    /* classes and namespaces first: a claim or VMI of the same batch maps
+     * to classes through them */
+    for(int pass = 0; pass < 2; pass++) {
+        lkey *d, *t;
+        HASH_ITER(hh, batch, d, t)
+        {
+            char kind = d->key[0];
+            int first = kind == 'c' || kind == 's';
+            if(first != (pass == 0))
+                continue;
+            char buf[600];
+            const char *ns, *name;
+            split_key(d->key + 2, buf, sizeof buf, &ns, &name);
+            switch(kind) {
+            case 'c': apply_class(S, name); break;
+            case 's': apply_namespace(S, name); break;
+            case 'l': apply_claim(S, ns, name); break;
+            case 'i': apply_vmi(S, ns, name); break;
+            case 'x': apply_copy(S, ns, name); break;
+            case 'y': apply_source(S, ns, name); break;
+            default: break;
+            }
+        }
+    }
+}
+
+static void flush(state *S)
+{
+    lkey *d, *t;
+    HASH_ITER(hh, S->todo, d, t)
+    {
+        if(!leading())
+            return;
+        char buf[600];
+        const char *ns, *cls;
+        split_key(d->key, buf, sizeof buf, &ns, &cls);
+        if(reconcile_pair(S, ns, cls) != W_RETRY)
+            key_del(&S->todo, d);
+    }
+    HASH_ITER(hh, S->conds, d, t)
+    {
+        if(!leading())
+            return;
+        if(write_cond(S, d->key))
+            key_del(&S->conds, d);
+    }
+}
+
+void *ctl_license_main(void *arg)
+{
+    (void)arg;
+    state S = {0};
+    engine_options eo = ctl_proc->eo;
+    eo.bundle_dir = NULL;
+    cozy_err err;
+    if(engine_open_runtime(&S.e, &eo, "license", &err) != COZY_OK) {
+        log_write(LOG_ERROR, "license", "cannot open runtime.license; license Secrets are not copied", "error",
+                  err.msg, NULL);
+        return NULL;
+    }
+    for(;;) {
+        pthread_mutex_lock(&ctl_proc->mu);
+        if(!ctl_proc->stopping && !g_dirty && !g_wake) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += 1; /* retries of failed writes; polls of sources elsewhere */
+            pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
+        }
+        int stop = ctl_proc->stopping;
+        lkey *batch = g_dirty;
+        g_dirty = NULL;
+        g_wake = 0;
+        pthread_mutex_unlock(&ctl_proc->mu);
+        if(stop) {
+            key_free(&batch);
+            break;
+        }
+        if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
+            if(S.built)
+                log_write(LOG_INFO, "license", "not leading: the license copier's state is dropped", NULL);
+            if(S.built)
+                state_drop(&S);
+            key_free(&batch);
+            continue;
+        }
+        if(!S.built) {
+            key_free(&batch); /* the caches hold all of it */
+            build(&S);
+        } else if(batch) {
+            apply_batch(&S, batch);
+            key_free(&batch);
+        }
+        if(mono_ms() >= S.next_poll_ms) {
+            poll_remote(&S);
+            S.next_poll_ms = mono_ms() + ctl_proc->f.status_interval_ms;
+        }
+        flush(&S);
+    }
+    if(S.built)
+        state_drop(&S);
+    engine_close(S.e);
+    pthread_mutex_lock(&ctl_proc->mu);
+    key_free(&g_dirty);
+    pthread_mutex_unlock(&ctl_proc->mu);
+    return NULL;
+}
