@@ -71,38 +71,10 @@ enum {
     K_PV = 'w',
 };
 
-typedef struct dirty {
-    char *key;
-    UT_hash_handle hh;
-} dirty;
+typedef ctl_key dirty; /* keys.c */
 
 static dirty *g_dirty;        /* mu */
 static int g_wake;            /* mu: leadership changed or a tick is due */
-
-static void dirty_add(dirty **set, const char *key)
-{
-    dirty *d;
-    HASH_FIND_STR(*set, key, d);
-    if(d)
-        return;
-    d = calloc(1, sizeof *d);
-    if(!d || !(d->key = strdup(key))) {
-        free(d);
-        return; /* out of memory: the resync relist brings it back */
-    }
-    HASH_ADD_KEYPTR(hh, *set, d->key, strlen(d->key), d);
-}
-
-static void dirty_free(dirty **set)
-{
-    dirty *d, *t;
-    HASH_ITER(hh, *set, d, t)
-    {
-        HASH_DEL(*set, d);
-        free(d->key);
-        free(d);
-    }
-}
 
 static const char *md_str(const json_t *obj, const char *field)
 {
@@ -117,19 +89,7 @@ void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const js
         ctl_status_on_class_event(NULL, inf, type, obj);
     if(kind == K_CLAIM)
         ctl_usage_on_event(ctx, inf, type, obj); /* the claim's usage record */
-    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
-    if(!name)
-        return;
-    size_t n = strlen(name) + (ns ? strlen(ns) : 0) + 4;
-    char *key = malloc(n);
-    if(!key)
-        return;
-    snprintf(key, n, "%c:%s/%s", kind, ns ? ns : "", name);
-    pthread_mutex_lock(&ctl_proc->mu);
-    dirty_add(&g_dirty, key);
-    pthread_cond_broadcast(&ctl_proc->cv);
-    pthread_mutex_unlock(&ctl_proc->mu);
-    free(key);
+    ctl_key_queue_object(&g_dirty, kind, obj);
 }
 
 void ctl_bind_on_leader_change(void *ctx, int leading)
@@ -186,21 +146,6 @@ static int leading(void)
     return lease_is_leader(ctl_proc->lease);
 }
 
-/* "ns/name" into ns and name (pointing into buf). */
-static void split_key(const char *key, char *buf, size_t n, const char **ns, const char **name)
-{
-    snprintf(buf, n, "%s", key);
-    char *slash = strchr(buf, '/');
-    if(!slash) {
-        *ns = "";
-        *name = buf;
-        return;
-    }
-    *slash = 0;
-    *ns = buf;
-    *name = slash + 1;
-}
-
 /* --- node capacity through Lua (runtime.binder.node) --- */
 
 static json_t *first_kubevirt(void)
@@ -220,14 +165,6 @@ static json_t *node_inf_get(const char *name)
     for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
         if(kube_informer_resource(ctl_proc->cluster_inf[i]) == &KUBE_NODES)
             return kube_informer_get(ctl_proc->cluster_inf[i], NULL, name);
-    return NULL;
-}
-
-static kube_informer *cluster_inf(const kube_resource *r)
-{
-    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
-        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == r)
-            return ctl_proc->cluster_inf[i];
     return NULL;
 }
 
@@ -258,7 +195,7 @@ static void apply_node(loop *L, const char *name, const json_t *classes, const j
 static void apply_all_nodes(loop *L, const json_t *classes)
 {
     json_t *kv = first_kubevirt();
-    json_t *nodes = kube_informer_list(cluster_inf(&KUBE_NODES));
+    json_t *nodes = kube_informer_list(ctl_cluster_informer(&KUBE_NODES));
     size_t i;
     json_t *n;
     json_array_foreach(nodes, i, n)
@@ -321,9 +258,9 @@ static void watch_protection(loop *L, const json_t *obj, const char *key)
 {
     if(md_str(obj, "deletionTimestamp")) {
         if(has_protection(obj))
-            dirty_add(&L->deleting, key);
+            ctl_key_add(&L->deleting, key);
     } else if(!has_protection(obj))
-        dirty_add(&L->protect, key);
+        ctl_key_add(&L->protect, key);
 }
 
 /* A cached claim into the state: restored from its status when
@@ -481,7 +418,7 @@ static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, bind
         const char *name = json_string_value(json_object_get(t, "name"));
         char key[600];
         snprintf(key, sizeof key, "%s/%s", ns, name);
-        json_t *have = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+        json_t *have = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
         if(final) {
             json_object_del(L->creates, key);
             /* only this VMI's own claim goes, and only that object (its
@@ -518,7 +455,7 @@ static int template_claims_ours(const json_t *vmi, const json_t *tmpl)
     json_t *t;
     json_array_foreach(tmpl, i, t)
     {
-        json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, json_string_value(json_object_get(t, "name")));
+        json_t *c = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, json_string_value(json_object_get(t, "name")));
         int ok = !c || bindread_template_claim_is(c, t, uid);
         json_decref(c);
         if(!ok)
@@ -582,7 +519,7 @@ static void volume_nodes(loop *L, const char *ns, const char *name, const json_t
  * naming a claim not known yet waits in waiting_sets. */
 static void apply_set(loop *L, const char *ns, const char *name)
 {
-    json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+    json_t *vmi = kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, name);
     json_t *vm = kube_informer_get(ctl_proc->vms_inf, ns, name);
     const char *ann = NULL;
     binder_vmi_phase phase = BINDER_VMI_NONE;
@@ -639,7 +576,7 @@ static void apply_set(loop *L, const char *ns, const char *name)
          * that name): never taken over (decision 0027); the set waits,
          * and is tried again when claims change */
         binder_state_set_delete(L->st, ns, name, NULL);
-        dirty_add(&L->waiting_sets, key);
+        ctl_key_add(&L->waiting_sets, key);
     } else {
         binder_rc rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
         if(rc == BINDER_ERR_BOUND && phase != BINDER_VMI_NONE && phase != BINDER_VMI_SUCCEEDED &&
@@ -657,7 +594,7 @@ static void apply_set(loop *L, const char *ns, const char *name)
                     char ok[600];
                     snprintf(ok, sizeof ok, "%s/%s", ns, owner);
                     binder_state_set_delete(L->st, ns, owner, NULL);
-                    dirty_add(&L->waiting_sets, ok);
+                    ctl_key_add(&L->waiting_sets, ok);
                     moved = 1;
                 }
             }
@@ -665,7 +602,7 @@ static void apply_set(loop *L, const char *ns, const char *name)
                 rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
         }
         if(rc == BINDER_ERR_NO_CLAIM || rc == BINDER_ERR_BOUND)
-            dirty_add(&L->waiting_sets, key); /* a claim not seen yet, or still another set's */
+            ctl_key_add(&L->waiting_sets, key); /* a claim not seen yet, or still another set's */
         else if(rc != BINDER_OK)
             log_write(LOG_WARN, "binder", "cannot take the VM's claims", "namespace", ns, "vm", name, "error", err.msg,
                       NULL);
@@ -685,13 +622,13 @@ static void loop_drop(loop *L)
     bindpolicy_free(&L->bp);
     binder_state_free(L->st);
     L->st = NULL;
-    dirty_free(&L->writes);
-    dirty_free(&L->deletes);
-    dirty_free(&L->waiting_sets);
-    dirty_free(&L->gated);
-    dirty_free(&L->recheck);
-    dirty_free(&L->protect);
-    dirty_free(&L->deleting);
+    ctl_key_free(&L->writes);
+    ctl_key_free(&L->deletes);
+    ctl_key_free(&L->waiting_sets);
+    ctl_key_free(&L->gated);
+    ctl_key_free(&L->recheck);
+    ctl_key_free(&L->protect);
+    ctl_key_free(&L->deleting);
     json_object_clear(L->creates);
     json_object_clear(L->tdeletes);
     json_object_clear(L->pvc_sets);
@@ -752,7 +689,7 @@ static int build(loop *L)
         if(md_str(o, "namespace") && md_str(o, "name")) {
             char key[600];
             snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-            dirty_add(&L->writes, key);
+            ctl_key_add(&L->writes, key);
         }
     }
     json_decref(list);
@@ -765,7 +702,7 @@ static int build(loop *L)
             apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
     }
     json_decref(vms);
-    json_t *vmis = kube_informer_list(cluster_inf(&KUBE_VMIS));
+    json_t *vmis = kube_informer_list(ctl_cluster_informer(&KUBE_VMIS));
     json_array_foreach(vmis, i, o)
     {
         if(md_str(o, "namespace") && md_str(o, "name"))
@@ -790,7 +727,7 @@ static int build(loop *L)
         if(md_str(o, "namespace") && md_str(o, "name")) {
             char key[600];
             snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-            dirty_add(&L->gated, key); /* checked (and dropped when not gated) after the pass */
+            ctl_key_add(&L->gated, key); /* checked (and dropped when not gated) after the pass */
         }
     }
     json_decref(pods);
@@ -846,7 +783,7 @@ static void count_transition(loop *L, const binder_event *ev)
     if(ev->from == BINDER_PENDING && ev->to == BINDER_BOUND) {
         snprintf(lb, sizeof lb, "class=\"%s\"", cls);
         metrics_counter_add("cozygpu_binder_placements_total", lb, 1);
-        json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ev->ns, ev->name);
+        json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ev->ns, ev->name);
         double age = seconds_since(md_str(obj, "creationTimestamp"));
         if(age >= 0)
             metrics_histogram_observe("cozygpu_binder_bind_latency_seconds", lb, age);
@@ -875,11 +812,11 @@ static void on_event(void *ud, const binder_event *ev)
     if(set) {
         char vk[600];
         snprintf(vk, sizeof vk, "%s/%s", ev->ns, set);
-        dirty_add(&L->recheck, vk); /* does it still cover its VMI's devices? */
+        ctl_key_add(&L->recheck, vk); /* does it still cover its VMI's devices? */
     }
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ev->ns, ev->name);
-    dirty_add(&L->writes, key);
+    ctl_key_add(&L->writes, key);
     metrics_counter_add("cozygpu_binder_transitions_total", NULL, 1);
 }
 
@@ -888,7 +825,7 @@ static void on_delete_vmi(void *ud, const char *ns, const char *vmi, const char 
     loop *L = ud;
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ns, vmi);
-    dirty_add(&L->deletes, key);
+    ctl_key_add(&L->deletes, key);
     log_write(LOG_INFO, "binder", "deleting a pending VMI whose claims left its node", "namespace", ns, "vmi", vmi,
               "why", why, NULL);
 }
@@ -1006,7 +943,7 @@ static int policy_ready(loop *L)
         json_t *view = json_array();
         static const kube_resource *const kinds[] = {&KUBE_NAMESPACES, &KUBE_RESOURCEQUOTAS, &KUBE_GPUCLASSES};
         for(size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-            json_t *items = kube_informer_list(cluster_inf(kinds[k]));
+            json_t *items = kube_informer_list(ctl_cluster_informer(kinds[k]));
             size_t i;
             json_t *o;
             json_array_foreach(items, i, o) json_array_append_new(view, ctl_cluster_with_kind(o, kinds[k]));
@@ -1017,8 +954,8 @@ static int policy_ready(loop *L)
         {
             char buf[600];
             const char *ns, *name;
-            split_key(r->key, buf, sizeof buf, &ns, &name);
-            json_t *v = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+            ctl_key_split(r->key, buf, sizeof buf, &ns, &name);
+            json_t *v = kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, name);
             if(v)
                 json_array_append_new(view, ctl_cluster_with_kind(v, &KUBE_VMIS));
             json_decref(v);
@@ -1069,11 +1006,11 @@ static int write_claim(loop *L, const char *key)
 {
     char buf[600];
     const char *ns, *name;
-    split_key(key, buf, sizeof buf, &ns, &name);
+    ctl_key_split(key, buf, sizeof buf, &ns, &name);
     binder_claim_status s;
     if(binder_state_claim_get(L->st, ns, name, &s) != BINDER_OK)
         return 1;
-    json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+    json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
     if(!obj)
         return 1;
     const char *uid = md_str(obj, "uid"), *held = json_string_value(json_object_get(L->uids, key));
@@ -1432,7 +1369,7 @@ static const char *pinned_node(const json_t *pod)
  * Attached) on, or NULL when they are not all on one node. */
 static const char *set_node(loop *L, const char *ns, const char *vmi_name, char *buf, size_t n)
 {
-    json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi_name);
+    json_t *vmi = kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, vmi_name);
     if(!vmi)
         return NULL;
     char nb[8192];
@@ -1443,7 +1380,7 @@ static const char *set_node(loop *L, const char *ns, const char *vmi_name, char 
         /* the state's decision, and the API showing it (a write not sent
          * yet must not lead to a pin the claim's status does not back) */
         binder_claim_status s;
-        json_t *c = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, names[i]);
+        json_t *c = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, names[i]);
         const char *api = json_string_value(json_object_get(json_object_get(c, "status"), "node"));
         const char *owner = binder_state_claim_set(L->st, ns, names[i]);
         int ok = binder_state_claim_get(L->st, ns, names[i], &s) == BINDER_OK &&
@@ -1473,7 +1410,7 @@ static int pin_pod(loop *L, const char *key)
 {
     char buf[600];
     const char *ns, *name;
-    split_key(key, buf, sizeof buf, &ns, &name);
+    ctl_key_split(key, buf, sizeof buf, &ns, &name);
     json_t *pod = kube_informer_get(ctl_proc->pods_inf, ns, name);
     if(!pod)
         return 1;
@@ -1492,12 +1429,12 @@ static int pin_pod(loop *L, const char *key)
                               ? pinned_node(pod)
                               : NULL;
         const char *now = vmi ? set_node(L, ns, vmi, nodebuf, sizeof nodebuf) : NULL;
-        json_t *v = vmi ? kube_informer_get(cluster_inf(&KUBE_VMIS), ns, vmi) : NULL;
+        json_t *v = vmi ? kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, vmi) : NULL;
         if(pin && now && strcmp(pin, now) != 0 && v && vmi_phase(v) == BINDER_VMI_PENDING &&
            !json_object_get(json_object_get(pod, "spec"), "nodeName")) {
             char key2[1024];
             if(snprintf(key2, sizeof key2, "%s/%s", ns, vmi) < (int)sizeof key2)
-                dirty_add(&L->deletes, key2);
+                ctl_key_add(&L->deletes, key2);
             log_write(LOG_INFO, "binder", "deleting a pending VMI whose launcher pod is pinned where its claims are not",
                       "namespace", ns, "vmi", vmi, "pinned", pin, "node", now, NULL);
         }
@@ -1546,7 +1483,7 @@ static void queue_class_claim(void *ud, const binder_claim_status *c)
     if(json_object_get(cw->classes, c->class_name)) {
         char key[600];
         snprintf(key, sizeof key, "%s/%s", c->ns, c->name);
-        dirty_add(&cw->L->writes, key);
+        ctl_key_add(&cw->L->writes, key);
     }
 }
 
@@ -1560,16 +1497,16 @@ static void recheck_raw(loop *L, dirty **nodes)
     {
         char buf[600], a[256], b[256];
         const char *ns, *name, *ca, *cb;
-        split_key(d->key, buf, sizeof buf, &ns, &name);
-        json_t *vmi = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+        json_t *vmi = kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, name);
         raw_update(L, d->key, vmi, &ca, &cb, a, b, sizeof a);
         if(ca)
-            dirty_add(nodes, ca);
+            ctl_key_add(nodes, ca);
         if(cb)
-            dirty_add(nodes, cb);
+            ctl_key_add(nodes, cb);
         json_decref(vmi);
     }
-    dirty_free(&L->recheck);
+    ctl_key_free(&L->recheck);
 }
 
 static void apply_dirty(loop *L, dirty *batch)
@@ -1606,8 +1543,8 @@ static void apply_dirty(loop *L, dirty *batch)
             continue;
         char buf[600];
         const char *ns, *name;
-        split_key(d->key + 2, buf, sizeof buf, &ns, &name);
-        json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+        ctl_key_split(d->key + 2, buf, sizeof buf, &ns, &name);
+        json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
         binder_claim_status s;
         int known = binder_state_claim_get(L->st, ns, name, &s) == BINDER_OK;
         const char *uid = obj ? md_str(obj, "uid") : NULL;
@@ -1625,7 +1562,7 @@ static void apply_dirty(loop *L, dirty *batch)
             take_claim(L, obj, 0);
             sets_changed = 1;
         } else if(obj) {
-            dirty_add(&L->writes, d->key + 2); /* written again if the API holds another status */
+            ctl_key_add(&L->writes, d->key + 2); /* written again if the API holds another status */
             watch_protection(L, obj, d->key + 2);
         }
         json_decref(obj);
@@ -1649,26 +1586,26 @@ static void apply_dirty(loop *L, dirty *batch)
         const char *sk;
         json_t *v;
         if(*pk)
-            json_object_foreach(json_object_get(L->pvc_sets, pk), sk, v) dirty_add(&vsets, sk);
+            json_object_foreach(json_object_get(L->pvc_sets, pk), sk, v) ctl_key_add(&vsets, sk);
     }
     HASH_ITER(hh, vsets, d, t)
     {
         char buf[600];
         const char *ns, *name;
-        split_key(d->key, buf, sizeof buf, &ns, &name);
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
         apply_set(L, ns, name);
     }
-    dirty_free(&vsets);
+    ctl_key_free(&vsets);
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_VM || d->key[0] == K_VMI) {
             char buf[600];
             const char *ns, *name;
-            split_key(d->key + 2, buf, sizeof buf, &ns, &name);
+            ctl_key_split(d->key + 2, buf, sizeof buf, &ns, &name);
             apply_set(L, ns, name);
             sets_changed = 1;
         } else if(d->key[0] == K_POD)
-            dirty_add(&L->gated, d->key + 2);
+            ctl_key_add(&L->gated, d->key + 2);
     }
     if(sets_changed && L->waiting_sets) {
         /* a claim arrived or a set let go of one: the sets that named a
@@ -1679,18 +1616,18 @@ static void apply_dirty(loop *L, dirty *batch)
         {
             char buf[600];
             const char *ns, *name;
-            split_key(d->key, buf, sizeof buf, &ns, &name);
+            ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
             apply_set(L, ns, name);
         }
-        dirty_free(&w);
+        ctl_key_free(&w);
     }
     dirty *nodes = NULL;
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_VMI)
-            dirty_add(&L->recheck, d->key + 2);
+            ctl_key_add(&L->recheck, d->key + 2);
         else if(d->key[0] == K_NODE || d->key[0] == K_GPUNODE)
-            dirty_add(&nodes, d->key + 3);
+            ctl_key_add(&nodes, d->key + 3);
     }
     recheck_raw(L, &nodes);
     json_t *classes = kube_informer_list(ctl_proc->classes_inf);
@@ -1701,16 +1638,10 @@ static void apply_dirty(loop *L, dirty *batch)
         HASH_ITER(hh, nodes, d, t) apply_node(L, d->key, classes, kv);
         json_decref(kv);
     }
-    dirty_free(&nodes);
+    ctl_key_free(&nodes);
     json_decref(classes);
 }
 
-static void drop_key(dirty **set, dirty *d)
-{
-    HASH_DEL(*set, d);
-    free(d->key);
-    free(d);
-}
 
 /* One status write to send: what it does to the API's bookings. */
 typedef struct pending_write {
@@ -1778,12 +1709,12 @@ static void flush_status(loop *L)
     {
         char buf[600];
         const char *ns, *name;
-        split_key(d->key, buf, sizeof buf, &ns, &name);
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
         binder_claim_status s;
-        json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+        json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
         if(binder_state_claim_get(L->st, ns, name, &s) != BINDER_OK || !obj) {
             json_decref(obj);
-            drop_key(&L->writes, d); /* gone: nothing to write */
+            ctl_key_drop(&L->writes, d); /* gone: nothing to write */
             continue;
         }
         const char *api = json_string_value(json_object_get(json_object_get(obj, "status"), "node"));
@@ -1824,7 +1755,7 @@ static void flush_status(loop *L)
                 delta_add(&delta, p->rel, p->class_name, -(long)p->count);
             if(*p->book)
                 delta_add(&delta, p->book, p->class_name, (long)p->count);
-            drop_key(&L->writes, p->d);
+            ctl_key_drop(&L->writes, p->d);
             p->d = NULL;
             progress = 1;
         }
@@ -1888,13 +1819,13 @@ static void flush_protection(loop *L)
             return;
         char buf[600];
         const char *ns, *name;
-        split_key(d->key, buf, sizeof buf, &ns, &name);
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
         fin_ctx fc = {1};
         cozy_err err;
         if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
                COZY_OK ||
            strstr(err.msg, "NotFound") || strstr(err.msg, "404"))
-            drop_key(&L->protect, d);
+            ctl_key_drop(&L->protect, d);
     }
     HASH_ITER(hh, L->deleting, d, t)
     {
@@ -1902,7 +1833,7 @@ static void flush_protection(loop *L)
             return;
         char buf[600];
         const char *ns, *name;
-        split_key(d->key, buf, sizeof buf, &ns, &name);
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
         if(claim_in_use(L, ns, name))
             continue; /* its VMI still runs: the hold stays until it ends */
         fin_ctx fc = {0};
@@ -1912,7 +1843,7 @@ static void flush_protection(loop *L)
            strstr(err.msg, "NotFound") || strstr(err.msg, "404")) {
             log_write(LOG_INFO, "binder", "released a deleted claim nothing uses any more", "namespace", ns,
                       "gpuclaim", name, NULL);
-            drop_key(&L->deleting, d);
+            ctl_key_drop(&L->deleting, d);
         }
     }
 }
@@ -1956,7 +1887,7 @@ static void flush_templates(loop *L)
             return;
         char buf[600];
         const char *ns, *name;
-        split_key(key, buf, sizeof buf, &ns, &name);
+        ctl_key_split(key, buf, sizeof buf, &ns, &name);
         long code = 0;
         cozy_err err;
         char *path = kube_path(&KUBE_GPUCLAIMS, ns, name, NULL);
@@ -1984,19 +1915,19 @@ static void flush(loop *L)
             return;
         char buf[600];
         const char *ns, *name;
-        split_key(d->key, buf, sizeof buf, &ns, &name);
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
         long code = 0;
         cozy_err err;
         if(kube_delete(ctl_proc->client, &KUBE_VMIS, ns, name, &code, NULL, &err) == COZY_OK &&
            (code / 100 == 2 || code == 404))
-            drop_key(&L->deletes, d);
+            ctl_key_drop(&L->deletes, d);
     }
     HASH_ITER(hh, L->gated, d, t)
     {
         if(!leading())
             return;
         if(pin_pod(L, d->key))
-            drop_key(&L->gated, d);
+            ctl_key_drop(&L->gated, d);
     }
 }
 
@@ -2045,18 +1976,18 @@ void *ctl_bind_main(void *arg)
         g_wake = 0;
         pthread_mutex_unlock(&ctl_proc->mu);
         if(stop) {
-            dirty_free(&batch);
+            ctl_key_free(&batch);
             break;
         }
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
             if(L.st)
                 log_write(LOG_INFO, "binder", "not leading: the binder's state is dropped", NULL);
             loop_drop(&L);
-            dirty_free(&batch);
+            ctl_key_free(&batch);
             continue;
         }
         if(!L.st) {
-            dirty_free(&batch); /* the caches hold all of it */
+            ctl_key_free(&batch); /* the caches hold all of it */
             if(build(&L) != 0)
                 continue;
             ctl_bundle_unref(L.peb); /* a new state: the usage table is fed again */
@@ -2072,7 +2003,7 @@ void *ctl_bind_main(void *arg)
             metrics_counter_add("cozygpu_binder_passes_total", "kind=\"full\"", 1);
         } else if(batch) {
             apply_dirty(&L, batch);
-            dirty_free(&batch);
+            ctl_key_free(&batch);
             if(policy_ready(&L) != 0)
                 continue; /* the batch is in the state; the next wake passes */
             binder_reconcile(L.st, &hooks);
@@ -2092,7 +2023,7 @@ void *ctl_bind_main(void *arg)
                 HASH_ITER(hh, nodes, d, t) apply_node(&L, d->key, classes, kv);
                 json_decref(kv);
                 json_decref(classes);
-                dirty_free(&nodes);
+                ctl_key_free(&nodes);
             }
             size_t n = binder_reconcile(L.st, &hooks);
             bindpolicy_settle(&L.bp);
@@ -2116,7 +2047,7 @@ void *ctl_bind_main(void *arg)
     json_decref(L.class_names);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);
-    dirty_free(&g_dirty);
+    ctl_key_free(&g_dirty);
     pthread_mutex_unlock(&ctl_proc->mu);
     return NULL;
 }

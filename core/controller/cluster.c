@@ -34,3 +34,11 @@ json_t *ctl_cluster_snapshot(void)
     }
     return all;
 }
+
+kube_informer *ctl_cluster_informer(const kube_resource *r)
+{
+    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
+        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == r)
+            return ctl_proc->cluster_inf[i];
+    return NULL;
+}

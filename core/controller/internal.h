@@ -11,6 +11,7 @@
  *   ctl_usage_    usage.c    the leader's usage records (Workloads) and monitors
  *   ctl_event_    event.c    Events on the controller's own objects
  *   ctl_license_  license.c  the leader's license token copies (DESIGN.md §8)
+ *   ctl_key_      keys.c     sets of object keys (the loops' queues)
  *   ctl_proc      controller.c  the state, wired up by controller_main
  *
  * Locking: one mutex (ctl.mu) and one condition variable (ctl.cv, on
@@ -22,6 +23,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <uthash.h>
 
 #include "base/result.h"
 #include "controller/flags.h"
@@ -75,6 +77,43 @@ typedef struct ctl {
 /* The one controller of this process (controller.c). */
 extern ctl *ctl_proc;
 
+/* ---- keys.c ---- */
+
+/* A set of keys ("K:ns/name", "ns/name", a class name...): a uthash table
+ * of strings (the head is a `ctl_key *`, NULL when empty). Not locked: a
+ * set the watcher thread fills is guarded by ctl.mu (ctl_key_queue). */
+typedef struct ctl_key {
+    char *key; /* owned */
+    UT_hash_handle hh;
+} ctl_key;
+
+/* Adds a copy of `key` unless it is there already. Out of memory the key
+ * is dropped (each leader loop compares everything again when it takes the
+ * lead, and the watches relist). */
+void ctl_key_add(ctl_key **set, const char *key);
+
+/* The entry of `key` in `set` (borrowed), or NULL. */
+ctl_key *ctl_key_find(ctl_key *set, const char *key);
+
+/* Removes entry k (from ctl_key_find or an iteration) and frees it. */
+void ctl_key_drop(ctl_key **set, ctl_key *k);
+
+/* Empties the set. */
+void ctl_key_free(ctl_key **set);
+
+/* ctl_key_add under ctl.mu, then wakes every waiter on ctl.cv: how the
+ * watcher thread hands a change to a leader loop. */
+void ctl_key_queue(ctl_key **queue, const char *key);
+
+/* "ns/name" split at its first '/' into *ns and *name, pointing into buf
+ * (n bytes; the key is cut to fit); a key without '/' is a cluster-scoped
+ * name: *ns "" and *name the key. */
+void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const char **name);
+
+/* ctl_key_queue of "K:ns/name" for object `obj` (K = kind; ns empty for a
+ * cluster-scoped object); nothing when it has no metadata.name. */
+void ctl_key_queue_object(ctl_key **queue, char kind, const json_t *obj);
+
 /* ---- cluster.c ---- */
 
 /* `obj` as the policies index it: with apiVersion and kind. The API server
@@ -94,6 +133,10 @@ json_t *ctl_cluster_with_kind(json_t *obj, const kube_resource *r);
  * cache can do. Returns a new reference (the caller decrefs) whose items
  * may be shared with the caches: read-only. */
 json_t *ctl_cluster_snapshot(void);
+
+/* The informer of ctl.cluster_inf that watches resource `r` (&KUBE_...),
+ * or NULL when none does. Borrowed. */
+kube_informer *ctl_cluster_informer(const kube_resource *r);
 
 /* ---- bundle.c ---- */
 

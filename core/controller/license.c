@@ -57,40 +57,11 @@
 
 /* ------------------------------------------------------------ dirty keys */
 
-typedef struct lkey {
-    char *key;
-    UT_hash_handle hh;
-} lkey;
+typedef ctl_key lkey; /* keys.c */
 
 static lkey *g_dirty; /* mu */
 static int g_wake;    /* mu: leadership changed */
 
-static void key_add(lkey **set, const char *key)
-{
-    lkey *d;
-    HASH_FIND_STR(*set, key, d);
-    if(d)
-        return;
-    d = calloc(1, sizeof *d);
-    if(!d || !(d->key = strdup(key))) {
-        free(d);
-        return; /* out of memory: the next relist or take-over brings it back */
-    }
-    HASH_ADD_KEYPTR(hh, *set, d->key, strlen(d->key), d);
-}
-
-static void key_del(lkey **set, lkey *d)
-{
-    HASH_DEL(*set, d);
-    free(d->key);
-    free(d);
-}
-
-static void key_free(lkey **set)
-{
-    lkey *d, *t;
-    HASH_ITER(hh, *set, d, t) key_del(set, d);
-}
 
 static const char *md_str(const json_t *obj, const char *field)
 {
@@ -101,19 +72,7 @@ void ctl_license_on_event(void *ctx, kube_informer *inf, const char *type, const
 {
     (void)inf, (void)type;
     char kind = (char)(intptr_t)ctx;
-    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
-    if(!name)
-        return;
-    size_t n = strlen(name) + (ns ? strlen(ns) : 0) + 4;
-    char *key = malloc(n);
-    if(!key)
-        return;
-    snprintf(key, n, "%c:%s/%s", kind, ns ? ns : "", name);
-    pthread_mutex_lock(&ctl_proc->mu);
-    key_add(&g_dirty, key);
-    pthread_cond_broadcast(&ctl_proc->cv);
-    pthread_mutex_unlock(&ctl_proc->mu);
-    free(key);
+    ctl_key_queue_object(&g_dirty, kind, obj);
 }
 
 void ctl_license_on_leader_change(void *ctx, int leading)
@@ -198,8 +157,8 @@ static void state_drop(state *S)
     json_decref(S->class_ns);
     json_decref(S->remote);
     json_decref(S->written);
-    key_free(&S->todo);
-    key_free(&S->conds);
+    ctl_key_free(&S->todo);
+    ctl_key_free(&S->conds);
     S->users = S->contrib = S->ns_classes = S->class_ns = S->remote = S->written = NULL;
     S->built = 0;
     if(S->e) {
@@ -209,36 +168,13 @@ static void state_drop(state *S)
     }
 }
 
-static kube_informer *cluster_inf(const kube_resource *r)
-{
-    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
-        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == r)
-            return ctl_proc->cluster_inf[i];
-    return NULL;
-}
-
-/* "ns/name" into ns and name (pointing into buf). */
-static void split_key(const char *key, char *buf, size_t n, const char **ns, const char **name)
-{
-    snprintf(buf, n, "%s", key);
-    char *slash = strchr(buf, '/');
-    if(!slash) {
-        *ns = "";
-        *name = buf;
-        return;
-    }
-    *slash = 0;
-    *ns = buf;
-    *name = slash + 1;
-}
-
 /* Queues pair (ns, class) and indexes it both ways. */
 static void pair_touch(state *S, const char *ns, const char *cls)
 {
     char key[600];
     if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
         return;
-    key_add(&S->todo, key);
+    ctl_key_add(&S->todo, key);
     json_t *a = json_object_get(S->ns_classes, ns);
     if(!a) {
         a = json_object();
@@ -275,7 +211,7 @@ static void class_touch(state *S, const char *cls)
     json_object_foreach(json_object_get(S->class_ns, cls), ns, v)
     {
         if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
-            key_add(&S->todo, key);
+            ctl_key_add(&S->todo, key);
     }
 }
 
@@ -325,7 +261,7 @@ static int entitled(state *S, const char *ns)
  * of every namespace whose entitlement changed. */
 static void apply_namespace(state *S, const char *name)
 {
-    json_t *obj = kube_informer_get(cluster_inf(&KUBE_NAMESPACES), NULL, name);
+    json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_NAMESPACES), NULL, name);
     json_t *changed = obj ? lua_changed(S, "namespace_set", obj, name) : lua_changed(S, "namespace_gone", NULL, name);
     json_decref(obj);
     size_t i;
@@ -339,7 +275,7 @@ static void apply_namespace(state *S, const char *name)
         json_object_foreach(json_object_get(S->ns_classes, ns ? ns : ""), cls, v)
         {
             if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
-                key_add(&S->todo, key);
+                ctl_key_add(&S->todo, key);
         }
     }
     json_decref(changed);
@@ -527,7 +463,7 @@ static int read_source(state *S, lclass *c)
                   !(old_token && c->token && old_len == c->token_len && memcmp(old_token, c->token, old_len) == 0);
     free(old_token);
     if(strcmp(old_reason, c->reason) != 0 || strcmp(old_message, c->message) != 0) {
-        key_add(&S->conds, c->name);
+        ctl_key_add(&S->conds, c->name);
         changed = 1;
     }
     return changed;
@@ -567,13 +503,13 @@ static void apply_class(state *S, const char *name)
     c->resource_name = dup_or_null(json_string_value(json_object_get(spec, "resourceName")));
     json_int_t gen = json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation"));
     if(gen != c->generation)
-        key_add(&S->conds, c->name);
+        ctl_key_add(&S->conds, c->name);
     c->generation = gen;
     if(licensed && (!c->src_ns || !c->src_name))
         c->licensed = 0; /* out of memory */
     if(read_source(S, c) || moved)
         class_touch(S, name);
-    key_add(&S->conds, c->name);
+    ctl_key_add(&S->conds, c->name);
     json_decref(obj);
 }
 
@@ -668,7 +604,7 @@ static void set_user(state *S, const char *ckey, const char *ns, const char *uke
         json_object_del(u, ukey);
         if(u && json_object_size(u) == 0)
             json_object_del(S->users, key);
-        key_add(&S->todo, key);
+        ctl_key_add(&S->todo, key);
     }
     if(!classes || json_object_size(classes) == 0) {
         json_object_del(S->contrib, ckey);
@@ -692,7 +628,7 @@ static void set_user(state *S, const char *ckey, const char *ns, const char *uke
 
 static void apply_claim(state *S, const char *ns, const char *name)
 {
-    json_t *obj = kube_informer_get(cluster_inf(&KUBE_GPUCLAIMS), ns, name);
+    json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
     char ckey[600], ukey[400];
     snprintf(ckey, sizeof ckey, "l:%s/%s", ns, name);
     snprintf(ukey, sizeof ukey, "GPUClaim/%s", name);
@@ -711,7 +647,7 @@ static void apply_claim(state *S, const char *ns, const char *name)
  * gives it the license volume reads them (policies/vmi-record.lua). */
 static void apply_vmi(state *S, const char *ns, const char *name)
 {
-    json_t *obj = kube_informer_get(cluster_inf(&KUBE_VMIS), ns, name);
+    json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, name);
     char ckey[600], ukey[400];
     snprintf(ckey, sizeof ckey, "i:%s/%s", ns, name);
     snprintf(ukey, sizeof ukey, "VirtualMachineInstance/%s", name);
@@ -1252,7 +1188,7 @@ static void build(state *S)
     engine_push_runtime_fn(S->e, "settings");
     luajson_push(engine_lua(S->e), ctl_proc->settings);
     engine_call(S->e, 1, 0, 0, &err);
-    json_t *list = kube_informer_list(cluster_inf(&KUBE_NAMESPACES));
+    json_t *list = kube_informer_list(ctl_cluster_informer(&KUBE_NAMESPACES));
     size_t i;
     json_t *o;
     json_array_foreach(list, i, o)
@@ -1269,7 +1205,7 @@ static void build(state *S)
     json_decref(list);
     static const kube_resource *const kinds[] = {&KUBE_GPUCLAIMS, &KUBE_VMIS};
     for(size_t k = 0; k < 2; k++) {
-        list = kube_informer_list(cluster_inf(kinds[k]));
+        list = kube_informer_list(ctl_cluster_informer(kinds[k]));
         json_array_foreach(list, i, o)
         {
             const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
@@ -1312,7 +1248,7 @@ static void apply_batch(state *S, lkey *batch)
                 continue;
             char buf[600];
             const char *ns, *name;
-            split_key(d->key + 2, buf, sizeof buf, &ns, &name);
+            ctl_key_split(d->key + 2, buf, sizeof buf, &ns, &name);
             switch(kind) {
             case 'c': apply_class(S, name); break;
             case 's': apply_namespace(S, name); break;
@@ -1335,16 +1271,16 @@ static void flush(state *S)
             return;
         char buf[600];
         const char *ns, *cls;
-        split_key(d->key, buf, sizeof buf, &ns, &cls);
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &cls);
         if(reconcile_pair(S, ns, cls) != W_RETRY)
-            key_del(&S->todo, d);
+            ctl_key_drop(&S->todo, d);
     }
     HASH_ITER(hh, S->conds, d, t)
     {
         if(!leading())
             return;
         if(write_cond(S, d->key))
-            key_del(&S->conds, d);
+            ctl_key_drop(&S->conds, d);
     }
 }
 
@@ -1374,7 +1310,7 @@ void *ctl_license_main(void *arg)
         g_wake = 0;
         pthread_mutex_unlock(&ctl_proc->mu);
         if(stop) {
-            key_free(&batch);
+            ctl_key_free(&batch);
             break;
         }
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
@@ -1382,15 +1318,15 @@ void *ctl_license_main(void *arg)
                 log_write(LOG_INFO, "license", "not leading: the license copier's state is dropped", NULL);
             if(S.built)
                 state_drop(&S);
-            key_free(&batch);
+            ctl_key_free(&batch);
             continue;
         }
         if(!S.built) {
-            key_free(&batch); /* the caches hold all of it */
+            ctl_key_free(&batch); /* the caches hold all of it */
             build(&S);
         } else if(batch) {
             apply_batch(&S, batch);
-            key_free(&batch);
+            ctl_key_free(&batch);
         }
         if(mono_ms() >= S.next_poll_ms) {
             poll_remote(&S);
@@ -1402,7 +1338,7 @@ void *ctl_license_main(void *arg)
         state_drop(&S);
     engine_close(S.e);
     pthread_mutex_lock(&ctl_proc->mu);
-    key_free(&g_dirty);
+    ctl_key_free(&g_dirty);
     pthread_mutex_unlock(&ctl_proc->mu);
     return NULL;
 }

@@ -52,40 +52,11 @@
 
 /* ------------------------------------------------------------ the queue */
 
-typedef struct ukey {
-    char *key;
-    UT_hash_handle hh;
-} ukey;
+typedef ctl_key ukey; /* keys.c */
 
 static ukey *g_queue; /* mu: "l:ns/name", "w:ns/name", "o:ns" */
 static int g_wake;    /* mu: leadership changed */
 
-static void key_add(ukey **set, const char *key)
-{
-    ukey *k;
-    HASH_FIND_STR(*set, key, k);
-    if(k)
-        return;
-    k = calloc(1, sizeof *k);
-    if(!k || !(k->key = strdup(key))) {
-        free(k);
-        return; /* out of memory: the next comparison on taking the lead brings it back */
-    }
-    HASH_ADD_KEYPTR(hh, *set, k->key, strlen(k->key), k);
-}
-
-static void key_del(ukey **set, ukey *k)
-{
-    HASH_DEL(*set, k);
-    free(k->key);
-    free(k);
-}
-
-static void key_free(ukey **set)
-{
-    ukey *k, *t;
-    HASH_ITER(hh, *set, k, t) key_del(set, k);
-}
 
 static const char *md_str(const json_t *obj, const char *field)
 {
@@ -126,10 +97,7 @@ static int join_key(char *out, size_t n, const char *prefix, const char *ns, con
 
 static void queue(const char *key)
 {
-    pthread_mutex_lock(&ctl_proc->mu);
-    key_add(&g_queue, key);
-    pthread_cond_broadcast(&ctl_proc->cv);
-    pthread_mutex_unlock(&ctl_proc->mu);
+    ctl_key_queue(&g_queue, key);
 }
 
 void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
@@ -215,28 +183,6 @@ static long long mono_ms(void)
 static int leading(void)
 {
     return lease_is_leader(ctl_proc->lease);
-}
-
-static kube_informer *claims_inf(void)
-{
-    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
-        if(kube_informer_resource(ctl_proc->cluster_inf[i]) == &KUBE_GPUCLAIMS)
-            return ctl_proc->cluster_inf[i];
-    return NULL;
-}
-
-static void split_key(const char *key, char *buf, size_t n, const char **ns, const char **name)
-{
-    snprintf(buf, n, "%s", key);
-    char *slash = strchr(buf, '/');
-    if(!slash) {
-        *ns = buf;
-        *name = "";
-        return;
-    }
-    *slash = 0;
-    *ns = buf;
-    *name = slash + 1;
 }
 
 static void count_write(const char *object, const char *op, const char *result)
@@ -710,7 +656,7 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
     ctl_usage_record_name(name, rname, sizeof rname);
     if(join_key(rkey, sizeof rkey, "", ns, rname) != 0)
         return W_OK; /* no such object can exist */
-    json_t *claim = kube_informer_get(claims_inf(), ns, name);
+    json_t *claim = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
     /* a cut name cannot be read back as its claim's: remembered while the
      * claim exists (the others are "gpu-" and the claim name) */
     if(claim && strcmp(rname + 4, name) != 0)
@@ -770,13 +716,13 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
 static void queue_all(usage *U)
 {
     char key[600];
-    json_t *all = kube_informer_list(claims_inf());
+    json_t *all = kube_informer_list(ctl_cluster_informer(&KUBE_GPUCLAIMS));
     size_t i;
     json_t *o;
     json_array_foreach(all, i, o)
     {
         snprintf(key, sizeof key, "l:%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-        key_add(&U->work, key);
+        ctl_key_add(&U->work, key);
     }
     json_decref(all);
     all = kube_informer_list(ctl_proc->workloads_inf);
@@ -787,21 +733,21 @@ static void queue_all(usage *U)
             snprintf(key, sizeof key, "l:%s/%s", md_str(o, "namespace"), owner);
         else
             snprintf(key, sizeof key, "w:%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-        key_add(&U->work, key);
+        ctl_key_add(&U->work, key);
     }
     json_decref(all);
     all = kube_informer_list(ctl_proc->monitors_inf);
     json_array_foreach(all, i, o)
     {
         snprintf(key, sizeof key, "o:%s", md_str(o, "namespace"));
-        key_add(&U->work, key);
+        ctl_key_add(&U->work, key);
     }
     json_decref(all);
 }
 
 static void drop(usage *U)
 {
-    key_free(&U->work);
+    ctl_key_free(&U->work);
     json_object_clear(U->wanted);
     json_object_clear(U->ns_count);
     json_object_clear(U->mon_ok);
@@ -826,7 +772,7 @@ static int round_work(usage *U)
             continue;
         char buf[600];
         const char *ns, *rname;
-        split_key(k->key + 2, buf, sizeof buf, &ns, &rname);
+        ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &rname);
         char rkey[600];
         join_key(rkey, sizeof rkey, "", ns, rname);
         json_object_del(U->written, rkey); /* gone from the watch: what we wrote is no guide */
@@ -835,12 +781,12 @@ static int round_work(usage *U)
         if(!claim && strncmp(rname, "gpu-", 4) == 0)
             claim = rname + 4;
         if(!claim || join_key(ck, sizeof ck, "l:", ns, claim) != 0) {
-            key_del(&U->work, k);
+            ctl_key_drop(&U->work, k);
             continue;
         }
         json_object_set_new(probes, ck + 2, json_true());
-        key_add(&U->work, ck);
-        key_del(&U->work, k);
+        ctl_key_add(&U->work, ck);
+        ctl_key_drop(&U->work, k);
     }
     HASH_ITER(hh, U->work, k, t)
     {
@@ -850,19 +796,19 @@ static int round_work(usage *U)
         const char *ns, *name;
         if(k->key[0] == 'w') {
             /* a record without a GPUClaim owner reference: its claim by name */
-            split_key(k->key + 2, buf, sizeof buf, &ns, &name);
+            ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &name);
             char rkey[600], ck[600];
             join_key(rkey, sizeof rkey, "", ns, name);
             const char *claim = json_string_value(json_object_get(U->names, rkey));
             if(!claim && strncmp(name, "gpu-", 4) == 0)
                 claim = name + 4;
             if(!claim || join_key(ck, sizeof ck, "", ns, claim) != 0) {
-                key_del(&U->work, k);
+                ctl_key_drop(&U->work, k);
                 continue;
             }
-            split_key(ck, buf, sizeof buf, &ns, &name);
+            ctl_key_split(ck, buf, sizeof buf, &ns, &name);
         } else if(k->key[0] == 'l')
-            split_key(k->key + 2, buf, sizeof buf, &ns, &name);
+            ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &name);
         else
             continue;
         char pk[600];
@@ -873,7 +819,7 @@ static int round_work(usage *U)
             return W_MISSING;
         }
         if(rc == W_OK)
-            key_del(&U->work, k);
+            ctl_key_drop(&U->work, k);
     }
     json_decref(probes);
     HASH_ITER(hh, U->work, k, t)
@@ -890,7 +836,7 @@ static int round_work(usage *U)
         if(rc == W_MISSING)
             return W_MISSING;
         if(rc == W_OK)
-            key_del(&U->work, k);
+            ctl_key_drop(&U->work, k);
     }
     return W_OK;
 }
@@ -918,11 +864,11 @@ void *ctl_usage_main(void *arg)
         g_wake = 0;
         pthread_mutex_unlock(&ctl_proc->mu);
         if(stop) {
-            key_free(&batch);
+            ctl_key_free(&batch);
             break;
         }
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
-            key_free(&batch);
+            ctl_key_free(&batch);
             if(U.active)
                 drop(&U);
             continue;
@@ -930,7 +876,7 @@ void *ctl_usage_main(void *arg)
         int full = 0;
         if(!U.active) {
             U.active = 1;
-            key_free(&batch); /* the caches hold all of it */
+            ctl_key_free(&batch); /* the caches hold all of it */
             full = 1;
         }
         if(U.avail != 1) {
@@ -960,20 +906,20 @@ void *ctl_usage_main(void *arg)
             if(U.avail == 0)
                 warn_unavailable(&U);
             if(U.avail != 1) {
-                key_free(&batch); /* compared in full once served */
+                ctl_key_free(&batch); /* compared in full once served */
                 continue;
             }
         }
         if(full)
             queue_all(&U);
         ukey *k, *t;
-        HASH_ITER(hh, batch, k, t) key_add(&U.work, k->key);
-        key_free(&batch);
+        HASH_ITER(hh, batch, k, t) ctl_key_add(&U.work, k->key);
+        ctl_key_free(&batch);
         if(round_work(&U) == W_MISSING && probe() == 0) {
             /* confirmed: compared in full once served again */
             set_avail(&U, 0);
             warn_unavailable(&U);
-            key_free(&U.work);
+            ctl_key_free(&U.work);
         }
     }
     drop(&U);
@@ -983,7 +929,7 @@ void *ctl_usage_main(void *arg)
     json_decref(U.names);
     json_decref(U.written);
     pthread_mutex_lock(&ctl_proc->mu);
-    key_free(&g_queue);
+    ctl_key_free(&g_queue);
     pthread_mutex_unlock(&ctl_proc->mu);
     return NULL;
 }

@@ -1,0 +1,86 @@
+/* keys.c — the sets of object keys the leader's loops keep (internal.h,
+ * ctl_key_): what changed, what to write, what to compare; a uthash table
+ * of strings, one entry per key.
+ *
+ * The watcher thread fills a loop's queue under ctl.mu (ctl_key_queue);
+ * the loop takes the whole queue in one swap and works on its own sets
+ * without the lock. Out of memory, a key is dropped: every loop compares
+ * everything again when it takes the lead, and the watches relist.
+ */
+#include "controller/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ctl_key_add(ctl_key **set, const char *key)
+{
+    ctl_key *k;
+    HASH_FIND_STR(*set, key, k);
+    if(k)
+        return;
+    k = calloc(1, sizeof *k);
+    if(!k || !(k->key = strdup(key))) {
+        free(k);
+        return;
+    }
+    HASH_ADD_KEYPTR(hh, *set, k->key, strlen(k->key), k);
+}
+
+ctl_key *ctl_key_find(ctl_key *set, const char *key)
+{
+    ctl_key *k = NULL;
+    HASH_FIND_STR(set, key, k);
+    return k;
+}
+
+void ctl_key_drop(ctl_key **set, ctl_key *k)
+{
+    HASH_DEL(*set, k);
+    free(k->key);
+    free(k);
+}
+
+void ctl_key_free(ctl_key **set)
+{
+    ctl_key *k, *t;
+    HASH_ITER(hh, *set, k, t) ctl_key_drop(set, k);
+}
+
+void ctl_key_queue(ctl_key **queue, const char *key)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    ctl_key_add(queue, key);
+    pthread_cond_broadcast(&ctl_proc->cv);
+    pthread_mutex_unlock(&ctl_proc->mu);
+}
+
+void ctl_key_queue_object(ctl_key **queue, char kind, const json_t *obj)
+{
+    const json_t *md = json_object_get(obj, "metadata");
+    const char *ns = json_string_value(json_object_get(md, "namespace"));
+    const char *name = json_string_value(json_object_get(md, "name"));
+    if(!name)
+        return;
+    size_t n = strlen(name) + (ns ? strlen(ns) : 0) + 4;
+    char *key = malloc(n);
+    if(!key)
+        return;
+    snprintf(key, n, "%c:%s/%s", kind, ns ? ns : "", name);
+    ctl_key_queue(queue, key);
+    free(key);
+}
+
+void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const char **name)
+{
+    snprintf(buf, n, "%s", key);
+    char *slash = strchr(buf, '/');
+    if(!slash) {
+        *ns = "";
+        *name = buf;
+        return;
+    }
+    *slash = 0;
+    *ns = buf;
+    *name = slash + 1;
+}
