@@ -68,6 +68,12 @@ return rule "gpu/gpuclass" {
     for _, e in ipairs(tolerations.validate(object.get(spec, "tolerations"), "spec.tolerations")) do
       invalid(out, e.field, e.message .. " (every virt-launcher pod of the class would be refused)")
     end
+    -- the CRD's maxItems, also where no API server checks the schema
+    -- (a snapshot, the double): the binder reads no more than that
+    local tl = object.get(spec, "tolerations")
+    if type(tl) == "table" and #tl > 16 then
+      invalid(out, "spec.tolerations", ("Too many: %d: must have at most 16 items"):format(#tl))
+    end
     -- one resource name per offer (DESIGN.md §3)
     if type(rn) == "string" then
       for _, other in ipairs(cluster:classes_for_resource(rn)) do

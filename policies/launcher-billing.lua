@@ -13,6 +13,10 @@
 -- this rule sets, in the launcher pod's annotation, each GPU resource name
 -- the claims cover to "0".
 --
+-- Whose pods: only those the virt-controller creates (the request's user,
+-- which the API server sets and no tenant can forge: cluster:
+-- virt_controller(), as policies/raw-names.lua trusts it).
+--
 -- Which names: a pod whose VMI names ordered claims (gpu.cozystack.io/
 -- claims, which KubeVirt copies to the pod) or takes template claims
 -- (decision 0027) gets all its GPUs from those claims — the VMI's GPU
@@ -63,6 +67,12 @@ return rule "gpu/launcher-billing" {
   mutate = function(req, cluster)
     local pod = req.object
     if not is_virt_launcher(pod) then return nil end
+    -- only a pod KubeVirt made: labels and owner references are the
+    -- creator's to write, so a tenant's own pod dressed as a launcher
+    -- keeps its GPUs billed (the pod's Workload); unknown virt-controller
+    -- (no setting, no KubeVirt CR): nothing is zeroed, never under-billed
+    local vc = cluster:virt_controller()
+    if vc == nil or object.get(req, "userInfo", "username") ~= vc then return nil end
     if claims.of(pod) == nil and not claims.templated(pod) then return nil end
     local covered = {}
     for _, r in ipairs(gpu.pod_requests(pod, cluster)) do

@@ -34,19 +34,6 @@ local function verdict(m, message, field)
   return warn(message)
 end
 
--- The virt-controller's user: the setting, or derived from the namespace
--- of the KubeVirt CR (KubeVirt's service account kubevirt-controller).
--- Without the setting and without a KubeVirt CR nobody is the
--- virt-controller (fail closed: no exception on a guess).
-local function virt_controller(cluster)
-  local u = object.get(cluster.settings, "virtControllerUser")
-  if type(u) == "string" and u ~= "" then return u end
-  local kv = cluster:kubevirt()
-  local ns = kv and object.get(kv, "metadata", "namespace")
-  if type(ns) ~= "string" then return nil end
-  return ("system:serviceaccount:%s:kubevirt-controller"):format(ns)
-end
-
 local function owned_by_vmi(pod)
   for _, ref in ipairs(object.list(pod, "metadata", "ownerReferences")) do
     local av = object.get(ref, "apiVersion")
@@ -135,7 +122,7 @@ return rule "gpu/raw-names" {
     local requests = pod_gpu_requests(obj, cluster)
     if #requests == 0 then return nil end
     local user = object.get(req, "userInfo", "username")
-    local vc = virt_controller(cluster)
+    local vc = cluster:virt_controller()
     if vc and user == vc and owned_by_vmi(obj) then return nil end
     for _, r in ipairs(requests) do
       if r.unknown then

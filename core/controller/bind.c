@@ -223,6 +223,9 @@ static void apply_class(loop *L, const char *name)
     binder_toleration tols[32];
     size_t n = 0, i;
     json_t *t;
+    if(json_array_size(json_object_get(spec, "tolerations")) > 32) /* the CRD allows 16 */
+        log_write(LOG_WARN, "binder", "a class with more than 32 tolerations: the binder reads the first 32",
+                  "gpuclass", name, NULL);
     json_array_foreach(json_object_get(spec, "tolerations"), i, t)
     {
         if(n < 32)

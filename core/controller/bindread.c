@@ -187,7 +187,8 @@ size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, 
 }
 
 /* The reason of the claim's Ready condition, or NULL. */
-static const char *ready_reason(const json_t *claim)
+/* Field `field` ("reason", "message") of the claim's Ready condition. */
+static const char *ready_field(const json_t *claim, const char *field)
 {
     size_t i;
     json_t *c;
@@ -195,7 +196,7 @@ static const char *ready_reason(const json_t *claim)
     {
         const char *t = json_string_value(json_object_get(c, "type"));
         if(t && strcmp(t, "Ready") == 0)
-            return json_string_value(json_object_get(c, "reason"));
+            return json_string_value(json_object_get(c, field));
     }
     return NULL;
 }
@@ -218,9 +219,11 @@ int bindread_claim(const json_t *obj, int restore, binder_claim_status *out)
             binder_phase_parse(ph, &out->phase);
         out->node = json_string_value(json_object_get(status, "node"));
         out->attached_to = json_string_value(json_object_get(status, "attachedTo"));
-        const char *rs = ready_reason(obj);
+        const char *rs = ready_field(obj, "reason"), *msg = ready_field(obj, "message");
         if(rs)
             binder_reason_parse(rs, &out->reason);
+        if(msg)
+            out->message = msg; /* a new leader keeps what the API says (no rewrite of an unchanged claim) */
         if((out->phase == BINDER_BOUND || out->phase == BINDER_ATTACHED) && !out->node)
             out->phase = BINDER_PENDING; /* a status no binder writes: start over */
     }

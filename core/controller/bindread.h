@@ -52,8 +52,9 @@ int bindread_vmi_uses_classes(const json_t *vmi);
 
 /* GPUClaim `obj` as the binder takes it into *out (strings borrowed from
  * obj): Pending, or with `restore` (a new leader, decision 0020 §1) the
- * phase, node, attachedTo of its status and the reason of its Ready
- * condition; a Bound or Attached status without a node starts over
+ * phase, node, attachedTo of its status and the reason and message of its
+ * Ready condition (a new leader rewrites no claim whose status it would
+ * leave as it is); a Bound or Attached status without a node starts over
  * Pending. Unparsable phases and reasons are left as Pending / none, as
  * the leader does. Returns 0, or -1 when it has no usable metadata.name,
  * metadata.namespace, spec.class or spec.count (1..BINDER_MAX_UNITS). */

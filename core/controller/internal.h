@@ -327,12 +327,15 @@ void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const j
 void ctl_usage_on_leader_change(void *ctx, int leading);
 
 /* The usage record name of GPUClaim `claim` (a DNS subdomain of at most
- * 253 characters) into out (size n >= 254): "gpu-<claim>"; a claim name
- * longer than 249 characters is cut to 238, trailing '-' and '.'
- * dropped, and followed by "-" and 10 hex digits of its 64-bit FNV-1a
- * hash, so that every claim has one name, the same on every replica and
- * after a restart (decision 0028). */
-void ctl_usage_record_name(const char *claim, char *out, size_t n);
+ * 253 characters) into out (size n >= 254): "gpu-<claim>" when that fits;
+ * else "gpuh-", the claim name cut to 215 characters (trailing '-' and '.'
+ * dropped), "-" and 32 hex digits of the SHA-256 of the whole name. The
+ * two forms never meet (the fourth character is '-' in one, 'h' in the
+ * other) and a tenant cannot make two names share a hash, so every claim
+ * of a namespace has its own record name, the same on every replica and
+ * after a restart (decision 0028). Returns 0, or -1 when the hash cannot
+ * be computed (out unchanged). */
+int ctl_usage_record_name(const char *claim, char *out, size_t n);
 /* ---- license.c ---- */
 
 /* The copy of class C's token in a tenant namespace is the Secret

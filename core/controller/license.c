@@ -360,7 +360,7 @@ static const char *token_problem(const unsigned char *b, size_t n, char *buf, si
             snprintf(buf, bn, "byte 0x%02x at offset %zu is not printable text", ch, i);
             return buf;
         }
-        text++;
+        text += ch != ' '; /* a space is a blank too */
     }
     if(text == 0)
         return "it holds only blanks";

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <gnutls/crypto.h>
 #include <uthash.h>
 
 #include "base/log.h"
@@ -139,23 +141,25 @@ void ctl_usage_on_leader_change(void *ctx, int leading)
 
 /* ------------------------------------------------------------ names */
 
-void ctl_usage_record_name(const char *claim, char *out, size_t n)
+int ctl_usage_record_name(const char *claim, char *out, size_t n)
 {
     size_t len = strlen(claim);
     if(4 + len <= NAME_MAX_LEN) {
         snprintf(out, n, "gpu-%s", claim);
-        return;
+        return 0;
     }
-    uint64_t h = 14695981039346656037ull; /* FNV-1a 64 */
-    for(size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)claim[i];
-        h *= 1099511628211ull;
-    }
-    /* 4 + cut + 1 + 10 = 253 */
-    size_t cut = NAME_MAX_LEN - 4 - 1 - 10;
+    unsigned char d[32];
+    if(gnutls_hash_fast(GNUTLS_DIG_SHA256, claim, len, d) < 0)
+        return -1;
+    char hex[33];
+    for(int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    /* 5 + cut + 1 + 32 = 253 */
+    size_t cut = NAME_MAX_LEN - 5 - 1 - 32;
     while(cut > 0 && (claim[cut - 1] == '-' || claim[cut - 1] == '.'))
         cut--;
-    snprintf(out, n, "gpu-%.*s-%010llx", (int)cut, claim, (unsigned long long)(h & 0xffffffffffull));
+    snprintf(out, n, "gpuh-%.*s-%s", (int)cut, claim, hex);
+    return 0;
 }
 
 /* ------------------------------------------------------------ the state */
@@ -625,6 +629,19 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
         have_uid = NULL;
         const char *owner = claim_owner(existing, &have_uid);
         if(owner && have_uid && want_uid && strcmp(have_uid, want_uid) != 0) {
+            json_t *other = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, owner);
+            const char *ouid = other ? md_str(other, "uid") : NULL;
+            int live = ouid && strcmp(ouid, have_uid) == 0;
+            json_decref(other);
+            if(live) {
+                /* the record of another claim that exists: names never
+                 * collide (ctl_usage_record_name), so only a record made
+                 * by hand can say so; never fight over it */
+                log_write(LOG_WARN, "usage", "a usage record name is taken by the record of another claim",
+                          "namespace", ns, "workload", rname, "owner", owner, NULL);
+                rc = W_OK;
+                break;
+            }
             /* the record of an earlier claim of the same name */
             rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, md_str(existing, "uid"));
             json_decref(existing);
@@ -653,13 +670,12 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
 static int reconcile_claim(usage *U, const char *ns, const char *name, int probe_api)
 {
     char rname[NAME_MAX_LEN + 1], rkey[600];
-    ctl_usage_record_name(name, rname, sizeof rname);
-    if(join_key(rkey, sizeof rkey, "", ns, rname) != 0)
+    if(ctl_usage_record_name(name, rname, sizeof rname) != 0 || join_key(rkey, sizeof rkey, "", ns, rname) != 0)
         return W_OK; /* no such object can exist */
     json_t *claim = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
     /* a cut name cannot be read back as its claim's: remembered while the
      * claim exists (the others are "gpu-" and the claim name) */
-    if(claim && strcmp(rname + 4, name) != 0)
+    if(claim && strncmp(rname, "gpu-", 4) != 0)
         json_object_set_new(U->names, rkey, json_string(name));
     else if(!claim)
         json_object_del(U->names, rkey);

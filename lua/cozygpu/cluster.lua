@@ -68,6 +68,19 @@ function M.new(objects, settings)
   end
   --- The KubeVirt CR (the first one; a cluster has one), or nil.
   function view.kubevirt(_) return by_kind.KubeVirt and ro(by_kind.KubeVirt[1]) or nil end
+  --- The user KubeVirt's virt-controller acts as (it creates the
+  --- virt-launcher pods): the setting virtControllerUser, or KubeVirt's
+  --- service account kubevirt-controller in the namespace of the KubeVirt
+  --- CR (its install manifests). nil when neither says: then nobody is the
+  --- virt-controller (fail closed: no exception granted on a guess).
+  function view.virt_controller(self)
+    local u = object.get(settings, "virtControllerUser")
+    if type(u) == "string" and u ~= "" then return u end
+    local kv = self:kubevirt()
+    local ns = kv and object.get(kv, "metadata", "namespace")
+    if type(ns) ~= "string" then return nil end
+    return ("system:serviceaccount:%s:kubevirt-controller"):format(ns)
+  end
   --- Node by name.
   function view.node(self, name) return self:get("Node", nil, name) end
   --- Every Node.

@@ -361,6 +361,7 @@ describe("the leader's license copier (two replicas against the double)", functi
       { data = { ["token.txt"] = TOKEN1 }, reason = "KeyNotFound" },
       { data = { [KEY] = "\1\2\3binary" }, reason = "NotAToken", why = "not printable" },
       { data = { [KEY] = "" }, reason = "NotAToken", why = "empty" },
+      { data = { [KEY] = "   \n\t " }, reason = "NotAToken", why = "only blanks" }, -- spaces are blanks too
       { data = { [KEY] = string.rep("A", 70000) }, reason = "NotAToken", why = "more than 65536" }, -- the 64 KiB bound
     }
     for _, k in ipairs(cases) do

@@ -348,6 +348,30 @@ describe("usage records (two replicas against the double)", function()
     assert.are.equal("gpu-short-1", names["short-1"])
     assert.are_not.equal(names[long1], names[long2])
   end)
+
+  it("never gives two claims one record: a claim named after another's cut record name keeps its own", function()
+    -- a tenant names a second claim so that "gpu-" and its name spell the
+    -- first claim's cut record name; each claim must keep its own record,
+    -- and neither is written over and over
+    G.add_node(d, "gpu-9", 3)
+    local long = ("a"):rep(251)
+    add_claim(d, long, 1)
+    wait_claim(d, long, "Bound")
+    local first = wait_record(d, long, false)
+    local twin = first.metadata.name:sub(5) -- whatever follows "gpu" and one more character
+    if #twin > 249 then twin = twin:sub(1, 249) end
+    twin = twin:gsub("^[^a-z0-9]+", "")
+    add_claim(d, twin, 2)
+    wait_claim(d, twin, "Bound")
+    local second = wait_record(d, twin, false)
+    assert.are_not.equal(first.metadata.name, second.metadata.name)
+    P.sleep(2)
+    -- still the same two objects: nothing deleted and made again
+    local again1 = wait_record(d, long, false)
+    local again2 = wait_record(d, twin, false)
+    assert.are.equal(first.metadata.uid, again1.metadata.uid)
+    assert.are.equal(second.metadata.uid, again2.metadata.uid)
+  end)
 end)
 
 describe("usage records on a cluster without Cozystack's Workload types", function()

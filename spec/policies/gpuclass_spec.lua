@@ -54,6 +54,17 @@ describe("GPUClass tolerations", function()
     end)
   end
 
+  it("refuses more than the CRD's 16 tolerations (maxItems), 16 are fine", function()
+    local list = {}
+    for i = 1, 16 do list[i] = { key = "gpu.cozystack.io/t" .. i, operator = "Exists" } end
+    assert.is_true(review(class(list)).allowed)
+    list[17] = { key = "gpu.cozystack.io/t17", operator = "Exists" }
+    local resp = review(class(list))
+    assert.is_false(resp.allowed)
+    assert.are.equal(422, resp.status.code)
+    assert.matches("spec.tolerations: Too many: 17: must have at most 16 items", resp.status.message, 1, true)
+  end)
+
   it("reports every invalid toleration with its index", function()
     local resp = review(class { { key = "ok", operator = "Exists" }, { key = "a", operator = "Gt" }, { key = "b", operator = "Exists", value = "x" } })
     assert.matches("^spec.tolerations%[1%]%.operator: .*; spec.tolerations%[2%]%.operator: value must be empty", resp.status.message)

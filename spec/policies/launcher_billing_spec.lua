@@ -22,6 +22,9 @@ before_each(function()
       tolerations = json.array { T_VGPU } }),
     { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", metadata = { name = "a1", namespace = "tenant-a" },
       spec = { class = "l40s", count = 1 }, status = { phase = "Bound", node = "gpu-1" } },
+    -- KubeVirt installed in cozy-kubevirt: its virt-controller is the
+    -- service account kubevirt-controller there (H.request's user)
+    { apiVersion = "kubevirt.io/v1", kind = "KubeVirt", metadata = { name = "kubevirt", namespace = "cozy-kubevirt" } },
   }
 end)
 
@@ -36,11 +39,14 @@ local function pod(resources, o)
   return p
 end
 
--- The annotation after the patch (decoded), or nil when there is no patch.
-local function billed(p)
+-- The annotation after the patch (decoded), or nil when there is no patch;
+-- `user` (default: the virt-controller, H.request's) creates the pod.
+local function billed(p, user)
   local ops
   for _ = 1, 2 do
-    local resp = assert(e:review(H.request(p)))
+    local req = H.request(p)
+    if user then req.userInfo = { username = user } end
+    local resp = assert(e:review(req))
     assert.is_true(resp.allowed)
     local got = H.patch_of(resp)
     if ops ~= nil then assert.are.same(ops, got or false) end
@@ -56,6 +62,15 @@ describe("virt-launcher billing annotation", function()
 
   it("sets each class GPU of a claims pod to \"0\", and only those", function()
     assert.are.same({ [L40S] = "0" }, (billed(pod({ [L40S] = "1", cpu = "2" }, { annotations = claims }))))
+  end)
+
+  it("zeroes nothing in a pod someone else than the virt-controller creates, however it is labelled", function()
+    -- labels and owner references are the creator's to write: a tenant's
+    -- own pod dressed as a launcher keeps its GPUs billed
+    assert.is_nil(billed(pod({ [L40S] = "4" }, { annotations = claims }), "tenant-a-admin"))
+    -- nor when the virt-controller is not known (no setting, no KubeVirt CR)
+    e = H.engine { H.class("l40s", { mode = "Passthrough", resourceName = L40S, tolerations = json.array { T_MODE } }) }
+    assert.is_nil(billed(pod({ [L40S] = "1" }, { annotations = claims })))
   end)
 
   it("keeps the other keys of an annotation copied from the VMI", function()

@@ -78,6 +78,13 @@ function Cluster:resourcequotas(ns) end
 ---@return cozygpu.Object?
 function Cluster:kubevirt() end
 
+---The user KubeVirt's virt-controller acts as when it creates
+---virt-launcher pods: the setting virtControllerUser, or
+---"system:serviceaccount:<KubeVirt CR namespace>:kubevirt-controller";
+---nil when neither is known (then nobody is the virt-controller).
+---@return string?
+function Cluster:virt_controller() end
+
 ---The Node `name`.
 ---@param name string
 ---@return cozygpu.Object?
