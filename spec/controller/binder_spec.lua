@@ -611,6 +611,13 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
   it("a template VM whose VMI failed on a node gets its next VMI's claims placed elsewhere (DESIGN.md §6, last rule)", function()
     add_node(d, "gpu-1", 1)
     add_node(d, "gpu-2", 1)
+    -- the VM whose controller replaces the VMI: what its VMIs failed on is
+    -- remembered while the VM exists, also between two of its VMIs
+    must(d, "POST", "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachines", {
+      apiVersion = "kubevirt.io/v1", kind = "VirtualMachine", metadata = { name = "pool-f1", namespace = NS },
+      spec = { runStrategy = "Always", template = {
+        metadata = { labels = { ["gpu.cozystack.io/class-reference"] = "true" } },
+        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } } } })
     local function start()
       return template_vmi(d, "pool-f1")
     end
