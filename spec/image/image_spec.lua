@@ -191,6 +191,31 @@ describe("the image " .. IMAGE, function()
     end
   end)
 
+  it("runs on a read-only root: the controller needs only a writable /tmp (its --state-dir)", function()
+    if not as_root then return pending("needs root (chroot, mount namespaces)") end
+    if os.execute("unshare -m true 2>/dev/null") ~= true then
+      return pending("unshare -m is not permitted here (no CAP_SYS_ADMIN)")
+    end
+    local chroot = line("command -v chroot")
+    -- the root bound read-only onto itself in a private mount namespace
+    local function ro(tmpfs, args)
+      local script = ("mount --bind %s %s && mount -o remount,ro,bind %s && %s env -i PATH=/usr/bin %s --userspec=65532:65532 %s /usr/bin/cozygpu %s")
+          :format(q(rootfs), q(rootfs), q(rootfs), tmpfs and ("mount -t tmpfs -o size=16m tmpfs " .. q(rootfs .. "/tmp") .. " &&") or "",
+            q(chroot), q(rootfs), args)
+      return sh("unshare -m sh -c " .. q(script))
+    end
+    local flags = "controller --tls-cert-file=/none.crt --tls-key-file=/none.key"
+    local ok, out = ro(false, flags)
+    assert.is_false(ok)
+    assert.matches("%-%-state%-dir /tmp: not a writable directory: Read%-only file system", out)
+    -- with /tmp writable it gets past its flags to looking for the API server
+    ok, out = ro(true, flags)
+    assert.is_false(ok)
+    assert.matches("no configuration: no kubeconfig given", out)
+    ok, out = ro(false, "version")
+    assert.is_true(ok, out)
+  end)
+
   it("lists a fake sysfs's GPUs (`cozygpu inventory`) with the image's own pci.ids, as build/bin/cozygpu does", function()
     local tree = sysfs.build { functions = {
       { address = "0000:41:00.0", device = "26b9", subsystem = "10de:1851", driver = "nvidia", iommu = 45, numa = 0 },
