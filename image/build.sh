@@ -167,6 +167,7 @@ for p in $(echo "$pkgs" | sort -u); do
         die "dpkg-query -s $p failed in the staging root"
 done
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+rm -rf "$stage" # about 170 MB; $root stays for inspection
 
 # ---- 3. the OCI image ---------------------------------------------------
 created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
@@ -177,6 +178,7 @@ umoci unpack --rootless --image "$oci:$ref" "$bundle" >/dev/null
 cp -a "$root/." "$bundle/rootfs/"
 umoci repack --image "$oci:$ref" --history.created="$created" \
     --history.created_by="image/build.sh (cozygpu $VERSION, revision $REVISION)" "$bundle"
+rm -rf "$bundle"
 set -- \
     org.opencontainers.image.title=cozygpu \
     "org.opencontainers.image.description=cozygpu: GPUs as a tenant resource on KubeVirt (controller and node agent)" \
@@ -224,5 +226,5 @@ unpacked=$(du -sk "$root" | cut -f1)
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f MB", b / 1048576 }'; }
 echo "image: $out ($ref, revision $REVISION)"
 echo "image: compressed layer $(mb "$layer"), archive $(mb "$total"), unpacked $(mb $((unpacked * 1024)))"
-echo "image: largest files and folders (KiB, unpacked):"
+echo "image: largest files and folders (KiB, unpacked; the root is $root):"
 (cd "$root" && du -ak . | sort -rn | awk '$1 >= 200' | head -20 | sed 's/^/  /')
