@@ -86,9 +86,10 @@ POLICY_SRC := $(shell find policies -name '*.lua' | sort)
 POLICIES_CM := deploy/21-policies-configmap.yaml
 MOD := $(BUILD)/lua/cozygpu/core.so
 # where the binary finds lua/ and policies/ unless --library/--policies say
-# otherwise (`make image` builds with the paths inside the image)
-LIBDIR    ?= $(CURDIR)/lua
-POLICYDIR ?= $(CURDIR)/policies
+# otherwise; set on the command line only (`make image` passes the paths
+# inside the image), never taken from the environment
+LIBDIR    := $(CURDIR)/lua
+POLICYDIR := $(CURDIR)/policies
 DIRS := -DCOZYGPU_LIBDIR='"$(LIBDIR)"' -DCOZYGPU_POLICYDIR='"$(POLICYDIR)"'
 VERSION_DEFS := -DCOZYGPU_VERSION='"$(VERSION)"' -DCOZYGPU_REVISION='"$(REVISION)"'
 
