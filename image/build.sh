@@ -185,8 +185,7 @@ set -- \
     org.opencontainers.image.version="$VERSION" \
     org.opencontainers.image.revision="$REVISION" \
     org.opencontainers.image.source="$IMAGE_SOURCE" \
-    org.opencontainers.image.created="$created" \
-    org.opencontainers.image.base.name=debian:bookworm
+    org.opencontainers.image.created="$created"
 # one option per line of $cfg: split on newlines only
 IFS='
 '
