@@ -45,8 +45,16 @@ SAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 
 BUSTED := lua5.4 /usr/bin/busted
 
+# The version lives in VERSION alone (the manifests' image tag must equal it:
+# spec/deploy/version_spec.lua); the revision is the commit built.
+VERSION  := $(shell cat VERSION 2>/dev/null)
+ifeq ($(VERSION),)
+$(error VERSION: the file is missing or empty (it holds the release version, e.g. 0.1.0))
+endif
+REVISION := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
 .DEFAULT_GOAL := all
-.PHONY: all deps check-deps test test-asan demo clean policies-configmap bench bench-binder cel
+.PHONY: all deps check-deps test test-asan demo clean policies-configmap bench bench-binder cel image image-deps FORCE
 
 BIN := $(BUILD)/bin/cozygpu
 KUBE_CHECK := $(BUILD)/bin/kube_check
@@ -77,7 +85,13 @@ $(ENGINE_BENCH): bench/engine.c $(call objs,$(ENGINE_SRC))
 POLICY_SRC := $(shell find policies -name '*.lua' | sort)
 POLICIES_CM := deploy/21-policies-configmap.yaml
 MOD := $(BUILD)/lua/cozygpu/core.so
-DIRS := -DCOZYGPU_LIBDIR='"$(CURDIR)/lua"' -DCOZYGPU_POLICYDIR='"$(CURDIR)/policies"'
+# where the binary finds lua/ and policies/ unless --library/--policies say
+# otherwise; set on the command line only (`make image` passes the paths
+# inside the image), never taken from the environment
+LIBDIR    := $(CURDIR)/lua
+POLICYDIR := $(CURDIR)/policies
+DIRS := -DCOZYGPU_LIBDIR='"$(LIBDIR)"' -DCOZYGPU_POLICYDIR='"$(POLICYDIR)"'
+VERSION_DEFS := -DCOZYGPU_VERSION='"$(VERSION)"' -DCOZYGPU_REVISION='"$(REVISION)"'
 
 all: check-deps $(BIN) $(MOD) $(DOUBLE_BIN) $(KUBE_CHECK) $(WEBHOOK_CHECK) $(BENCH_LOAD) $(BENCH_BARE) $(ENGINE_BENCH) $(BINDER_BENCH) $(POLICIES_CM)
 
@@ -86,11 +100,20 @@ $(POLICIES_CM): deploy/gen-policies-configmap.lua $(POLICY_SRC)
 policies-configmap: $(POLICIES_CM)
 
 # Objects (see the pattern rule below) of a list of sources.
-ALL_CFLAGS = $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(PKG_CFLAGS) $(NET_CFLAGS) $(HOST_CFLAGS) $(DIRS)
+ALL_CFLAGS = $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore $(PKG_CFLAGS) $(NET_CFLAGS) $(HOST_CFLAGS) $(DIRS) $(VERSION_DEFS)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# The objects that print the version or the revision are rebuilt when either
+# changes: the stamp is rewritten only then.
+VERSION_STAMP := $(BUILD)/version.stamp
+$(call objs,core/cli/main.c core/controller/controller.c): $(VERSION_STAMP)
+$(VERSION_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(VERSION) $(REVISION)' | cmp -s - $@ 2>/dev/null || echo '$(VERSION) $(REVISION)' >$@
+FORCE:
 
 # test driver for the API client and watches (spec/kube); it counts watch
 # restarts itself, so base/metrics.c is not linked
@@ -166,6 +189,9 @@ demo: deps
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# `make image`: the OCI image archive build/cozygpu-image.tar (image/)
+include image/image.mk
 
 # `make fuzz`: libFuzzer targets for the parsers (fuzz/; README "Fuzzing")
 include fuzz/fuzz.mk

@@ -6,7 +6,7 @@
  *   cozygpu inventory [options]          the node's NVIDIA PCI functions (inventory.h)
  *   cozygpu agent [options]              the node agent: GPUNode status, vGPU layout (agent.h)
  *   cozygpu simulate SCENARIO [options]  the binder's rules replayed on a scenario (simulate.h)
- *   cozygpu version
+ *   cozygpu version                      "cozygpu VERSION (revision REV)" (also --version)
  *
  * Exit status of review: 0 when every input was processed; 1 with
  * --fail-on-deny when any was refused; 2 when an input, the snapshot or the
@@ -33,7 +33,13 @@
 #include "admission/review.h"
 #include "cli/simulate.h"
 
-#define COZYGPU_VERSION "0.1.0"
+/* The Makefile passes both from the VERSION file and `git rev-parse`. */
+#ifndef COZYGPU_VERSION
+#define COZYGPU_VERSION "unknown"
+#endif
+#ifndef COZYGPU_REVISION
+#define COZYGPU_REVISION "unknown"
+#endif
 
 static void usage_review(FILE *f)
 {
@@ -74,7 +80,7 @@ static void usage_main(FILE *f)
           "  inventory     list the node's NVIDIA PCI functions (GPUs, VFs, vGPU types)\n"
           "  agent         the node agent: GPUNode inventory and status, vGPU layout\n"
           "  simulate      replay a scenario through the binder's rules (no cluster)\n"
-          "  version       print the version\n"
+          "  version       print the version and the git revision built\n"
           "\n"
           "Run 'cozygpu COMMAND --help' for the options of a command.\n",
           f);
@@ -451,7 +457,7 @@ int main(int argc, char **argv)
     if(strcmp(argv[1], "simulate") == 0)
         return sim_main(argc - 1, argv + 1);
     if(strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-        puts("cozygpu " COZYGPU_VERSION);
+        puts("cozygpu " COZYGPU_VERSION " (revision " COZYGPU_REVISION ")");
         return 0;
     }
     if(strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {

@@ -48,8 +48,8 @@
 #include "controller/internal.h"
 #include "format/config.h"
 
-#ifndef COZYGPU_VERSION
-#define COZYGPU_VERSION "0.1.0"
+#ifndef COZYGPU_VERSION /* the Makefile passes it from the VERSION file */
+#define COZYGPU_VERSION "unknown"
 #endif
 
 ctl *ctl_proc; /* set by controller_main before any thread starts */
