@@ -396,6 +396,16 @@ fail:
     return NULL;
 }
 
+int ctl_bundle_last_error(char *buf, size_t n)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    int failed = policy_error != NULL;
+    if(failed && n > 0)
+        snprintf(buf, n, "%s", policy_error);
+    pthread_mutex_unlock(&ctl_proc->mu);
+    return failed;
+}
+
 static void publish(ctl_bundle *b)
 {
     pthread_mutex_lock(&ctl_proc->mu);

@@ -179,6 +179,11 @@ void *ctl_bundle_reloader_main(void *arg);
  * blocks on the API server. */
 void ctl_bundle_on_policies_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
 
+/* Copies the error of the last failed reload into buf (size n, cut,
+ * NUL-terminated) and returns 1 while no reload succeeded since it; else
+ * returns 0 and leaves buf alone. Takes mu. */
+int ctl_bundle_last_error(char *buf, size_t n);
+
 /* At exit, once every thread that held a bundle is joined or stopped:
  * frees every bundle left (ctl.current becomes NULL), and the reloader's
  * queued ConfigMaps and last error. */
@@ -213,8 +218,12 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
                          const struct timespec *deadline, json_t **response, webhook_decision *decision);
 
 /* webhook_options.ready (server/webhook.h): 1 when /readyz should answer
- * 200: a bundle is served, not shutting down, every watch cache listed. */
-int ctl_review_on_ready(void *ctx);
+ * 200: a bundle is served, not shutting down, every watch cache listed.
+ * Else 0, with every reason that holds in `why` (size why_size), joined by
+ * "; ": "shutting down", "watch caches not synced (<resources>)" (from
+ * kube_watcher_unsynced), "no policy bundle loaded" or, when the last load
+ * failed, "policy bundle did not load: <its error>". Takes mu. */
+int ctl_review_on_ready(void *ctx, char *why, size_t why_size);
 
 /* At exit, after webhook_stop: closes the engines the webhook threads
  * left behind (their threads are gone, their thread-locals unreachable)

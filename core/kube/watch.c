@@ -213,6 +213,31 @@ int kube_watcher_synced(kube_watcher *w)
     return ok;
 }
 
+size_t kube_watcher_unsynced(kube_watcher *w, char *buf, size_t n)
+{
+    size_t count = 0, len = 0;
+    if(n > 0)
+        buf[0] = '\0';
+    pthread_mutex_lock(&w->mu);
+    for(kube_informer *i = w->infs; i; i = i->next) {
+        if(i->synced)
+            continue;
+        count++;
+        const char *name = i->res->resource;
+        int seen = 0; /* one name once, however many informers watch it */
+        for(kube_informer *j = w->infs; j != i; j = j->next)
+            if(!j->synced && strcmp(j->res->resource, name) == 0)
+                seen = 1;
+        if(seen || n == 0 || len + 1 >= n)
+            continue;
+        int wrote = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", name);
+        if(wrote > 0) /* snprintf cut it: len stops at the NUL */
+            len += (size_t)wrote < n - len ? (size_t)wrote : n - 1 - len;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return count;
+}
+
 unsigned long kube_watcher_generation(kube_watcher *w)
 {
     unsigned long g;

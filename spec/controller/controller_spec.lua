@@ -607,7 +607,10 @@ cases:
       return ((E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] or 0) >= 1
     end, 10))
     P.sleep(1)
-    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    local rst, rbody = P.http { url = c.url .. "/readyz", cacert = c.cacert }
+    assert.equal(503, rst)
+    -- /readyz says why: the ConfigMap's error, on one line
+    assert.truthy(rbody:find("^not ready: policy bundle did not load: ConfigMap cozy%-gpu/cozygpu%-policies: data%[lib%.lua%]: a module key needs a name\n$"), rbody)
     local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)
     assert.is_false(r.response.allowed)
@@ -638,7 +641,10 @@ cases:
       identity = "late", extra = { "--leader-elect", "false" } }
     running[#running + 1] = c
     assert.equal(200, (P.http { url = c.url .. "/healthz", cacert = c.cacert }))
-    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    local rst, rbody = P.http { url = c.url .. "/readyz", cacert = c.cacert }
+    assert.equal(503, rst)
+    -- /readyz names the caches that have not listed, then the missing bundle
+    assert.truthy(rbody:find("^not ready: watch caches not synced %(.*gpuclaims.*nodes.*%); no policy bundle loaded\n$"), rbody)
     local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)
     assert.equal(500, r.response.status.code) -- no answer from empty caches
@@ -939,6 +945,10 @@ return rule "site/busy" {
     assert.truthy(metrics:find("cozygpu_admission_reviews_total", 1, true))
     local t0 = os.time()
     P.kill(c.pid, "TERM")
+    -- during the grace, /readyz says why it is 503
+    local rst, rbody = P.http { url = probe .. "/readyz", timeout = 1 }
+    assert.equal(503, rst)
+    assert.truthy(rbody:find("shutting down\n$"), rbody)
     assert.truthy(P.wait_exit(c.pid, 8), "the controller did not exit after the grace with a review stuck")
     running = {}
     assert.is_true(os.time() - t0 <= 6)
