@@ -499,6 +499,40 @@ return rule "site/no-vms-today" {
     -- the start-up load and this one
     assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
     assert.equal(1, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
+    -- the log line and the Event name the keys since the bundle replaced
+    -- (the defaults: no keys; the failed one replaced nothing)
+    local function reload_lines()
+      local out = {}
+      for line in (P.read(c.log) or ""):gmatch("[^\n]+") do
+        local ok, rec = pcall(json.decode, line)
+        if ok and type(rec) == "table" and rec.msg == "policies reloaded from the ConfigMap" then out[#out + 1] = rec end
+      end
+      return out
+    end
+    local function reloaded_event(text)
+      return P.wait_until(function()
+        for _, ev in ipairs(E.get(d, "/api/v1/namespaces/cozy-gpu/events").items) do
+          if ev.reason == "PolicyReloaded" and ev.type == "Normal" and ev.message == text then return ev end
+        end
+      end, 10)
+    end
+    local rl = reload_lines()
+    assert.equal(1, #rl, P.read(c.log))
+    assert.same({ "site-tier.lua", "", "" }, { rl[1].added, rl[1].changed, rl[1].removed })
+    assert.truthy(reloaded_event("policy bundle compiled, self-checked and serving; added: site-tier.lua"))
+    -- one key changed, two added
+    cur = E.get(d, "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies")
+    cm.metadata.resourceVersion = cur.metadata.resourceVersion
+    cm.data["site-tier.lua"] = cm.data["site-tier.lua"] .. "-- reviewed\n"
+    cm.data["site-b.lua"] = "return rule \"site/b\" { match = { kind = \"Pod\" }, validate = function() end }\n"
+    cm.data["site-a.lua"] = "return rule \"site/a\" { match = { kind = \"Pod\" }, validate = function() end }\n"
+    _, cst = E.send(d, "PUT", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", cm)
+    assert.equal(200, cst)
+    assert.truthy(P.wait_until(function() return #reload_lines() == 2 end, 10), P.read(c.log))
+    rl = reload_lines()
+    assert.same({ "site-a.lua, site-b.lua", "site-tier.lua", "" }, { rl[2].added, rl[2].changed, rl[2].removed })
+    assert.truthy(reloaded_event(
+      "policy bundle compiled, self-checked and serving; added: site-a.lua, site-b.lua; changed: site-tier.lua"))
 
     -- deleting the ConfigMap does not drop the hoster's rules: the last
     -- bundle keeps serving, and the deletion is reported
@@ -521,6 +555,12 @@ return rule "site/no-vms-today" {
       local s2, a = E.review(c, "/validate/vmi", review)
       return s2 == 200 and a.response.allowed == true
     end, 10, 0.1), "the empty ConfigMap did not bring the defaults back")
+    -- replacing the bundle the deleted ConfigMap left: every key removed
+    rl = reload_lines()
+    assert.equal(3, #rl, P.read(c.log))
+    assert.same({ "", "", "site-a.lua, site-b.lua, site-tier.lua" }, { rl[3].added, rl[3].changed, rl[3].removed })
+    assert.truthy(reloaded_event(
+      "policy bundle compiled, self-checked and serving; removed: site-a.lua, site-b.lua, site-tier.lua"))
   end)
 
   it("serves a bundle only when its own policy tests (NAME.test.yaml keys) pass", function()
