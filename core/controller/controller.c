@@ -362,7 +362,7 @@ int controller_main(int argc, char **argv)
         write_port_file(f->port_file, webhook_port(ctl_proc->server));
     if(f->probe_port_file && webhook_probe_port(ctl_proc->server))
         write_port_file(f->probe_port_file, webhook_probe_port(ctl_proc->server));
-    log_write(LOG_INFO, "controller", "serving admission webhooks", "port", portbuf, "identity", f->identity,
+    log_write(LOG_INFO, "controller", "serving admission webhooks", LOG_NUM "port", portbuf, "identity", f->identity,
               "server", kube_client_server(ctl_proc->client), NULL);
 
     if(f->leader_elect) {
@@ -436,7 +436,7 @@ shutdown:
             char n[16];
             snprintf(n, sizeof n, "%d", webhook_in_flight(ctl_proc->server));
             log_write(LOG_WARN, "controller", "shutdown grace passed with reviews in flight; exiting without them",
-                      "in_flight", n, NULL);
+                      LOG_NUM "in_flight", n, NULL);
             fflush(NULL);
             _exit(1);
         }

@@ -172,7 +172,7 @@ static void policy_error(const webhook_endpoint *ep, const engine_verdict *v)
     snprintf(n, sizeof n, "%lu", quiet);
     log_write(LOG_WARN, "webhook", "a policy failed; the review was refused", "webhook", ep->name, "rule", v->rule,
               "kind", engine_outcome_name(v->outcome), "message", v->message ? v->message : "",
-              "not_logged_since", n, NULL);
+              LOG_NUM "not_logged_since", n, NULL);
 }
 
 /* What each rule said and how long it took (issue 11: per-rule metrics):

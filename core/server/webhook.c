@@ -215,7 +215,7 @@ static void *wh_reaper(void *arg)
             metrics_counter_add(WH_REFUSALS, "reason=\"request_timeout\"", reaped);
             char n[16];
             snprintf(n, sizeof n, "%d", reaped);
-            log_write(LOG_DEBUG, WH_COMPONENT, "closed connections without a complete request in time", "count", n,
+            log_write(LOG_DEBUG, WH_COMPONENT, "closed connections without a complete request in time", LOG_NUM "count", n,
                       NULL);
         }
     }
@@ -642,7 +642,7 @@ static enum MHD_Result wh_busy(webhook_server *s, struct MHD_Connection *con, wh
     /* debug, as the reaper's: under a flood a line per refusal would be a
        flood of its own; cozygpu_webhook_refusals_total is the signal */
     log_write(LOG_DEBUG, WH_COMPONENT, "review body refused: bodies in flight at their budget", "webhook", r->ep->name,
-              "content_length", n, NULL);
+              LOG_NUM "content_length", n, NULL);
     return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, "1",
                    "cozygpu webhook %s: too many review bodies in flight (budget %zu bytes); retry\n", r->ep->name,
                    s->body_budget);
@@ -959,7 +959,7 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     char port[16], serial[80];
     snprintf(port, sizeof port, "%d", s->port);
     webhook_tls_serial(s->tls, serial, sizeof serial);
-    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, "port", port, "serial", serial,
+    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, LOG_NUM "port", port, "serial", serial,
               NULL);
     *out = s;
     return COZY_OK;

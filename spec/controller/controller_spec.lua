@@ -78,6 +78,16 @@ describe("cozygpu controller", function()
   it("answers the recorded reviews as `cozygpu review` does, over TLS", function()
     local c = start { identity = "e2e" }
     assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
+    -- JSON logs write numbers as numbers (log.h LOG_NUM), names as strings
+    local serving
+    for line in (P.read(c.log) or ""):gmatch("[^\n]+") do
+      local okj, rec = pcall(json.decode, line)
+      if okj and type(rec) == "table" and rec.msg == "serving admission webhooks" then serving = rec end
+    end
+    assert.truthy(serving, P.read(c.log))
+    assert.equal("number", type(serving.port), "port: " .. tostring(serving.port))
+    assert.equal(c.port, serving.port)
+    assert.equal("string", type(serving.identity))
     local compared = 0
     for _, r in ipairs(reviews()) do
       local kind = r.review.request.kind.kind
@@ -633,6 +643,7 @@ cases:
     assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
     local log = P.read(c.log) or ""
     assert.truthy(log:find("the bundle passed its own policy tests", 1, true), log)
+    assert.truthy(log:find('"cases":%d+[,}]'), log) -- a JSON number
     local events = json.encode(E.get(d, "/api/v1/namespaces/cozy-gpu/events"))
     assert.truthy(events:find("input: names a file, and a test in a ConfigMap has none", 1, true), events)
   end)
