@@ -166,7 +166,10 @@ engine_options ctl_bundle_engine_options(const ctl_bundle *b);
  * cozygpu_policy_bundle_generation) or keeps the old one. Each result is
  * logged, counted in cozygpu_policy_reloads_total{result} and recorded as
  * an Event on the ConfigMap (PolicyReloaded, PolicyReloadFailed once per
- * resourceVersion, PolicyConfigMapDeleted). Rules: DESIGN.md §9 "Hot
+ * resourceVersion, PolicyConfigMapDeleted). A published bundle's log line
+ * (fields added, changed, removed) and PolicyReloaded Event name the data
+ * keys added, changed and removed since the bundle it replaced (the first
+ * replaces the defaults, which have none). Rules: DESIGN.md §9 "Hot
  * reload", docs/decisions/0007 and 0009. */
 void *ctl_bundle_reloader_main(void *arg);
 
