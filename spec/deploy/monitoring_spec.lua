@@ -5,7 +5,9 @@
 -- has a severity, a runbook section, and a promtool test that makes it fire
 -- and one where it stays quiet. promtool (Debian's `prometheus` package,
 -- installed by `make deps`) checks and tests the rule groups, extracted from
--- the PrometheusRule's spec.groups through the C YAML loader.
+-- the PrometheusRule's spec.groups through the C YAML loader, and parses
+-- every dashboard query (as recording rules, $__rate_interval and $job
+-- given values).
 local core, json = H.core, H.json
 
 local DASHBOARD = "deploy/monitoring/cozygpu-dashboard.json"
@@ -301,6 +303,23 @@ describe("the alerting rules", function()
       local out, rc = promtool("test rules cozygpu-rules.test.yaml")
       assert.are.equal(0, rc, out)
       assert.matches("SUCCESS", out)
+    end)
+
+    it("check rules: every dashboard query parses as PromQL", function()
+      if not dir then return end
+      -- each target as a recording rule, Grafana's variables given values
+      local rules = {}
+      each_panel(dashboard(), function(p)
+        for _, t in ipairs(p.targets or {}) do
+          local expr = t.expr:gsub("%$__rate_interval", "5m"):gsub("%$job", ".*")
+          assert.is_nil(expr:find("%$"), p.title .. ": a variable left in " .. expr)
+          rules[#rules + 1] = { record = ("cozygpu:dashboard:%d_%s"):format(p.id, t.refId), expr = expr }
+        end
+      end)
+      H.write(dir .. "/dashboard.rules.yaml", json.encode({ groups = { { name = "dashboard", rules = rules } } }))
+      local out, rc = promtool("check rules dashboard.rules.yaml")
+      assert.are.equal(0, rc, out)
+      assert.matches("SUCCESS: " .. #rules .. " rules found", out)
     end)
 
     it("test rules fails when an alert's threshold is broken (the tests can fail)", function()
