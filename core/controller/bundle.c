@@ -379,7 +379,8 @@ static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
     if(rc == COZY_OK && n_cases > 0) {
         char n[16];
         snprintf(n, sizeof n, "%d", n_cases);
-        log_write(LOG_INFO, "reload", "the bundle passed its own policy tests", "configmap", cm_name, LOG_NUM "cases", n, NULL);
+        log_write(LOG_INFO, "reload", "the bundle passed its own policy tests", "configmap", cm_name, LOG_NUM "cases",
+                  n, NULL);
     }
     if(rc != COZY_OK) {
         if(cm) {

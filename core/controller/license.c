@@ -1230,8 +1230,8 @@ static void build(state *S)
     char pairs[24], ms[24];
     snprintf(pairs, sizeof pairs, "%u", HASH_COUNT(S->todo));
     snprintf(ms, sizeof ms, "%lld", mono_ms() - t0);
-    log_write(LOG_INFO, "license", "leading: every license copy is compared once", LOG_NUM "pairs", pairs, LOG_NUM "read_ms", ms,
-              NULL);
+    log_write(LOG_INFO, "license", "leading: every license copy is compared once", LOG_NUM "pairs", pairs,
+              LOG_NUM "read_ms", ms, NULL);
 }
 
 static void apply_batch(state *S, lkey *batch)

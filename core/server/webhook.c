@@ -215,8 +215,8 @@ static void *wh_reaper(void *arg)
             metrics_counter_add(WH_REFUSALS, "reason=\"request_timeout\"", reaped);
             char n[16];
             snprintf(n, sizeof n, "%d", reaped);
-            log_write(LOG_DEBUG, WH_COMPONENT, "closed connections without a complete request in time", LOG_NUM "count", n,
-                      NULL);
+            log_write(LOG_DEBUG, WH_COMPONENT, "closed connections without a complete request in time", LOG_NUM "count",
+                      n, NULL);
         }
     }
     return NULL;
@@ -959,8 +959,8 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     char port[16], serial[80];
     snprintf(port, sizeof port, "%d", s->port);
     webhook_tls_serial(s->tls, serial, sizeof serial);
-    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, LOG_NUM "port", port, "serial", serial,
-              NULL);
+    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, LOG_NUM "port", port, "serial",
+              serial, NULL);
     *out = s;
     return COZY_OK;
 }
