@@ -80,9 +80,8 @@ describe("cozygpu controller", function()
     assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
     -- JSON logs write numbers as numbers (log.h LOG_NUM), names as strings
     local serving
-    for line in (P.read(c.log) or ""):gmatch("[^\n]+") do
-      local okj, rec = pcall(json.decode, line)
-      if okj and type(rec) == "table" and rec.msg == "serving admission webhooks" then serving = rec end
+    for _, rec in ipairs(E.log_records(c)) do
+      if rec.msg == "serving admission webhooks" then serving = rec end
     end
     assert.truthy(serving, P.read(c.log))
     assert.equal("number", type(serving.port), "port: " .. tostring(serving.port))
@@ -513,9 +512,8 @@ return rule "site/no-vms-today" {
     -- (the defaults: no keys; the failed one replaced nothing)
     local function reload_lines()
       local out = {}
-      for line in (P.read(c.log) or ""):gmatch("[^\n]+") do
-        local ok, rec = pcall(json.decode, line)
-        if ok and type(rec) == "table" and rec.msg == "policies reloaded from the ConfigMap" then out[#out + 1] = rec end
+      for _, rec in ipairs(E.log_records(c)) do
+        if rec.msg == "policies reloaded from the ConfigMap" then out[#out + 1] = rec end
       end
       return out
     end
