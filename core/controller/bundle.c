@@ -481,6 +481,7 @@ static void publish(ctl_bundle *b)
     pthread_mutex_unlock(&ctl_proc->mu);
     ctl_bundle_unref(old);
     metrics_gauge_set("cozygpu_policy_bundle_generation", NULL, (double)b->gen);
+    metrics_gauge_set("cozygpu_policy_reload_failing", NULL, 0);
 }
 
 void *ctl_bundle_reloader_main(void *arg)
@@ -584,6 +585,7 @@ void *ctl_bundle_reloader_main(void *arg)
                 free(diff[i]);
         } else {
             metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 1);
+            metrics_gauge_set("cozygpu_policy_reload_failing", NULL, 1);
             free(failed_rv);
             failed_rv = rv ? strdup(rv) : NULL;
             pthread_mutex_lock(&ctl_proc->mu);

@@ -183,6 +183,9 @@ int controller_main(int argc, char **argv)
                               sizeof rule_buckets / sizeof *rule_buckets);
     metrics_declare("cozygpu_policy_reloads_total", "counter", "Policy bundle reloads from the ConfigMap, by result.");
     metrics_declare("cozygpu_policy_bundle_generation", "gauge", "Generation of the policy bundle being served.");
+    metrics_declare("cozygpu_policy_reload_failing", "gauge",
+                    "1 from a failed policy reload until one succeeds: the ConfigMap's current version is not "
+                    "served (the previous bundle, or none, is).");
     metrics_declare("cozygpu_watch_restarts_total", "counter", "Watch restarts, by resource and reason.");
     metrics_declare("cozygpu_leader", "gauge", "1 while this replica holds the leader Lease.");
     metrics_declare("cozygpu_binder_passes_total", "counter",
@@ -226,6 +229,7 @@ int controller_main(int argc, char **argv)
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 0);
     metrics_counter_add("cozygpu_policy_errors_total", NULL, 0);
     metrics_gauge_set("cozygpu_leader", NULL, 0);
+    metrics_gauge_set("cozygpu_policy_reload_failing", NULL, 0);
 
     /* settings */
     if(f->config_file) {

@@ -163,7 +163,8 @@ engine_options ctl_bundle_engine_options(const ctl_bundle *b);
  * engine (a synthetic Namespace CREATE must not come to a policy failure,
  * engine_outcome_is_failure), and publishes it (ctl.current,
  * ctl.policies_loaded, ctl.status_dirty, metric
- * cozygpu_policy_bundle_generation) or keeps the old one. Each result is
+ * cozygpu_policy_bundle_generation; cozygpu_policy_reload_failing 0) or
+ * keeps the old one (cozygpu_policy_reload_failing 1). Each result is
  * logged, counted in cozygpu_policy_reloads_total{result} and recorded as
  * an Event on the ConfigMap (PolicyReloaded, PolicyReloadFailed once per
  * resourceVersion, PolicyConfigMapDeleted). A published bundle's log line

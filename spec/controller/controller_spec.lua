@@ -468,6 +468,7 @@ return rule "site/tenant-bug" {
     assert.truthy(P.wait_until(function()
       return (E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] == 1
     end, 10), "no failed reload counted")
+    assert.equal(1, E.metrics(c).cozygpu_policy_reload_failing) -- until a reload succeeds
     -- the Event on the ConfigMap names the file
     local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
     local found
@@ -508,6 +509,7 @@ return rule "site/no-vms-today" {
     -- the start-up load and this one
     assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
     assert.equal(1, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
+    assert.equal(0, E.metrics(c).cozygpu_policy_reload_failing)
     -- the log line and the Event name the keys since the bundle replaced
     -- (the defaults: no keys; the failed one replaced nothing)
     local function reload_lines()

@@ -182,7 +182,7 @@ describe("the monitoring dashboard", function()
       "cozygpu_class_free_devices", "cozygpu_class_claimed_devices", "cozygpu_binder_placements_total",
       "cozygpu_binder_moves_total", "cozygpu_binder_rebinds_total", "cozygpu_binder_refusals_total",
       "cozygpu_binder_bind_latency_seconds_bucket", "cozygpu_usage_record_writes_total",
-      "cozygpu_license_copy_writes_total", "cozygpu_usage_records_available",
+      "cozygpu_license_copy_writes_total", "cozygpu_usage_records_available", "cozygpu_policy_reload_failing",
     } do
       assert.is_true(used[n] == true, n .. " is on no panel")
     end
