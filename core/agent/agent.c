@@ -279,7 +279,7 @@ static cozy_result pass(agent *A, cozy_err *err)
                     json_object_set_new(rec, "profile", json_string(profile));
                 json_array_append_new(A->backlog, rec);
                 log_write(LOG_INFO, "agent", to ? "set the vGPU type of a VF" : "removed the vGPU type of a VF",
-                          "address", addr, "from", fs, "to", ts, "profile", to ? profile : NULL, NULL);
+                          "address", addr, LOG_NUM "from", fs, LOG_NUM "to", ts, "profile", to ? profile : NULL, NULL);
             } else if(e == EBUSY) {
                 snprintf(msg, sizeof msg, "the driver answered EBUSY writing %s/bus/pci/devices/%s/nvidia/current_vgpu_type",
                          A->f.sysfs, addr);

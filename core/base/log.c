@@ -68,6 +68,46 @@ static void put_json(line *l, const char *s)
     put(l, "\"", 1);
 }
 
+/* Whether s is a JSON number (RFC 8259 §6):
+ * -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)? */
+static int is_json_number(const char *s)
+{
+    const char *p = s;
+    if(*p == '-')
+        p++;
+    if(*p == '0')
+        p++;
+    else if(*p >= '1' && *p <= '9')
+        while(*p >= '0' && *p <= '9')
+            p++;
+    else
+        return 0;
+    if(*p == '.') {
+        p++;
+        if(!(*p >= '0' && *p <= '9'))
+            return 0;
+        while(*p >= '0' && *p <= '9')
+            p++;
+    }
+    if(*p == 'e' || *p == 'E') {
+        p++;
+        if(*p == '+' || *p == '-')
+            p++;
+        if(!(*p >= '0' && *p <= '9'))
+            return 0;
+        while(*p >= '0' && *p <= '9')
+            p++;
+    }
+    return *p == '\0';
+}
+
+/* A key marked LOG_NUM: the key without its mark, and *num set. */
+static const char *key_name(const char *k, int *num)
+{
+    *num = k[0] == LOG_NUM[0];
+    return *num ? k + 1 : k;
+}
+
 /* Text values: bare when plain, else JSON-quoted so they stay one token. */
 static void put_text_value(line *l, const char *s)
 {
@@ -111,13 +151,17 @@ void log_write(log_level lvl, const char *component, const char *msg, ...)
         const char *k;
         while((k = va_arg(ap, const char *)) != NULL) {
             const char *v = va_arg(ap, const char *);
+            int num;
+            k = key_name(k, &num);
             put(&l, ",", 1);
             put_json(&l, k);
             put(&l, ":", 1);
-            if(v)
-                put_json(&l, v);
-            else
+            if(!v)
                 puts_(&l, "null");
+            else if(num && is_json_number(v))
+                puts_(&l, v);
+            else
+                put_json(&l, v);
         }
         puts_(&l, "}");
     } else {
@@ -131,6 +175,8 @@ void log_write(log_level lvl, const char *component, const char *msg, ...)
         const char *k;
         while((k = va_arg(ap, const char *)) != NULL) {
             const char *v = va_arg(ap, const char *);
+            int num;
+            k = key_name(k, &num);
             put(&l, " ", 1);
             puts_(&l, k);
             put(&l, "=", 1);

@@ -19,10 +19,24 @@ void log_setup(int json, log_level min);
  * anything else (*out untouched). */
 int log_level_parse(const char *name, log_level *out);
 
+/* Marks a key whose value is a number: write it as its own string literal
+ * in front of the key, `LOG_NUM "port", portbuf` (a separate literal, so
+ * that the key's first letters are not read as more hex digits of the
+ * escape). The value is still the number's text (snprintf "%d", "%ld",
+ * "%.0f"...); JSON lines write it as a JSON number, bare, when it is one by
+ * RFC 8259 §6 (optional '-', integer part without leading zeros, optional
+ * fraction and exponent), else as a string, so a caller's mistake never
+ * makes a line that is not JSON. Text lines write key=value as for any key.
+ * The mark is on the key rather than guessed from the value: a value that
+ * only looks numeric (a name "42", a resourceVersion) stays a string, and a
+ * key keeps one JSON type in every record. */
+#define LOG_NUM "\x1f"
+
 /* Writes one record. `component` names the module ("watch", "webhook"),
  * `msg` is a constant sentence; then key, value pairs of strings ending with
  * NULL. A NULL value is written as null (JSON) or "-" (text). Values are
- * escaped for JSON and quoted in text when they contain spaces or quotes. */
+ * escaped for JSON and quoted in text when they contain spaces or quotes;
+ * a key marked LOG_NUM has its value written as a JSON number (above). */
 void log_write(log_level lvl, const char *component, const char *msg, ...) __attribute__((sentinel));
 
 #endif

@@ -880,7 +880,7 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
             snprintf(held, sizeof held, "%lu", L->log_held);
             log_write(LOG_WARN, "binder", "the binder policy failed; placing in packing order", "namespace", sv->ns,
                       "vm", sv->vm ? sv->vm : "", "gpuclaim", sv->n ? sv->claims[0].name : "", "kind",
-                      engine_outcome_name(ch.outcome), "error", ch.message, "failures_not_logged", held, NULL);
+                      engine_outcome_name(ch.outcome), "error", ch.message, LOG_NUM "failures_not_logged", held, NULL);
             L->log_quiet_until = ms + 10000;
             L->log_held = 0;
         } else

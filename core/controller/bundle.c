@@ -379,7 +379,8 @@ static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
     if(rc == COZY_OK && n_cases > 0) {
         char n[16];
         snprintf(n, sizeof n, "%d", n_cases);
-        log_write(LOG_INFO, "reload", "the bundle passed its own policy tests", "configmap", cm_name, "cases", n, NULL);
+        log_write(LOG_INFO, "reload", "the bundle passed its own policy tests", "configmap", cm_name, LOG_NUM "cases",
+                  n, NULL);
     }
     if(rc != COZY_OK) {
         if(cm) {
@@ -396,6 +397,76 @@ fail:
     return NULL;
 }
 
+int ctl_bundle_last_error(char *buf, size_t n)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    int failed = policy_error != NULL;
+    if(failed && n > 0)
+        snprintf(buf, n, "%s", policy_error);
+    pthread_mutex_unlock(&ctl_proc->mu);
+    return failed;
+}
+
+/* One key of a data_diff: its name and list (0 added, 1 changed, 2 removed). */
+typedef struct diff_key {
+    const char *key;
+    int list;
+} diff_key;
+
+static int diff_key_cmp(const void *a, const void *b)
+{
+    return strcmp(((const diff_key *)a)->key, ((const diff_key *)b)->key);
+}
+
+/* What changed between two ConfigMap data objects (NULL: no ConfigMap,
+ * the defaults): the keys only in `to` (added), in both with different
+ * values (changed), only in `from` (removed), each list in byte order,
+ * joined by ", " into out[0..2] (new strings the caller frees; "" when
+ * none). Returns 0, or -1 out of memory (out[] then all NULL). */
+static int data_diff(const json_t *from, const json_t *to, char *out[3])
+{
+    out[0] = out[1] = out[2] = NULL;
+    size_t n = json_object_size(from) + json_object_size(to), m = 0;
+    diff_key *keys = calloc(n ? n : 1, sizeof *keys);
+    cozy_buf lists[3] = {{0}, {0}, {0}};
+    int rc = -1;
+    if(!keys)
+        goto done;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)to, k, v)
+    {
+        json_t *was = json_object_get(from, k);
+        if(!was || !json_equal(was, v))
+            keys[m++] = (diff_key){k, was ? 1 : 0};
+    }
+    json_object_foreach((json_t *)from, k, v)
+    {
+        if(!json_object_get(to, k))
+            keys[m++] = (diff_key){k, 2};
+    }
+    qsort(keys, m, sizeof *keys, diff_key_cmp);
+    for(size_t i = 0; i < m; i++)
+        if(cozy_buf_printf(&lists[keys[i].list], "%s%s", lists[keys[i].list].len ? ", " : "", keys[i].key) != 0)
+            goto done;
+    for(int i = 0; i < 3; i++) {
+        out[i] = strndup(lists[i].p ? lists[i].p : "", lists[i].len);
+        if(!out[i])
+            goto done;
+    }
+    rc = 0;
+done:
+    if(rc != 0)
+        for(int i = 0; i < 3; i++) {
+            free(out[i]);
+            out[i] = NULL;
+        }
+    for(int i = 0; i < 3; i++)
+        cozy_buf_free(&lists[i]);
+    free(keys);
+    return rc;
+}
+
 static void publish(ctl_bundle *b)
 {
     pthread_mutex_lock(&ctl_proc->mu);
@@ -410,6 +481,7 @@ static void publish(ctl_bundle *b)
     pthread_mutex_unlock(&ctl_proc->mu);
     ctl_bundle_unref(old);
     metrics_gauge_set("cozygpu_policy_bundle_generation", NULL, (double)b->gen);
+    metrics_gauge_set("cozygpu_policy_reload_failing", NULL, 0);
 }
 
 void *ctl_bundle_reloader_main(void *arg)
@@ -467,28 +539,53 @@ void *ctl_bundle_reloader_main(void *arg)
         const json_t *src = json_is_null(cm) ? NULL : cm;
         const char *rv = src ? json_string_value(json_object_get(json_object_get(src, "metadata"), "resourceVersion"))
                              : NULL;
+        /* cur: the bundle a new one replaces (only this thread publishes),
+           held until its keys are compared */
         ctl_bundle *cur = ctl_bundle_current();
         int same = cur && ((!src && !cur->source_rv) ||
                            (src && cur->source_rv && rv && strcmp(cur->source_rv, rv) == 0));
-        ctl_bundle_unref(cur);
         /* a resync replays the same failed version: report it once */
         if(!same && src && rv && failed_rv && strcmp(failed_rv, rv) == 0)
             same = 1;
         if(same) {
+            ctl_bundle_unref(cur);
             json_decref(cm);
             continue;
         }
         cozy_err err;
         ctl_bundle *b = compile_bundle(src, &err);
         if(b) {
+            /* the ConfigMap keys added, changed and removed since the
+               bundle replaced (none before the first: every key is added) */
+            char *diff[3];
+            int have_diff = data_diff(cur ? cur->data : NULL, b->data, diff) == 0;
             publish(b);
             metrics_counter_add("cozygpu_policy_reloads_total", "result=\"success\"", 1);
             log_write(LOG_INFO, "reload", src ? "policies reloaded from the ConfigMap" : "serving the default policies",
-                      "configmap", ctl_proc->f.policies_configmap, "resourceVersion", rv, NULL);
-            if(src)
-                record_event(src, "Normal", "PolicyReloaded", "policy bundle compiled, self-checked and serving");
+                      "configmap", ctl_proc->f.policies_configmap, "resourceVersion", rv, "added",
+                      have_diff ? diff[0] : NULL, "changed", have_diff ? diff[1] : NULL, "removed",
+                      have_diff ? diff[2] : NULL, NULL);
+            if(src) {
+                cozy_buf msg = {0};
+                cozy_buf_printf(&msg, "policy bundle compiled, self-checked and serving");
+                static const char *const what[3] = {"added", "changed", "removed"};
+                int any = 0;
+                for(int i = 0; have_diff && i < 3; i++)
+                    if(diff[i][0]) {
+                        cozy_buf_printf(&msg, "; %s: %s", what[i], diff[i]);
+                        any = 1;
+                    }
+                if(have_diff && !any)
+                    cozy_buf_printf(&msg, "; no data key changed");
+                record_event(src, "Normal", "PolicyReloaded",
+                             msg.p ? msg.p : "policy bundle compiled, self-checked and serving");
+                cozy_buf_free(&msg);
+            }
+            for(int i = 0; have_diff && i < 3; i++)
+                free(diff[i]);
         } else {
             metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 1);
+            metrics_gauge_set("cozygpu_policy_reload_failing", NULL, 1);
             free(failed_rv);
             failed_rv = rv ? strdup(rv) : NULL;
             pthread_mutex_lock(&ctl_proc->mu);
@@ -507,6 +604,7 @@ void *ctl_bundle_reloader_main(void *arg)
                 record_event(src, "Warning", "PolicyReloadFailed", msg);
             }
         }
+        ctl_bundle_unref(cur);
         json_decref(cm);
     }
     return NULL;

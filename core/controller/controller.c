@@ -183,6 +183,9 @@ int controller_main(int argc, char **argv)
                               sizeof rule_buckets / sizeof *rule_buckets);
     metrics_declare("cozygpu_policy_reloads_total", "counter", "Policy bundle reloads from the ConfigMap, by result.");
     metrics_declare("cozygpu_policy_bundle_generation", "gauge", "Generation of the policy bundle being served.");
+    metrics_declare("cozygpu_policy_reload_failing", "gauge",
+                    "1 from a failed policy reload until one succeeds: the ConfigMap's current version is not "
+                    "served (the previous bundle, or none, is).");
     metrics_declare("cozygpu_watch_restarts_total", "counter", "Watch restarts, by resource and reason.");
     metrics_declare("cozygpu_leader", "gauge", "1 while this replica holds the leader Lease.");
     metrics_declare("cozygpu_binder_passes_total", "counter",
@@ -226,6 +229,7 @@ int controller_main(int argc, char **argv)
     metrics_counter_add("cozygpu_policy_reloads_total", "result=\"failure\"", 0);
     metrics_counter_add("cozygpu_policy_errors_total", NULL, 0);
     metrics_gauge_set("cozygpu_leader", NULL, 0);
+    metrics_gauge_set("cozygpu_policy_reload_failing", NULL, 0);
 
     /* settings */
     if(f->config_file) {
@@ -362,7 +366,7 @@ int controller_main(int argc, char **argv)
         write_port_file(f->port_file, webhook_port(ctl_proc->server));
     if(f->probe_port_file && webhook_probe_port(ctl_proc->server))
         write_port_file(f->probe_port_file, webhook_probe_port(ctl_proc->server));
-    log_write(LOG_INFO, "controller", "serving admission webhooks", "port", portbuf, "identity", f->identity,
+    log_write(LOG_INFO, "controller", "serving admission webhooks", LOG_NUM "port", portbuf, "identity", f->identity,
               "server", kube_client_server(ctl_proc->client), NULL);
 
     if(f->leader_elect) {
@@ -436,7 +440,7 @@ shutdown:
             char n[16];
             snprintf(n, sizeof n, "%d", webhook_in_flight(ctl_proc->server));
             log_write(LOG_WARN, "controller", "shutdown grace passed with reviews in flight; exiting without them",
-                      "in_flight", n, NULL);
+                      LOG_NUM "in_flight", n, NULL);
             fflush(NULL);
             _exit(1);
         }

@@ -65,7 +65,7 @@ void ctl_event_record(const json_t *obj, const char *api_version, const char *ki
     else if(status != 201 && status != 200) {
         char code[16];
         snprintf(code, sizeof code, "%ld", status);
-        log_write(LOG_WARN, "events", "event refused", "reason", reason, "status", code, NULL);
+        log_write(LOG_WARN, "events", "event refused", "reason", reason, LOG_NUM "status", code, NULL);
     }
     free(path);
     json_decref(res);

@@ -163,10 +163,14 @@ engine_options ctl_bundle_engine_options(const ctl_bundle *b);
  * engine (a synthetic Namespace CREATE must not come to a policy failure,
  * engine_outcome_is_failure), and publishes it (ctl.current,
  * ctl.policies_loaded, ctl.status_dirty, metric
- * cozygpu_policy_bundle_generation) or keeps the old one. Each result is
+ * cozygpu_policy_bundle_generation; cozygpu_policy_reload_failing 0) or
+ * keeps the old one (cozygpu_policy_reload_failing 1). Each result is
  * logged, counted in cozygpu_policy_reloads_total{result} and recorded as
  * an Event on the ConfigMap (PolicyReloaded, PolicyReloadFailed once per
- * resourceVersion, PolicyConfigMapDeleted). Rules: DESIGN.md §9 "Hot
+ * resourceVersion, PolicyConfigMapDeleted). A published bundle's log line
+ * (fields added, changed, removed) and PolicyReloaded Event name the data
+ * keys added, changed and removed since the bundle it replaced (the first
+ * replaces the defaults, which have none). Rules: DESIGN.md §9 "Hot
  * reload", docs/decisions/0007 and 0009. */
 void *ctl_bundle_reloader_main(void *arg);
 
@@ -178,6 +182,11 @@ void *ctl_bundle_reloader_main(void *arg);
  * (docs/decisions/0009). Runs on the watcher thread: takes mu, never
  * blocks on the API server. */
 void ctl_bundle_on_policies_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
+
+/* Copies the error of the last failed reload into buf (size n, cut,
+ * NUL-terminated) and returns 1 while no reload succeeded since it; else
+ * returns 0 and leaves buf alone. Takes mu. */
+int ctl_bundle_last_error(char *buf, size_t n);
 
 /* At exit, once every thread that held a bundle is joined or stopped:
  * frees every bundle left (ctl.current becomes NULL), and the reloader's
@@ -213,8 +222,12 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
                          const struct timespec *deadline, json_t **response, webhook_decision *decision);
 
 /* webhook_options.ready (server/webhook.h): 1 when /readyz should answer
- * 200: a bundle is served, not shutting down, every watch cache listed. */
-int ctl_review_on_ready(void *ctx);
+ * 200: a bundle is served, not shutting down, every watch cache listed.
+ * Else 0, with every reason that holds in `why` (size why_size), joined by
+ * "; ": "shutting down", "watch caches not synced (<resources>)" (from
+ * kube_watcher_unsynced), "no policy bundle loaded" or, when the last load
+ * failed, "policy bundle did not load: <its error>". Takes mu. */
+int ctl_review_on_ready(void *ctx, char *why, size_t why_size);
 
 /* At exit, after webhook_stop: closes the engines the webhook threads
  * left behind (their threads are gone, their thread-locals unreachable)

@@ -317,7 +317,7 @@ static int fetch_remote(state *S, const char *ns, const char *name, const char *
     }
     char cs[16];
     snprintf(cs, sizeof cs, "%ld", code);
-    log_write(LOG_WARN, "license", "cannot read the license Secret", "gpuclass", cls, "status", cs, NULL);
+    log_write(LOG_WARN, "license", "cannot read the license Secret", "gpuclass", cls, LOG_NUM "status", cs, NULL);
     return -1;
 }
 
@@ -820,7 +820,7 @@ static int write_outcome(const char *op, const char *ns, const char *cls, cozy_r
     const char *msg = rc != COZY_OK ? err->msg : json_string_value(json_object_get(res, "message"));
     count_write(op, rc != COZY_OK || code == 409 || code == 429 || code >= 500 ? "retry" : "error");
     log_write(code == 409 ? LOG_INFO : LOG_WARN, "license", "cannot write the license copy", "op", op, "namespace", ns, "gpuclass", cls,
-              "status", cs, "error", msg ? msg : "", NULL);
+              LOG_NUM "status", cs, "error", msg ? msg : "", NULL);
     if(rc != COZY_OK || code == 409 || code == 429 || code >= 500)
         return W_RETRY;
     return W_DROP;
@@ -1230,8 +1230,8 @@ static void build(state *S)
     char pairs[24], ms[24];
     snprintf(pairs, sizeof pairs, "%u", HASH_COUNT(S->todo));
     snprintf(ms, sizeof ms, "%lld", mono_ms() - t0);
-    log_write(LOG_INFO, "license", "leading: every license copy is compared once", "pairs", pairs, "read_ms", ms,
-              NULL);
+    log_write(LOG_INFO, "license", "leading: every license copy is compared once", LOG_NUM "pairs", pairs,
+              LOG_NUM "read_ms", ms, NULL);
 }
 
 static void apply_batch(state *S, lkey *batch)

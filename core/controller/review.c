@@ -12,6 +12,7 @@
 #include "controller/internal.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
@@ -171,7 +172,7 @@ static void policy_error(const webhook_endpoint *ep, const engine_verdict *v)
     snprintf(n, sizeof n, "%lu", quiet);
     log_write(LOG_WARN, "webhook", "a policy failed; the review was refused", "webhook", ep->name, "rule", v->rule,
               "kind", engine_outcome_name(v->outcome), "message", v->message ? v->message : "",
-              "not_logged_since", n, NULL);
+              LOG_NUM "not_logged_since", n, NULL);
 }
 
 /* What each rule said and how long it took (issue 11: per-rule metrics):
@@ -279,11 +280,45 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
     return *response ? 0 : -1;
 }
 
-int ctl_review_on_ready(void *ctx)
+/* Appends "; " (unless out is empty) and the formatted reason to out
+ * (size n), cutting it to fit. */
+static void add_reason(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_reason(char *out, size_t n, const char *fmt, ...)
+{
+    size_t len = strnlen(out, n);
+    if(len + 1 >= n)
+        return;
+    if(len > 0) {
+        snprintf(out + len, n - len, "; ");
+        len = strnlen(out, n);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+int ctl_review_on_ready(void *ctx, char *why, size_t why_size)
 {
     (void)ctx;
     pthread_mutex_lock(&ctl_proc->mu);
-    int ok = ctl_proc->policies_loaded && !ctl_proc->stopping;
+    int loaded = ctl_proc->policies_loaded, stopping = ctl_proc->stopping;
     pthread_mutex_unlock(&ctl_proc->mu);
-    return ok && kube_watcher_synced(ctl_proc->watcher);
+    char caches[256];
+    size_t unsynced = kube_watcher_unsynced(ctl_proc->watcher, caches, sizeof caches);
+    if(loaded && !stopping && unsynced == 0)
+        return 1;
+    why[0] = '\0';
+    if(stopping)
+        add_reason(why, why_size, "shutting down");
+    if(unsynced > 0)
+        add_reason(why, why_size, "watch caches not synced (%s)", caches);
+    if(!loaded) {
+        char err[400];
+        if(ctl_bundle_last_error(err, sizeof err))
+            add_reason(why, why_size, "policy bundle did not load: %s", err);
+        else
+            add_reason(why, why_size, "no policy bundle loaded");
+    }
+    return 0;
 }

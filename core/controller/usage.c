@@ -437,8 +437,8 @@ static void write_failed(const char *what, const kube_resource *r, const char *n
     snprintf(c, sizeof c, "%ld", code);
     snprintf(h, sizeof h, "%lu", held);
     held = 0;
-    log_write(LOG_WARN, "usage", what, "resource", r->resource, "namespace", ns, "name", name ? name : "", "status",
-              c, "error", message ? message : "", "held_back", h, NULL);
+    log_write(LOG_WARN, "usage", what, "resource", r->resource, "namespace", ns, "name", name ? name : "",
+              LOG_NUM "status", c, "error", message ? message : "", LOG_NUM "held_back", h, NULL);
 }
 
 /* PUT `obj` (conditional on its resourceVersion); on success *result (if

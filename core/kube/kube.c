@@ -484,8 +484,13 @@ cozy_result kube_request(kube_client *c, const char *method, const char *path,
         char sbuf[32], wbuf[32];
         snprintf(sbuf, sizeof sbuf, "%ld", st);
         snprintf(wbuf, sizeof wbuf, "%ld", wait);
-        log_write(LOG_INFO, "kube", "retrying request", "method", method, "path", path,
-                  "status", cc == CURLE_OK ? sbuf : curl_easy_strerror(cc), "wait_ms", wbuf, NULL);
+        /* status is a number (JSON logs): a transport failure goes under error */
+        if(cc == CURLE_OK)
+            log_write(LOG_INFO, "kube", "retrying request", "method", method, "path", path, LOG_NUM "status", sbuf,
+                      LOG_NUM "wait_ms", wbuf, NULL);
+        else
+            log_write(LOG_INFO, "kube", "retrying request", "method", method, "path", path, "error",
+                      curl_easy_strerror(cc), LOG_NUM "wait_ms", wbuf, NULL);
         sleep_ms(wait);
     }
     free(text);

@@ -122,7 +122,7 @@ static int try_acquire_or_renew(lease_elector *le)
     if(status != 200 || !json_is_object(cur)) {
         char code[16];
         snprintf(code, sizeof code, "%ld", status);
-        log_write(LOG_WARN, "lease", "unexpected answer reading the lease", "status", code, NULL);
+        log_write(LOG_WARN, "lease", "unexpected answer reading the lease", LOG_NUM "status", code, NULL);
         goto out;
     }
 
@@ -167,7 +167,7 @@ static int try_acquire_or_renew(lease_elector *le)
     } else {
         char code[16];
         snprintf(code, sizeof code, "%ld", st);
-        log_write(LOG_WARN, "lease", "lease update refused", "status", code, NULL);
+        log_write(LOG_WARN, "lease", "lease update refused", LOG_NUM "status", code, NULL);
     }
     json_decref(next);
     json_decref(res);

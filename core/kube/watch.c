@@ -213,6 +213,31 @@ int kube_watcher_synced(kube_watcher *w)
     return ok;
 }
 
+size_t kube_watcher_unsynced(kube_watcher *w, char *buf, size_t n)
+{
+    size_t count = 0, len = 0;
+    if(n > 0)
+        buf[0] = '\0';
+    pthread_mutex_lock(&w->mu);
+    for(kube_informer *i = w->infs; i; i = i->next) {
+        if(i->synced)
+            continue;
+        count++;
+        const char *name = i->res->resource;
+        int seen = 0; /* one name once, however many informers watch it */
+        for(kube_informer *j = w->infs; j != i; j = j->next)
+            if(!j->synced && strcmp(j->res->resource, name) == 0)
+                seen = 1;
+        if(seen || n == 0 || len + 1 >= n)
+            continue;
+        int wrote = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", name);
+        if(wrote > 0) /* snprintf cut it: len stops at the NUL */
+            len += (size_t)wrote < n - len ? (size_t)wrote : n - 1 - len;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return count;
+}
+
 unsigned long kube_watcher_generation(kube_watcher *w)
 {
     unsigned long g;
@@ -384,7 +409,7 @@ static int watch_line(kube_informer *inf, const char *line, size_t n)
         else
             inf->why = AB_ERROR;
         log_write(inf->why == AB_GONE ? LOG_INFO : LOG_WARN, "watch", "watch ERROR event",
-                  "resource", inf->res->resource, "code", cbuf, "reason", reason, "message", msg, NULL);
+                  "resource", inf->res->resource, LOG_NUM "code", cbuf, "reason", reason, "message", msg, NULL);
         json_decref(ev);
         return -1;
     } else if(strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0 || strcmp(type, "DELETED") == 0) {
@@ -556,7 +581,7 @@ static void backoff(kube_informer *inf, int relist, long retry_after_s)
         d = (double)(retry_after_s > KUBE_RETRY_AFTER_MAX_S ? KUBE_RETRY_AFTER_MAX_S : retry_after_s) * 1000;
     snprintf(ms, sizeof ms, "%.0f", d);
     log_write(LOG_INFO, "watch", relist ? "backing off, then relisting" : "backing off, then resuming the watch",
-              "resource", inf->res->resource, "wait_ms", ms, NULL);
+              "resource", inf->res->resource, LOG_NUM "wait_ms", ms, NULL);
     inf->state = INF_BACKOFF;
     inf->relist = relist;
     inf->wake_at = kube_now() + d / 1000.0;
@@ -600,7 +625,7 @@ static void commit_list(kube_informer *inf, const char *list_rv)
         char nbuf[24];
         snprintf(nbuf, sizeof nbuf, "%zu", json_object_size(inf->cache));
         log_write(LOG_DEBUG, "watch", "listed", "resource", inf->res->resource, "rv", list_rv,
-                  "objects", nbuf, NULL);
+                  LOG_NUM "objects", nbuf, NULL);
     }
     dq_deliver(inf, &q);
 }
@@ -636,8 +661,8 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
     if(!json_is_array(items)) {
         char sbuf[24];
         snprintf(sbuf, sizeof sbuf, "%ld", st);
-        log_write(LOG_WARN, "watch", "list failed", "resource", inf->res->resource, "status",
-                  cc == CURLE_OK ? sbuf : "-", "error",
+        log_write(LOG_WARN, "watch", "list failed", "resource", inf->res->resource, LOG_NUM "status",
+                  cc == CURLE_OK ? sbuf : NULL, "error",
                   cc == CURLE_OK ? (body ? "no items" : "invalid JSON") : (inf->cerr[0] ? inf->cerr : curl_easy_strerror(cc)),
                   NULL);
         json_decref(body);
@@ -725,7 +750,7 @@ static void watch_done(kube_informer *inf, CURLcode cc, long st)
             relist_after_expiry(inf, useful);
             return;
         }
-        log_write(LOG_WARN, "watch", "watch refused", "resource", inf->res->resource, "status",
+        log_write(LOG_WARN, "watch", "watch refused", "resource", inf->res->resource, LOG_NUM "status",
                   sbuf, NULL);
         if(st == 429 || st >= 500) {
             /* 429 is the API server's flow control; 5xx a server error */

@@ -93,6 +93,14 @@ void kube_watcher_free(kube_watcher *w);
 /* Nonzero once every informer has completed one list. */
 int kube_watcher_synced(kube_watcher *w);
 
+/* The informers that have not completed their first list yet: their
+ * resource names (kube_resource.resource, e.g. "gpuclaims"), in the order
+ * they were added, each once, joined by ", " into buf (size n, always
+ * NUL-terminated when n > 0, cut at n - 1 bytes). Returns how many
+ * informers have not listed (0: synced; buf is then ""). For /readyz's
+ * reason. */
+size_t kube_watcher_unsynced(kube_watcher *w, char *buf, size_t n);
+
 /* A counter incremented on every cache change of any informer (and once when
    an informer completes its first list). */
 unsigned long kube_watcher_generation(kube_watcher *w);

@@ -57,6 +57,7 @@
 #define WH_CONN_MEMORY (32u * 1024u) /* MHD's pool per connection: request line, headers, IO buffers */
 #define WH_REAP_EVERY_MS 100L
 #define WH_STOP_SEND_MS 2000L /* webhook_stop: time for answers already made to go out */
+#define WH_READY_WHY_MAX 512   /* /readyz: the ready callback's reason buffer */
 
 #define WH_REVIEWS "cozygpu_admission_reviews_total"
 #define WH_DURATION "cozygpu_admission_review_duration_seconds"
@@ -93,7 +94,7 @@ struct webhook_server {
     long timeout_ms;
     webhook_review_fn review;
     void *ctx;
-    int (*ready)(void *ctx);
+    webhook_ready_fn ready;
     atomic_int in_flight;
     atomic_int quiescing;
     atomic_int started; /* MHD log messages after start are debug noise (bad handshakes) */
@@ -214,8 +215,8 @@ static void *wh_reaper(void *arg)
             metrics_counter_add(WH_REFUSALS, "reason=\"request_timeout\"", reaped);
             char n[16];
             snprintf(n, sizeof n, "%d", reaped);
-            log_write(LOG_DEBUG, WH_COMPONENT, "closed connections without a complete request in time", "count", n,
-                      NULL);
+            log_write(LOG_DEBUG, WH_COMPONENT, "closed connections without a complete request in time", LOG_NUM "count",
+                      n, NULL);
         }
     }
     return NULL;
@@ -368,8 +369,12 @@ static enum MHD_Result wh_builtin(webhook_server *s, struct MHD_Connection *con,
     if(strcmp(url, "/readyz") == 0) {
         if(atomic_load(&s->quiescing))
             return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "shutting down\n");
-        if(s->ready && !s->ready(s->ctx))
-            return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "not ready\n");
+        char why[WH_READY_WHY_MAX] = "";
+        if(s->ready && !s->ready(s->ctx, why, sizeof why)) {
+            why[sizeof why - 1] = '\0';
+            why[strcspn(why, "\r\n")] = '\0'; /* one line */
+            return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "not ready%s%s\n", why[0] ? ": " : "", why);
+        }
         return wh_send(s, con, MHD_HTTP_OK, "text/plain; charset=utf-8", "ok", 2, MHD_RESPMEM_PERSISTENT, NULL);
     }
     char *text = metrics_render();
@@ -637,7 +642,7 @@ static enum MHD_Result wh_busy(webhook_server *s, struct MHD_Connection *con, wh
     /* debug, as the reaper's: under a flood a line per refusal would be a
        flood of its own; cozygpu_webhook_refusals_total is the signal */
     log_write(LOG_DEBUG, WH_COMPONENT, "review body refused: bodies in flight at their budget", "webhook", r->ep->name,
-              "content_length", n, NULL);
+              LOG_NUM "content_length", n, NULL);
     return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, "1",
                    "cozygpu webhook %s: too many review bodies in flight (budget %zu bytes); retry\n", r->ep->name,
                    s->body_budget);
@@ -954,8 +959,8 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     char port[16], serial[80];
     snprintf(port, sizeof port, "%d", s->port);
     webhook_tls_serial(s->tls, serial, sizeof serial);
-    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, "port", port, "serial", serial,
-              NULL);
+    log_write(LOG_INFO, WH_COMPONENT, "serving admission reviews", "address", addr, LOG_NUM "port", port, "serial",
+              serial, NULL);
     *out = s;
     return COZY_OK;
 }

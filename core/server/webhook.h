@@ -23,7 +23,9 @@
  *    a body that is not JSON or not an `admission.k8s.io/v1` AdmissionReview
  *    with a `request.uid` (400, with a message saying what is wrong);
  *  - GET /healthz (200 "ok"), /readyz (200 "ok" while `ready` says so and the
- *    server is not quiescing, else 503), /metrics (metrics_render());
+ *    server is not quiescing; else 503 with a text/plain body that says
+ *    why: "shutting down" while quiescing, "not ready: <the reason `ready`
+ *    gave>", or "not ready" when it gave none), /metrics (metrics_render());
  *    anything else is 404;
  *  - bounds what clients hold (decision 0015): open connections in all and
  *    per client address (libmicrohttpd's limits), the time from accept to a
@@ -98,6 +100,14 @@ typedef enum webhook_decision {
 typedef int (*webhook_review_fn)(void *ctx, const webhook_endpoint *ep, const json_t *review,
                                  const struct timespec *deadline, json_t **response, webhook_decision *decision);
 
+/* /readyz asks it on the probe or an I/O thread (so it must be quick and
+ * thread-safe). Returns nonzero when the replica is ready. Otherwise
+ * returns 0 and may write why into `why` (a buffer of `why_size` bytes,
+ * at least 256, handed over holding ""): one short line without a newline,
+ * NUL-terminated, cut to fit, e.g. "watch caches not synced (gpuclaims,
+ * nodes)"; the server answers 503 "not ready: <why>". */
+typedef int (*webhook_ready_fn)(void *ctx, char *why, size_t why_size);
+
 typedef struct webhook_options {
     const char *address;                  /* IPv4 or IPv6 literal; NULL: "0.0.0.0" */
     int port;                             /* 0: any free port (see webhook_port) */
@@ -133,7 +143,7 @@ typedef struct webhook_options {
                                              0: 64 MiB */
     webhook_review_fn review;
     void *ctx;                            /* for review and ready */
-    int (*ready)(void *ctx);              /* /readyz; NULL: always ready */
+    webhook_ready_fn ready;               /* /readyz; NULL: always ready */
     /* Probes on their own listener and thread (plain HTTP, same address):
      * GET /healthz, /readyz, /metrics answer there even while every review
      * worker is busy. > 0: that port; 0: none; WEBHOOK_PROBE_ANY_PORT: a

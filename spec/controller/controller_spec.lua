@@ -78,6 +78,15 @@ describe("cozygpu controller", function()
   it("answers the recorded reviews as `cozygpu review` does, over TLS", function()
     local c = start { identity = "e2e" }
     assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
+    -- JSON logs write numbers as numbers (log.h LOG_NUM), names as strings
+    local serving
+    for _, rec in ipairs(E.log_records(c)) do
+      if rec.msg == "serving admission webhooks" then serving = rec end
+    end
+    assert.truthy(serving, P.read(c.log))
+    assert.equal("number", type(serving.port), "port: " .. tostring(serving.port))
+    assert.equal(c.port, serving.port)
+    assert.equal("string", type(serving.identity))
     local compared = 0
     for _, r in ipairs(reviews()) do
       local kind = r.review.request.kind.kind
@@ -459,6 +468,7 @@ return rule "site/tenant-bug" {
     assert.truthy(P.wait_until(function()
       return (E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] == 1
     end, 10), "no failed reload counted")
+    assert.equal(1, E.metrics(c).cozygpu_policy_reload_failing) -- until a reload succeeds
     -- the Event on the ConfigMap names the file
     local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
     local found
@@ -499,6 +509,40 @@ return rule "site/no-vms-today" {
     -- the start-up load and this one
     assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
     assert.equal(1, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
+    assert.equal(0, E.metrics(c).cozygpu_policy_reload_failing)
+    -- the log line and the Event name the keys since the bundle replaced
+    -- (the defaults: no keys; the failed one replaced nothing)
+    local function reload_lines()
+      local out = {}
+      for _, rec in ipairs(E.log_records(c)) do
+        if rec.msg == "policies reloaded from the ConfigMap" then out[#out + 1] = rec end
+      end
+      return out
+    end
+    local function reloaded_event(text)
+      return P.wait_until(function()
+        for _, ev in ipairs(E.get(d, "/api/v1/namespaces/cozy-gpu/events").items) do
+          if ev.reason == "PolicyReloaded" and ev.type == "Normal" and ev.message == text then return ev end
+        end
+      end, 10)
+    end
+    local rl = reload_lines()
+    assert.equal(1, #rl, P.read(c.log))
+    assert.same({ "site-tier.lua", "", "" }, { rl[1].added, rl[1].changed, rl[1].removed })
+    assert.truthy(reloaded_event("policy bundle compiled, self-checked and serving; added: site-tier.lua"))
+    -- one key changed, two added
+    cur = E.get(d, "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies")
+    cm.metadata.resourceVersion = cur.metadata.resourceVersion
+    cm.data["site-tier.lua"] = cm.data["site-tier.lua"] .. "-- reviewed\n"
+    cm.data["site-b.lua"] = "return rule \"site/b\" { match = { kind = \"Pod\" }, validate = function() end }\n"
+    cm.data["site-a.lua"] = "return rule \"site/a\" { match = { kind = \"Pod\" }, validate = function() end }\n"
+    _, cst = E.send(d, "PUT", "/api/v1/namespaces/cozy-gpu/configmaps/cozygpu-policies", cm)
+    assert.equal(200, cst)
+    assert.truthy(P.wait_until(function() return #reload_lines() == 2 end, 10), P.read(c.log))
+    rl = reload_lines()
+    assert.same({ "site-a.lua, site-b.lua", "site-tier.lua", "" }, { rl[2].added, rl[2].changed, rl[2].removed })
+    assert.truthy(reloaded_event(
+      "policy bundle compiled, self-checked and serving; added: site-a.lua, site-b.lua; changed: site-tier.lua"))
 
     -- deleting the ConfigMap does not drop the hoster's rules: the last
     -- bundle keeps serving, and the deletion is reported
@@ -521,6 +565,12 @@ return rule "site/no-vms-today" {
       local s2, a = E.review(c, "/validate/vmi", review)
       return s2 == 200 and a.response.allowed == true
     end, 10, 0.1), "the empty ConfigMap did not bring the defaults back")
+    -- replacing the bundle the deleted ConfigMap left: every key removed
+    rl = reload_lines()
+    assert.equal(3, #rl, P.read(c.log))
+    assert.same({ "", "", "site-a.lua, site-b.lua, site-tier.lua" }, { rl[3].added, rl[3].changed, rl[3].removed })
+    assert.truthy(reloaded_event(
+      "policy bundle compiled, self-checked and serving; removed: site-a.lua, site-b.lua, site-tier.lua"))
   end)
 
   it("serves a bundle only when its own policy tests (NAME.test.yaml keys) pass", function()
@@ -593,6 +643,7 @@ cases:
     assert.equal(2, E.metrics(c)['cozygpu_policy_reloads_total{result="failure"}'])
     local log = P.read(c.log) or ""
     assert.truthy(log:find("the bundle passed its own policy tests", 1, true), log)
+    assert.truthy(log:find('"cases":%d+[,}]'), log) -- a JSON number
     local events = json.encode(E.get(d, "/api/v1/namespaces/cozy-gpu/events"))
     assert.truthy(events:find("input: names a file, and a test in a ConfigMap has none", 1, true), events)
   end)
@@ -607,7 +658,10 @@ cases:
       return ((E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] or 0) >= 1
     end, 10))
     P.sleep(1)
-    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    local rst, rbody = P.http { url = c.url .. "/readyz", cacert = c.cacert }
+    assert.equal(503, rst)
+    -- /readyz says why: the ConfigMap's error, on one line
+    assert.truthy(rbody:find("^not ready: policy bundle did not load: ConfigMap cozy%-gpu/cozygpu%-policies: data%[lib%.lua%]: a module key needs a name\n$"), rbody)
     local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)
     assert.is_false(r.response.allowed)
@@ -638,7 +692,10 @@ cases:
       identity = "late", extra = { "--leader-elect", "false" } }
     running[#running + 1] = c
     assert.equal(200, (P.http { url = c.url .. "/healthz", cacert = c.cacert }))
-    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    local rst, rbody = P.http { url = c.url .. "/readyz", cacert = c.cacert }
+    assert.equal(503, rst)
+    -- /readyz names the caches that have not listed, then the missing bundle
+    assert.truthy(rbody:find("^not ready: watch caches not synced %(.*gpuclaims.*nodes.*%); no policy bundle loaded\n$"), rbody)
     local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)
     assert.equal(500, r.response.status.code) -- no answer from empty caches
@@ -939,6 +996,10 @@ return rule "site/busy" {
     assert.truthy(metrics:find("cozygpu_admission_reviews_total", 1, true))
     local t0 = os.time()
     P.kill(c.pid, "TERM")
+    -- during the grace, /readyz says why it is 503
+    local rst, rbody = P.http { url = probe .. "/readyz", timeout = 1 }
+    assert.equal(503, rst)
+    assert.truthy(rbody:find("shutting down\n$"), rbody)
     assert.truthy(P.wait_exit(c.pid, 8), "the controller did not exit after the grace with a review stuck")
     running = {}
     assert.is_true(os.time() - t0 <= 6)

@@ -1,5 +1,5 @@
 /* base_check — table-driven checks for the base helpers written once:
- * core/base/b64.c, utf8.c, buf.c and file.c.
+ * core/base/b64.c, utf8.c, buf.c, file.c and log.c.
  *
  * Expected values come from the rules, not from the code's output:
  *   - base64: RFC 4648 §10 test vectors, and Go's encoding/base64
@@ -8,7 +8,10 @@
  *   - UTF-8: RFC 3629 §3-4 (no overlong forms, no surrogates, nothing past
  *     U+10FFFF) and Go's json.Marshal, which writes each byte that does not
  *     start a valid sequence as U+FFFD (utf8.DecodeRune's width 1);
- *   - buffers, file reads and listings: the contracts in buf.h and file.h.
+ *   - buffers, file reads and listings: the contracts in buf.h and file.h;
+ *   - log records (log.c): a LOG_NUM key's value is a JSON number by RFC
+ *     8259 §6 grammar in JSON lines, a string when it is not one (never a
+ *     line that is not JSON), and text lines are as without the mark.
  *
  * Usage: base_check   Prints "N passed, N failed" and exits 1 on any failure.
  */
@@ -19,6 +22,7 @@
 #include "base/b64.h"
 #include "base/buf.h"
 #include "base/file.h"
+#include "base/log.h"
 #include "base/utf8.h"
 
 #include <errno.h>
@@ -433,11 +437,74 @@ static void check_files(void)
         printf("note: could not remove %s\n", dir);
 }
 
+/* Runs fn with stderr sent to a scratch file; returns what it wrote (static). */
+static const char *stderr_of(void (*fn)(void))
+{
+    static char out[8192];
+    out[0] = '\0';
+    char path[] = "/tmp/cozygpu-log-check.XXXXXX";
+    int fd = mkstemp(path);
+    if(fd < 0)
+        return out;
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    fn();
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    ssize_t n = pread(fd, out, sizeof out - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return out;
+}
+
+static void log_numbers(void)
+{
+    log_write(LOG_INFO, "check", "numbers", LOG_NUM "port", "8443", LOG_NUM "neg", "-12", LOG_NUM "frac", "0.25",
+              LOG_NUM "exp", "1e-3", LOG_NUM "zero", "0", "name", "42", NULL);
+}
+
+static void log_not_numbers(void)
+{
+    /* marked, but not numbers by RFC 8259: written as strings */
+    log_write(LOG_INFO, "check", "not numbers", LOG_NUM "lead", "007", LOG_NUM "plus", "+1", LOG_NUM "dot", "1.",
+              LOG_NUM "hex", "0x10", LOG_NUM "inf", "inf", LOG_NUM "empty", "", LOG_NUM "space", " 1",
+              LOG_NUM "none", NULL, NULL);
+}
+
+static void check_log(void)
+{
+    check_section = "log";
+    log_setup(1, LOG_INFO);
+    const char *got = stderr_of(log_numbers);
+    const char *want = ",\"component\":\"check\",\"msg\":\"numbers\",\"port\":8443,\"neg\":-12,\"frac\":0.25,"
+                       "\"exp\":1e-3,\"zero\":0,\"name\":\"42\"}\n";
+    ok(strlen(got) > strlen(want) && strcmp(got + strlen(got) - strlen(want), want) == 0,
+       "JSON: LOG_NUM values are bare numbers, an unmarked one a string", got);
+    got = stderr_of(log_not_numbers);
+    want = "\"lead\":\"007\",\"plus\":\"+1\",\"dot\":\"1.\",\"hex\":\"0x10\",\"inf\":\"inf\",\"empty\":\"\","
+           "\"space\":\" 1\",\"none\":null}\n";
+    ok(strstr(got, want) != NULL, "JSON: a marked value that is not a number stays a string", got);
+    ok(strchr(got, 0x1f) == NULL, "JSON: the mark is not written", got);
+    log_setup(0, LOG_INFO);
+    got = stderr_of(log_numbers);
+    want = " INFO  check: numbers port=8443 neg=-12 frac=0.25 exp=1e-3 zero=0 name=42\n";
+    ok(strlen(got) > strlen(want) && strcmp(got + strlen(got) - strlen(want), want) == 0,
+       "text: as without the mark", got);
+    got = stderr_of(log_not_numbers);
+    ok(strstr(got, "lead=007 plus=+1 dot=1. hex=0x10 inf=inf empty=\"\" space=\" 1\" none=-\n") != NULL,
+       "text: marked non-numbers as any value", got);
+    ok(strchr(got, 0x1f) == NULL, "text: the mark is not written", got);
+    check_section = NULL;
+}
+
 int main(void)
 {
     check_base64();
     check_utf8();
     check_buf();
     check_files();
+    check_log();
     return check_finish();
 }

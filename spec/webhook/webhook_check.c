@@ -55,10 +55,15 @@ static const webhook_endpoint ENDPOINTS[] = {
 
 static const char *ready_file;
 
-static int check_ready(void *ctx)
+/* Not ready while --ready-file is missing; the reason names the file and
+ * carries a second line, which the server must not send. */
+static int check_ready(void *ctx, char *why, size_t why_size)
 {
     (void)ctx;
-    return !ready_file || access(ready_file, F_OK) == 0;
+    if(!ready_file || access(ready_file, F_OK) == 0)
+        return 1;
+    snprintf(why, why_size, "no file %s\nsecond line", ready_file);
+    return 0;
 }
 
 static long ms_until(const struct timespec *deadline)

@@ -267,7 +267,7 @@ describe("webhook readiness", function()
     finally(function() W.stop(srv) end)
     local status, body = get(srv, "/readyz")
     assert.equals(503, status)
-    assert.equals("not ready\n", body)
+    assert.equals("not ready: no file " .. flag .. "\n", body) -- the callback's reason, its first line
     assert.equals(200, (get(srv, "/healthz")))
     H.write(flag, "")
     assert.equals(200, (get(srv, "/readyz")))
