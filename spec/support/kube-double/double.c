@@ -239,7 +239,7 @@ const dbl_type DBL_TYPES[] = {
      * affinity); stored and served, no binding controller */
     { "", "v1", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", 1, "pvc", 1, 0, 0, "" },
     { "", "v1", "persistentvolumes", "persistentvolume", "PersistentVolume", 0, "pv", 1, 0, 0, "" },
-    /* the kinds of deploy/, so `kubectl apply -f deploy/` can be checked:
+    /* the kinds of deploy/, so `kubectl apply -k deploy/` can be checked:
      * stored and served, nothing acts on them (no controllers, no RBAC) */
     { "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", 1, "sa", 0, 0, 0, "" },
     { "", "v1", "services", "service", "Service", 1, "svc", 1, 0, 0, "" },
