@@ -295,6 +295,10 @@ static int cmd_policy(int argc, char **argv)
             puts("Subcommand: test. `cozygpu policy test --help` describes its options.");
             return 0;
         }
+        if(argc < 2)
+            fputs("cozygpu policy: no subcommand (valid: test)\n", stderr);
+        else
+            fprintf(stderr, "cozygpu policy: unknown subcommand \"%s\" (valid: test)\n", argv[1]);
         fputs(POLICY_TEST_USAGE, stderr);
         return 2;
     }
