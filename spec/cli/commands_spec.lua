@@ -44,3 +44,30 @@ describe("cozygpu", function()
     assert.matches("cozygpu policy: no subcommand (valid: test)", err, 1, true)
   end)
 end)
+
+-- The kinds of the controller's cluster view (core/controller/controller.c
+-- cluster_kinds, named in core/kube/kube.c), which a --cluster snapshot
+-- stands in for.
+describe("cozygpu review --help", function()
+  local function cluster_kinds()
+    local kube = H.read("core/kube/kube.c")
+    local kind_of = {}
+    for var, kind in kube:gmatch('KUBE_(%u+) = {"[^"]*",%s*"[^"]*",%s*"[^"]*",%s*"(%w+)"') do kind_of[var] = kind end
+    local list = H.read("core/controller/controller.c"):match("cluster_kinds%[%] = (%b{})")
+    assert(list, "no cluster_kinds in core/controller/controller.c")
+    local out = {}
+    for var in list:gmatch("&KUBE_(%u+)") do out[#out + 1] = assert(kind_of[var], var) end
+    return out
+  end
+
+  it("names every kind the controller's cluster view holds", function()
+    local help, _, code = H.run { "review", "--help" }
+    assert.are.equal(0, code)
+    local text = help:gsub("%s+", " ")
+    local kinds = cluster_kinds()
+    assert.is_true(#kinds >= 9)
+    for _, k in ipairs(kinds) do
+      assert.is_truthy(text:find(k .. "e?s[,; )]") or text:find(k .. " CR"), k .. " is not in `cozygpu review --help`")
+    end
+  end)
+end)
