@@ -98,10 +98,48 @@ describe("kube-double", function()
       local out, err, code = d:kubectl { "get", "gpuclasses" }
       assert.are.equal(0, code, err)
       local l = lines(out)
-      assert.truthy(l[1]:match("^NAME%s+MODE%s+MODEL%s+PROFILE%s+RESOURCE%s+FREE%s+MAX%-FREE%-PER%-NODE%s+AGE$"), l[1])
-      assert.truthy(l[3]:match("^l40s%s+Passthrough%s+L40S%s+nvidia.com/AD102GL_L40S%s+%d+s$"), l[3])
-      out = d:kubectl { "get", "gpuc", "-o", "wide" }
-      assert.truthy(lines(out)[1]:match("RESOURCE%s+MAX%s+FREE%s+MAX%-FREE%-PER%-NODE"))
+      assert.truthy(l[1]:match("^NAME%s+MODE%s+MODEL%s+PROFILE%s+RESOURCE%s+MAX%s+FREE%s+MAX%-FREE%-PER%-NODE%s+ACCEPTED%s+AGE$"), l[1])
+      assert.truthy(l[3]:match("^l40s%s+Passthrough%s+L40S%s+nvidia.com/AD102GL_L40S%s+%d+s$"), l[3]) -- no maxCount, no status
+    end)
+
+    -- The real server evaluates a column's JSONPath with client-go's
+    -- jsonpath, filters included, and prints the first result
+    -- (apiextensions-apiserver's tableconvertor); no match is an empty cell.
+    it("fills a printer column whose JSONPath filters a list ([?(@.type==\"Accepted\")])", function()
+      local st, o = d:request("POST", GPU, class("filter-col"))
+      assert.are.equal(201, st)
+      local function set(accepted)
+        o.status = { conditions = {
+          { type = "Other", status = "Unknown", reason = "X", message = "", lastTransitionTime = "2026-01-01T00:00:00Z" },
+        } }
+        if accepted then
+          table.insert(o.status.conditions, { type = "Accepted", status = accepted, reason = "R", message = "",
+            lastTransitionTime = "2026-01-01T00:00:00Z" })
+        end
+        st, o = d:request("PUT", GPU .. "/filter-col/status", o)
+        assert.are.equal(200, st)
+      end
+      local function column()
+        local out, err, code = d:kubectl { "get", "gpuclass", "filter-col" }
+        assert.are.equal(0, code, err)
+        local header, row = out:match("([^\n]+)\n([^\n]+)")
+        local from = header:find("ACCEPTED", 1, true)
+        local to = header:find("AGE", from, true)
+        return (row:sub(from, to - 1):gsub("%s+$", ""))
+      end
+      set("False")
+      -- kubectl's own JSONPath (client side) is the reference
+      local out, err, code = d:kubectl { "get", "gpuclass", "filter-col", "-o",
+        'custom-columns=A:.status.conditions[?(@.type=="Accepted")].status' }
+      assert.are.equal(0, code, err)
+      assert.are.equal("False", lines(out)[2])
+      assert.are.equal("False", column())
+      set("True")
+      assert.are.equal("True", column())
+      -- no Accepted condition: an empty cell, not another condition's status
+      set(nil)
+      assert.are.equal("", column())
+      assert.are.equal(200, (d:request("DELETE", GPU .. "/filter-col")))
     end)
 
     it("gets one class as JSON with the server's metadata and the file's spec (defaults applied)", function()

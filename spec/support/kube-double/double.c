@@ -1081,14 +1081,64 @@ static void human_duration(long s, char *b, size_t n)
 }
 
 /* Simple JSONPath `.a.b` (what printer columns use here) */
+/* A printer column's JSONPath, as the API server evaluates it for a Table
+ * (apiextensions' table convertor: the first result only, none is an empty
+ * cell): .field steps, [N] indexes and [?(@.field=="value")] filters (also
+ * with '...' quotes or !=), the forms CRDs use. A filter keeps the first
+ * element that matches. Anything else finds nothing. */
 static const json_t *json_path(const json_t *obj, const char *path)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
     const json_t *cur = obj;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ".{}$", &save); t && cur; t = strtok_r(NULL, ".{}$", &save)) cur = json_object_get(cur, t);
-    return cur;
+    const char *p = path, *end = path + strlen(path);
+    if (*p == '{' && end > p && end[-1] == '}') p++, end--;
+    if (p < end && *p == '$') p++;
+    while (p < end && cur) {
+        if (*p == '.') {
+            p++;
+            size_t n = strcspn(p, ".[");
+            if (p + n > end) n = (size_t)(end - p);
+            char key[256];
+            if (n == 0 || n >= sizeof key) return NULL;
+            memcpy(key, p, n);
+            key[n] = 0;
+            cur = json_object_get(cur, key);
+            p += n;
+        } else if (*p == '[' && p[1] == '?') {
+            /* [?(@.a.b=="x")] */
+            if (strncmp(p, "[?(@", 4) != 0 || !json_is_array(cur)) return NULL;
+            const char *f = p + 4, *op = f;
+            while (op < end && *op != '=' && *op != '!') op++;
+            if (op + 2 >= end || op[1] != '=' || (op[2] != '"' && op[2] != '\'')) return NULL;
+            char q = op[2];
+            const char *v = op + 3, *ve = memchr(v, q, (size_t)(end - v));
+            if (!ve || ve + 2 >= end + 0 || ve[1] != ')' || ve[2] != ']') return NULL;
+            char field[256], want[256];
+            if ((size_t)(op - f) >= sizeof field || (size_t)(ve - v) >= sizeof want) return NULL;
+            snprintf(field, sizeof field, "%.*s", (int)(op - f), f);
+            snprintf(want, sizeof want, "%.*s", (int)(ve - v), v);
+            int negate = *op == '!';
+            const json_t *found = NULL;
+            size_t i;
+            const json_t *el;
+            json_array_foreach(cur, i, el) {
+                const json_t *x = field[0] ? json_path(el, field) : el;
+                int eq = x && json_is_string(x) && !strcmp(json_string_value(x), want);
+                if (eq != negate) { found = el; break; }
+            }
+            cur = found;
+            p = ve + 3;
+        } else if (*p == '[') {
+            char *e = NULL;
+            long idx = strtol(p + 1, &e, 10);
+            if (e == p + 1 || *e != ']' || !json_is_array(cur)) return NULL;
+            if (idx < 0) idx += (long)json_array_size(cur);
+            cur = idx < 0 ? NULL : json_array_get(cur, (size_t)idx);
+            p = e + 1;
+        } else {
+            return NULL;
+        }
+    }
+    return p == end ? cur : NULL;
 }
 
 static const char *NAME_DESC =
