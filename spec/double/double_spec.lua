@@ -142,6 +142,41 @@ describe("kube-double", function()
       assert.are.equal(200, (d:request("DELETE", GPU .. "/filter-col")))
     end)
 
+    -- kubectl explain reads the schema from /openapi/v3 (components.schemas,
+    -- found by x-kubernetes-group-version-kind): the stored CRD's, with its
+    -- descriptions
+    it("explains a custom resource's fields from the stored CRD", function()
+      local out, err, code = d:kubectl { "explain", "gpuclass.spec.tolerations.effect" }
+      assert.are.equal(0, code, err)
+      assert.matches("FIELD: effect <string>", out, 1, true)
+      local crd = H.objects("deploy/crds/gpuclasses.cozystack.io.yaml")[1]
+      local want = crd.spec.versions[1].schema.openAPIV3Schema.properties.spec.properties.tolerations.items.properties.effect.description
+      assert.matches(want:match("^%S+ %S+ %S+"), out, 1, true)
+      out, err, code = d:kubectl { "explain", "gpunode.status.layout.pendingChanges" }
+      assert.are.equal(0, code, err)
+      assert.matches("toProfile", out, 1, true)
+      -- with the schemas served, a class changed and applied again still
+      -- goes as a JSON merge patch (custom resources take no strategic one)
+      local f = H.tmpdir() .. "/c.json"
+      local c = class("explained")
+      H.write(f, json.encode(c))
+      assert.are.equal(0, select(3, d:kubectl { "apply", "-f", f }))
+      c.spec.displayName = "changed"
+      H.write(f, json.encode(c))
+      out, err, code = d:kubectl { "apply", "-f", f }
+      assert.are.equal(0, code, err)
+      assert.matches("gpuclass.cozystack.io/explained configured", out, 1, true)
+      local patches = 0
+      for _, r in ipairs(d:log()) do
+        if r.method == "PATCH" and r.path == GPU .. "/explained" then
+          patches = patches + 1
+          assert.are.equal("application/merge-patch+json", r.contentType)
+        end
+      end
+      assert.are.equal(1, patches)
+      assert.are.equal(200, (d:request("DELETE", GPU .. "/explained")))
+    end)
+
     it("gets one class as JSON with the server's metadata and the file's spec (defaults applied)", function()
       local out, err, code = d:kubectl { "get", "gpuclass", "l40s", "-o", "json" }
       assert.are.equal(0, code, err)
