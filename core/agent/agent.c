@@ -473,8 +473,8 @@ int agent_main(int argc, char **argv)
         goto out;
     }
     A.gpunode = (gpunode_ctx){.client = A.client, .node = A.f.node, .once = A.f.once};
-    log_write(LOG_INFO, "agent", "starting", "node", A.f.node, "sysfs", A.f.sysfs, "proc", A.f.proc, "server",
-              kube_client_server(A.client), NULL);
+    log_write(LOG_INFO, "agent", "starting", "node", A.f.node, "identity", A.f.identity, "sysfs", A.f.sysfs, "proc",
+              A.f.proc, "server", kube_client_server(A.client), NULL);
 
     A_self = &A;
     if(start_lease(&A, &err) != COZY_OK) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/duration.h"
+#include "kube/lease.h"
 
 #ifndef COZYGPU_LIBDIR
 #define COZYGPU_LIBDIR "lua"
@@ -46,7 +47,7 @@ static void usage(FILE *f)
           "                       makes one agent the node's only writer and is its\n"
           "                       heartbeat (default: $POD_NAMESPACE, else cozy-gpu-agent)\n"
           "  --identity ID        this agent's name in the Lease (default: $POD_NAME, else\n"
-          "                       HOSTNAME-PID)\n"
+          "                       HOSTNAME_RANDOM, a new suffix per start)\n"
           "  --log-format json|text, --log-level debug|info|warn|error\n"
           "\n"
           "exit status: 0 after SIGTERM/SIGINT or a good --once pass, 1 when the --once\n"
@@ -128,14 +129,8 @@ int agent_flags_parse(agent_flags *f, int argc, char **argv)
         const char *e = getenv("POD_NAMESPACE");
         f->ns = e && *e ? e : "cozy-gpu-agent";
     }
-    if(!f->identity) {
-        const char *e = getenv("POD_NAME");
-        char host[256] = "agent";
-        if(gethostname(host, sizeof host - 1) != 0)
-            snprintf(host, sizeof host, "agent");
-        snprintf(f->identity_buf, sizeof f->identity_buf, "%s-%ld", host, (long)getpid());
-        f->identity = e && *e ? e : f->identity_buf;
-    }
+    if(!f->identity)
+        f->identity = lease_default_identity(f->identity_buf, sizeof f->identity_buf);
     if(!*f->ns || !*f->identity) {
         fprintf(stderr, "cozygpu agent: --namespace and --identity must not be empty\n");
         return 2;

@@ -14,12 +14,13 @@ typedef struct agent_flags {
     int json_logs;           /* --log-format json */
     log_level log_level;     /* --log-level */
     char lease_name[254];    /* cozygpu-agent-<node> */
-    char identity_buf[320];  /* HOSTNAME-PID, when identity is the default */
+    char identity_buf[320];  /* the default identity (lease_default_identity) */
 } agent_flags;
 
 /* Parses the agent's arguments (argv[0] is "agent") into *f, filling the
  * defaults: --node from $NODE_NAME, --namespace from $POD_NAMESPACE (else
- * "cozy-gpu-agent"), --identity from $POD_NAME (else HOSTNAME-PID, kept in
+ * "cozy-gpu-agent"), --identity from $POD_NAME (else HOSTNAME_<12 random hex
+ * digits>, lease_default_identity; kept in
  * f->identity_buf), intervals in milliseconds (--interval 30s, at least
  * 100ms; --resync 10m), and f->lease_name. The strings of *f point into
  * argv, the environment or *f itself (argv and the environment must

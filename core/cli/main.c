@@ -51,9 +51,12 @@ static void usage_review(FILE *f)
           "\n"
           "options:\n"
           "  --config FILE       settings file (DESIGN.md §10); unknown keys are an error\n"
-          "  --cluster PATH      snapshot file or directory (GPUClasses, Namespaces,\n"
-          "                      ResourceQuotas, the KubeVirt CR, Nodes, GPUClaims);\n"
-          "                      repeatable\n"
+          "  --cluster PATH      snapshot file or directory; repeatable. The kinds the\n"
+          "                      controller watches for the policies: GPUClasses,\n"
+          "                      GPUClaims, Namespaces, ResourceQuotas, Nodes, the\n"
+          "                      KubeVirt CR, VirtualMachineInstances (raw-name usage),\n"
+          "                      ResourceClaims and ResourceClaimTemplates (DRA); other\n"
+          "                      kinds in a snapshot are passed on as they are\n"
           "  --policies DIR      default policy bundle (default: the installed policies/)\n"
           "  --override DIR      hoster policies: same file name replaces, new name adds\n"
           "  --library DIR       policy library (default: the installed lua/)\n"
@@ -301,6 +304,10 @@ static int cmd_policy(int argc, char **argv)
             puts("Subcommand: test. `cozygpu policy test --help` describes its options.");
             return 0;
         }
+        if(argc < 2)
+            fputs("cozygpu policy: no subcommand (valid: test)\n", stderr);
+        else
+            fprintf(stderr, "cozygpu policy: unknown subcommand \"%s\" (valid: test)\n", argv[1]);
         fputs(POLICY_TEST_USAGE, stderr);
         return 2;
     }

@@ -16,6 +16,7 @@
 
 #include "base/duration.h"
 #include "base/log.h"
+#include "kube/lease.h"
 
 /* Prints "cozygpu controller: " and the formatted message as one line to
  * stderr; returns -1, what ctl_flags_parse returns for it. */
@@ -189,29 +190,12 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         {"io-threads", required_argument, 0, O_IOTHREADS},
         {0, 0, 0, 0},
     };
-    static char host[300];
-    const char *env_ns = getenv("POD_NAMESPACE"), *env_id = getenv("POD_NAME");
-    {
-        /* as kube-controller-manager does: host name plus a random part, so
-         * two processes on one host never share an identity (and so a
-         * Lease) by accident */
-        char h[256];
-        if(gethostname(h, sizeof h - 1) != 0)
-            snprintf(h, sizeof h, "cozygpu");
-        h[sizeof h - 1] = 0;
-        unsigned char rnd[6] = {0};
-        FILE *ur = fopen("/dev/urandom", "rb");
-        if(ur) {
-            if(fread(rnd, 1, sizeof rnd, ur) != sizeof rnd)
-                memset(rnd, 0, sizeof rnd);
-            fclose(ur);
-        }
-        snprintf(host, sizeof host, "%s_%02x%02x%02x%02x%02x%02x", h, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
-    }
+    static char identity[300];
+    const char *env_ns = getenv("POD_NAMESPACE");
     const char *tmp = getenv("TMPDIR");
     *f = (ctl_flags){
         .ns = env_ns && *env_ns ? env_ns : "cozy-gpu",
-        .identity = env_id && *env_id ? env_id : host,
+        .identity = lease_default_identity(identity, sizeof identity),
         .policies_configmap = "cozygpu-policies",
         .state_dir = tmp && *tmp ? tmp : "/tmp",
         .address = "0.0.0.0",

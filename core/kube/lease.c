@@ -2,9 +2,11 @@
 #include "kube/lease.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/metrics.h"
@@ -309,4 +311,26 @@ void lease_stop(lease_elector *le, int do_release)
     free(le->name);
     free(le->identity);
     free(le);
+}
+
+char *lease_default_identity(char *buf, size_t n)
+{
+    const char *pod = getenv("POD_NAME");
+    if(pod && *pod) {
+        snprintf(buf, n, "%s", pod);
+        return buf;
+    }
+    char h[256];
+    if(gethostname(h, sizeof h - 1) != 0)
+        snprintf(h, sizeof h, "cozygpu");
+    h[sizeof h - 1] = 0;
+    unsigned char rnd[6] = {0};
+    FILE *ur = fopen("/dev/urandom", "rb");
+    if(ur) {
+        if(fread(rnd, 1, sizeof rnd, ur) != sizeof rnd)
+            memset(rnd, 0, sizeof rnd);
+        fclose(ur);
+    }
+    snprintf(buf, n, "%s_%02x%02x%02x%02x%02x%02x", h, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+    return buf;
 }

@@ -55,4 +55,11 @@ int lease_is_leader(lease_elector *le);
  * elector. NULL is allowed. */
 void lease_stop(lease_elector *le, int release);
 
+/* The default identity of a Lease candidate, the same for the controller
+ * and the agent: $POD_NAME when set and not empty, else the host name and
+ * 12 random hex digits (HOSTNAME_0123456789ab), as kube-controller-manager
+ * does, so two processes on one host never share an identity by accident.
+ * Written to buf (at most n bytes, NUL-terminated); returns buf. */
+char *lease_default_identity(char *buf, size_t n);
+
 #endif

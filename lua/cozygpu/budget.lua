@@ -117,13 +117,20 @@ local function usage(cluster, t, want, rn, claims)
 end
 
 local function describe_users(users)
-  if #users == 0 then return "nothing" end
   local parts = {}
   for i, u in ipairs(users) do
     if i > 5 then parts[#parts + 1] = ("and %d more"):format(#users - 5) break end
     parts[#parts + 1] = ("%s %s (%d)"):format(u.what, u.name, u.count)
   end
   return table.concat(parts, ", ")
+end
+
+-- "none in use", "2 in use" (users not known), or "2 in use by GPUClaim
+-- tenant-a/held (2)": never "0 in use by nothing".
+local function in_use(used, users)
+  if used == 0 then return "none in use" end
+  if #users == 0 then return ("%d in use"):format(used) end
+  return ("%d in use by %s"):format(used, describe_users(users))
 end
 
 --- Checks an order — a set of `{class = GPUClass object, count = n}` (or
@@ -188,8 +195,8 @@ function M.check_set(cluster, ns_name, set, opts)
           local short = sub(count, room)
           out[#out + 1] = {
             tenant = t, key = key, rule = rule, limit = lim, used = used, short = short,
-            message = ("tenant %q: %s is %d, %d in use by %s; %d more is short by %d"):format(
-              t, key, lim, used, describe_users(users), count, short),
+            message = ("tenant %q: %s is %d, %s; %d more is short by %d"):format(
+              t, key, lim, in_use(used, users), count, short),
           }
         end
       end

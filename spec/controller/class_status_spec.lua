@@ -162,7 +162,7 @@ describe("GPUClass status (two replicas against the double)", function()
     assert.are.equal(2, max)
   end)
 
-  it("shows kubectl get gpuclass with Free and Max-Free-Per-Node as the status has them", function()
+  it("shows kubectl get gpuclass with Free, Max-Free-Per-Node and Accepted as the status has them", function()
     local free, max = wait_status("before kubectl")
     local out, code = E.kubectl(d, { "get", "gpuclass", "l40s" })
     assert.are.equal(0, code, out)
@@ -177,6 +177,8 @@ describe("GPUClass status (two replicas against the double)", function()
     end
     assert.are.equal(tostring(free), cell("FREE"), out)
     assert.are.equal(tostring(max), cell("MAX-FREE-PER-NODE"), out)
+    -- the Accepted condition's status (a JSONPath filter on the conditions)
+    assert.are.equal("True", cell("ACCEPTED"), out)
   end)
 
   it("caps maxFreePerNode at the class's maxCount (one VM takes no more)", function()

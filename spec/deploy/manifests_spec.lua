@@ -16,7 +16,7 @@ local ENDPOINTS = { ["/validate/vmi"] = true, ["/mutate/vmi"] = true, ["/mutate/
 local DEFAULT_REVIEW_DEADLINE_MS = 8000
 
 local function yaml_files(dir)
-  local p = io.popen("find " .. H.q(dir) .. " -maxdepth 1 -type f \\( -name '*.yaml' -o -name '*.yml' -o -name '*.json' \\) | sort")
+  local p = io.popen("find " .. H.q(dir) .. " -maxdepth 1 -type f \\( -name '*.yaml' -o -name '*.yml' -o -name '*.json' \\) ! -name kustomization.yaml | sort")
   local out = {}
   for line in p:lines() do out[#out + 1] = line end
   p:close()
@@ -534,7 +534,7 @@ describe("deploy/ webhooks", function()
 
   it("offer a NetworkPolicy that admits only the API server to the webhook port, refused until edited", function()
     local np = get("NetworkPolicy", "cozygpu-webhook")
-    assert.matches("^deploy/optional/", np.__file) -- not applied by `kubectl apply -f deploy/`
+    assert.matches("^deploy/optional/", np.__file) -- not applied by `kubectl apply -k deploy/`
     assert.is_true(labels_match(np.spec.podSelector, deployment().spec.template.metadata.labels))
     assert.are.same({ "Ingress" }, np.spec.policyTypes)
     assert.are.equal(1, #np.spec.ingress)

@@ -98,10 +98,83 @@ describe("kube-double", function()
       local out, err, code = d:kubectl { "get", "gpuclasses" }
       assert.are.equal(0, code, err)
       local l = lines(out)
-      assert.truthy(l[1]:match("^NAME%s+MODE%s+MODEL%s+PROFILE%s+RESOURCE%s+FREE%s+MAX%-FREE%-PER%-NODE%s+AGE$"), l[1])
-      assert.truthy(l[3]:match("^l40s%s+Passthrough%s+L40S%s+nvidia.com/AD102GL_L40S%s+%d+s$"), l[3])
-      out = d:kubectl { "get", "gpuc", "-o", "wide" }
-      assert.truthy(lines(out)[1]:match("RESOURCE%s+MAX%s+FREE%s+MAX%-FREE%-PER%-NODE"))
+      assert.truthy(l[1]:match("^NAME%s+MODE%s+MODEL%s+PROFILE%s+RESOURCE%s+MAX%s+FREE%s+MAX%-FREE%-PER%-NODE%s+ACCEPTED%s+AGE$"), l[1])
+      assert.truthy(l[3]:match("^l40s%s+Passthrough%s+L40S%s+nvidia.com/AD102GL_L40S%s+%d+s$"), l[3]) -- no maxCount, no status
+    end)
+
+    -- The real server evaluates a column's JSONPath with client-go's
+    -- jsonpath, filters included, and prints the first result
+    -- (apiextensions-apiserver's tableconvertor); no match is an empty cell.
+    it("fills a printer column whose JSONPath filters a list ([?(@.type==\"Accepted\")])", function()
+      local st, o = d:request("POST", GPU, class("filter-col"))
+      assert.are.equal(201, st)
+      local function set(accepted)
+        o.status = { conditions = {
+          { type = "Other", status = "Unknown", reason = "X", message = "", lastTransitionTime = "2026-01-01T00:00:00Z" },
+        } }
+        if accepted then
+          table.insert(o.status.conditions, { type = "Accepted", status = accepted, reason = "R", message = "",
+            lastTransitionTime = "2026-01-01T00:00:00Z" })
+        end
+        st, o = d:request("PUT", GPU .. "/filter-col/status", o)
+        assert.are.equal(200, st)
+      end
+      local function column()
+        local out, err, code = d:kubectl { "get", "gpuclass", "filter-col" }
+        assert.are.equal(0, code, err)
+        local header, row = out:match("([^\n]+)\n([^\n]+)")
+        local from = header:find("ACCEPTED", 1, true)
+        local to = header:find("AGE", from, true)
+        return (row:sub(from, to - 1):gsub("%s+$", ""))
+      end
+      set("False")
+      -- kubectl's own JSONPath (client side) is the reference
+      local out, err, code = d:kubectl { "get", "gpuclass", "filter-col", "-o",
+        'custom-columns=A:.status.conditions[?(@.type=="Accepted")].status' }
+      assert.are.equal(0, code, err)
+      assert.are.equal("False", lines(out)[2])
+      assert.are.equal("False", column())
+      set("True")
+      assert.are.equal("True", column())
+      -- no Accepted condition: an empty cell, not another condition's status
+      set(nil)
+      assert.are.equal("", column())
+      assert.are.equal(200, (d:request("DELETE", GPU .. "/filter-col")))
+    end)
+
+    -- kubectl explain reads the schema from /openapi/v3 (components.schemas,
+    -- found by x-kubernetes-group-version-kind): the stored CRD's, with its
+    -- descriptions
+    it("explains a custom resource's fields from the stored CRD", function()
+      local out, err, code = d:kubectl { "explain", "gpuclass.spec.tolerations.effect" }
+      assert.are.equal(0, code, err)
+      assert.matches("FIELD: effect <string>", out, 1, true)
+      local crd = H.objects("deploy/crds/gpuclasses.cozystack.io.yaml")[1]
+      local want = crd.spec.versions[1].schema.openAPIV3Schema.properties.spec.properties.tolerations.items.properties.effect.description
+      assert.matches(want:match("^%S+ %S+ %S+"), out, 1, true)
+      out, err, code = d:kubectl { "explain", "gpunode.status.layout.pendingChanges" }
+      assert.are.equal(0, code, err)
+      assert.matches("toProfile", out, 1, true)
+      -- with the schemas served, a class changed and applied again still
+      -- goes as a JSON merge patch (custom resources take no strategic one)
+      local f = H.tmpdir() .. "/c.json"
+      local c = class("explained")
+      H.write(f, json.encode(c))
+      assert.are.equal(0, select(3, d:kubectl { "apply", "-f", f }))
+      c.spec.displayName = "changed"
+      H.write(f, json.encode(c))
+      out, err, code = d:kubectl { "apply", "-f", f }
+      assert.are.equal(0, code, err)
+      assert.matches("gpuclass.cozystack.io/explained configured", out, 1, true)
+      local patches = 0
+      for _, r in ipairs(d:log()) do
+        if r.method == "PATCH" and r.path == GPU .. "/explained" then
+          patches = patches + 1
+          assert.are.equal("application/merge-patch+json", r.contentType)
+        end
+      end
+      assert.are.equal(1, patches)
+      assert.are.equal(200, (d:request("DELETE", GPU .. "/explained")))
     end)
 
     it("gets one class as JSON with the server's metadata and the file's spec (defaults applied)", function()

@@ -173,11 +173,25 @@ describe("VMI budgets (DESIGN.md §5)", function()
     assert.is_true(review(H.vmi { hostDevices = { L40S } }).allowed)
     local resp = review(H.vmi { hostDevices = { L40S, L40S } })
     assert.is_false(resp.allowed)
-    assert.truthy(resp.status.message:find("requests." .. L40S .. " is 1, 0 in use by nothing; 2 more is short by 1", 1, true), resp.status.message)
+    assert.truthy(resp.status.message:find("requests." .. L40S .. " is 1, none in use; 2 more is short by 1", 1, true), resp.status.message)
     -- the same names ordered by class are blocked until a class or total key is granted there
     resp = review(H.vmi { hostDevices = { L40S }, labels = { ["gpu.cozystack.io/class-reference"] = "true" } })
     assert.is_false(resp.allowed)
     assert.truthy(resp.status.message:find("wait until the class or total key is granted there", 1, true), resp.status.message)
+  end)
+
+  it("says none is in use when nothing holds the key, and who holds it otherwise", function()
+    e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "1" }) })
+    local resp = review(H.vmi { gpus = { L40S, L40S } })
+    assert.is_false(resp.allowed)
+    assert.truthy(resp.status.message:find('tenant "tenant-a": gpuclass.cozystack.io/devices is 1, none in use; 2 more is short by 1',
+      1, true), resp.status.message)
+    assert.is_nil(resp.status.message:find("0 in use", 1, true), resp.status.message)
+    assert.is_nil(resp.status.message:find("by nothing", 1, true), resp.status.message)
+    e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "1" }), claim("tenant-a", "l40s", 1) })
+    resp = review(H.vmi { gpus = { L40S } })
+    assert.is_false(resp.allowed)
+    assert.truthy(resp.status.message:find("is 1, 1 in use by GPUClaim tenant-a/", 1, true), resp.status.message)
   end)
 
   it("reads a huge quota as no limit, and a huge count as over any budget (no wrap-around)", function()
@@ -188,7 +202,7 @@ describe("VMI budgets (DESIGN.md §5)", function()
     e = H.engine(snapshot { quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "5" }) })
     local resp = review(H.vmi { resources = { [L40S] = "8Ei" }, gpus = { L40S } })
     assert.is_false(resp.allowed)
-    assert.truthy(resp.status.message:find("gpuclass.cozystack.io/devices is 5, 0 in use by nothing; 9223372036854775807 more", 1, true),
+    assert.truthy(resp.status.message:find("gpuclass.cozystack.io/devices is 5, none in use; 9223372036854775807 more", 1, true),
       resp.status.message)
   end)
 

@@ -25,7 +25,7 @@
 ---@field limit integer? the key's value
 ---@field used integer? GPUs in use under the key
 ---@field short integer GPUs missing
----@field message string e.g. 'tenant "tenant-a": gpuclass.cozystack.io/devices is 2, 0 in use by nothing; 3 more is short by 1'
+---@field message string e.g. 'tenant "tenant-a": gpuclass.cozystack.io/devices is 2, none in use; 3 more is short by 1'
 
 ---One part of an order: `count` GPUs of GPUClass `class`, or of a raw
 ---resource name `rn` that no class carries.

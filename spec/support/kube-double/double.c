@@ -239,7 +239,7 @@ const dbl_type DBL_TYPES[] = {
      * affinity); stored and served, no binding controller */
     { "", "v1", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", 1, "pvc", 1, 0, 0, "" },
     { "", "v1", "persistentvolumes", "persistentvolume", "PersistentVolume", 0, "pv", 1, 0, 0, "" },
-    /* the kinds of deploy/, so `kubectl apply -f deploy/` can be checked:
+    /* the kinds of deploy/, so `kubectl apply -k deploy/` can be checked:
      * stored and served, nothing acts on them (no controllers, no RBAC) */
     { "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", 1, "sa", 0, 0, 0, "" },
     { "", "v1", "services", "service", "Service", 1, "svc", 1, 0, 0, "" },
@@ -980,17 +980,43 @@ static json_t *api_group(const char *group)
  * PATCH operation tagged with x-kubernetes-group-version-kind and taking the
  * fieldValidation query parameter. kubectl then leaves validation to the
  * server (fieldValidation=Strict), which the double does for custom
- * resources with a stored CRD. No schemas: kubectl falls back to JSON merge
- * patch for custom resources and its built-in strategic patch metadata. */
+ * resources with a stored CRD. The schemas are those of the stored CRDs
+ * only (components.schemas, tagged with x-kubernetes-group-version-kind as
+ * the real server does), for `kubectl explain`; built-in kinds have none.
+ * The PATCH operations name no strategic-merge request body, so kubectl
+ * keeps JSON merge patch for custom resources and its built-in strategic
+ * patch metadata for the rest. A document's hash follows its CRDs'
+ * resourceVersions: kubectl caches documents by URL. */
+static void openapi_hash(const char *gvpath, char *out, size_t n)
+{
+    unsigned long long h = 1469598103934665603ULL;
+    pthread_mutex_lock(&g_lock);
+    for (size_t i = 0; i < NTYPES; i++) {
+        const dbl_type *t = &DBL_TYPES[i];
+        char k[200];
+        if (!t->custom || !*t->group) continue;
+        snprintf(k, sizeof k, "apis/%s/%s", t->group, t->version);
+        if (strcmp(k, gvpath)) continue;
+        snprintf(k, sizeof k, "%s.%s", t->plural, t->group);
+        entry *e = store_find(T_CRDS, k);
+        const char *rv = e ? meta_str(e->obj, "resourceVersion") : NULL;
+        for (const char *c = rv ? rv : "-"; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+        h = (h ^ '/') * 1099511628211ULL;
+    }
+    pthread_mutex_unlock(&g_lock);
+    snprintf(out, n, "KUBEDOUBLE2-%016llx", h);
+}
+
 static json_t *openapi_root(void)
 {
     json_t *paths = json_object();
     for (size_t i = 0; i < NTYPES; i++) {
         const dbl_type *t = &DBL_TYPES[i];
-        char k[200], u[300];
+        char k[200], u[400], hash[64];
         if (*t->group) snprintf(k, sizeof k, "apis/%s/%s", t->group, t->version);
         else snprintf(k, sizeof k, "api/%s", t->version);
-        snprintf(u, sizeof u, "/openapi/v3/%s?hash=KUBEDOUBLE1", k);
+        openapi_hash(k, hash, sizeof hash);
+        snprintf(u, sizeof u, "/openapi/v3/%s?hash=%s", k, hash);
         json_object_set_new(paths, k, json_pack("{s:s}", "serverRelativeURL", u));
     }
     return json_pack("{s:o}", "paths", paths);
@@ -998,7 +1024,7 @@ static json_t *openapi_root(void)
 
 static json_t *openapi_gv(const char *gvpath)
 {
-    json_t *paths = json_object();
+    json_t *paths = json_object(), *schemas = json_object();
     int any = 0;
     for (size_t i = 0; i < NTYPES; i++) {
         const dbl_type *t = &DBL_TYPES[i];
@@ -1016,10 +1042,33 @@ static json_t *openapi_gv(const char *gvpath)
                                "x-kubernetes-group-version-kind", "group", t->group, "version", t->version, "kind",
                                t->kind, "responses", "200", "description", "OK");
         json_object_set_new(paths, p, json_pack("{s:o}", "patch", op));
+        /* the stored CRD's schema, named as the real server names it
+         * (the group's labels reversed: io.cozystack.v1alpha1.GPUClass) */
+        pthread_mutex_lock(&g_lock);
+        json_t *ver = crd_version(t);
+        json_t *schema = json_object_get(json_object_get(ver, "schema"), "openAPIV3Schema");
+        if (schema) {
+            char name[300] = "", rev[200], *save = NULL;
+            snprintf(rev, sizeof rev, "%s", t->group);
+            char *labels[32];
+            int nl = 0;
+            for (char *l = strtok_r(rev, ".", &save); l && nl < 32; l = strtok_r(NULL, ".", &save)) labels[nl++] = l;
+            for (int j = nl - 1; j >= 0; j--) {
+                strncat(name, labels[j], sizeof name - strlen(name) - 1);
+                strncat(name, ".", sizeof name - strlen(name) - 1);
+            }
+            snprintf(name + strlen(name), sizeof name - strlen(name), "%s.%s", t->version, t->kind);
+            json_t *sc = json_deep_copy(schema);
+            json_object_set_new(sc, "x-kubernetes-group-version-kind",
+                                json_pack("[{s:s,s:s,s:s}]", "group", t->group, "version", t->version, "kind", t->kind));
+            json_object_set_new(schemas, name, sc);
+        }
+        json_decref(ver);
+        pthread_mutex_unlock(&g_lock);
     }
-    if (!any) { json_decref(paths); return NULL; }
-    return json_pack("{s:s,s:{s:s,s:s},s:o,s:{s:{}}}", "openapi", "3.0.0", "info", "title", "Kubernetes", "version",
-                     "v1.32.0", "paths", paths, "components", "schemas");
+    if (!any) { json_decref(paths); json_decref(schemas); return NULL; }
+    return json_pack("{s:s,s:{s:s,s:s},s:o,s:{s:o}}", "openapi", "3.0.0", "info", "title", "Kubernetes", "version",
+                     "v1.32.0", "paths", paths, "components", "schemas", schemas);
 }
 
 static enum MHD_Result serve_discovery(rq *r)
@@ -1081,14 +1130,64 @@ static void human_duration(long s, char *b, size_t n)
 }
 
 /* Simple JSONPath `.a.b` (what printer columns use here) */
+/* A printer column's JSONPath, as the API server evaluates it for a Table
+ * (apiextensions' table convertor: the first result only, none is an empty
+ * cell): .field steps, [N] indexes and [?(@.field=="value")] filters (also
+ * with '...' quotes or !=), the forms CRDs use. A filter keeps the first
+ * element that matches. Anything else finds nothing. */
 static const json_t *json_path(const json_t *obj, const char *path)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
     const json_t *cur = obj;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ".{}$", &save); t && cur; t = strtok_r(NULL, ".{}$", &save)) cur = json_object_get(cur, t);
-    return cur;
+    const char *p = path, *end = path + strlen(path);
+    if (*p == '{' && end > p && end[-1] == '}') p++, end--;
+    if (p < end && *p == '$') p++;
+    while (p < end && cur) {
+        if (*p == '.') {
+            p++;
+            size_t n = strcspn(p, ".[");
+            if (p + n > end) n = (size_t)(end - p);
+            char key[256];
+            if (n == 0 || n >= sizeof key) return NULL;
+            memcpy(key, p, n);
+            key[n] = 0;
+            cur = json_object_get(cur, key);
+            p += n;
+        } else if (*p == '[' && p[1] == '?') {
+            /* [?(@.a.b=="x")] */
+            if (strncmp(p, "[?(@", 4) != 0 || !json_is_array(cur)) return NULL;
+            const char *f = p + 4, *op = f;
+            while (op < end && *op != '=' && *op != '!') op++;
+            if (op + 2 >= end || op[1] != '=' || (op[2] != '"' && op[2] != '\'')) return NULL;
+            char q = op[2];
+            const char *v = op + 3, *ve = memchr(v, q, (size_t)(end - v));
+            if (!ve || ve + 2 >= end + 0 || ve[1] != ')' || ve[2] != ']') return NULL;
+            char field[256], want[256];
+            if ((size_t)(op - f) >= sizeof field || (size_t)(ve - v) >= sizeof want) return NULL;
+            snprintf(field, sizeof field, "%.*s", (int)(op - f), f);
+            snprintf(want, sizeof want, "%.*s", (int)(ve - v), v);
+            int negate = *op == '!';
+            const json_t *found = NULL;
+            size_t i;
+            const json_t *el;
+            json_array_foreach(cur, i, el) {
+                const json_t *x = field[0] ? json_path(el, field) : el;
+                int eq = x && json_is_string(x) && !strcmp(json_string_value(x), want);
+                if (eq != negate) { found = el; break; }
+            }
+            cur = found;
+            p = ve + 3;
+        } else if (*p == '[') {
+            char *e = NULL;
+            long idx = strtol(p + 1, &e, 10);
+            if (e == p + 1 || *e != ']' || !json_is_array(cur)) return NULL;
+            if (idx < 0) idx += (long)json_array_size(cur);
+            cur = idx < 0 ? NULL : json_array_get(cur, (size_t)idx);
+            p = e + 1;
+        } else {
+            return NULL;
+        }
+    }
+    return p == end ? cur : NULL;
 }
 
 static const char *NAME_DESC =
