@@ -1957,31 +1957,17 @@ void *ctl_bind_main(void *arg)
     binder_hooks hooks = {.ud = &L, .choose = on_choose, .budget = on_budget, .event = on_event,
                           .delete_vmi = on_delete_vmi};
     for(;;) {
-        pthread_mutex_lock(&ctl_proc->mu);
-        if(!ctl_proc->stopping && !g_dirty && !g_wake) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += 1; /* retries of writes left by a 409 or an error */
-            if(L.class_pending) { /* a GPUClass status waits for its write gap */
-                long long wait = L.class_next_ms - mono_ms();
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                wait = wait < 10 ? 10 : wait > 1000 ? 1000 : wait;
-                ts.tv_sec += wait / 1000;
-                ts.tv_nsec += (wait % 1000) * 1000000;
-                if(ts.tv_nsec >= 1000000000)
-                    ts.tv_sec++, ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
+        /* a second at most: retries of writes left by a 409 or an error;
+         * sooner when a GPUClass status waits for its write gap */
+        long wait = 1000;
+        if(L.class_pending) {
+            long long left = L.class_next_ms - mono_ms();
+            wait = left < 10 ? 10 : left > 1000 ? 1000 : (long)left;
         }
-        int stop = ctl_proc->stopping;
-        dirty *batch = g_dirty;
-        g_dirty = NULL;
-        g_wake = 0;
-        pthread_mutex_unlock(&ctl_proc->mu);
-        if(stop) {
-            ctl_key_free(&batch);
+        int stop;
+        dirty *batch = ctl_key_wait(&g_dirty, &g_wake, wait, &stop);
+        if(stop)
             break;
-        }
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
             if(L.st)
                 log_write(LOG_INFO, "binder", "not leading: the binder's state is dropped", NULL);

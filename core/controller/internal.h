@@ -110,6 +110,13 @@ void ctl_key_queue(ctl_key **queue, const char *key);
  * name: *ns "" and *name the key. */
 void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const char **name);
 
+/* A leader loop's wait: on ctl.cv until `*queue` holds a key, `*wake` is
+ * set, ctl.stopping, or wait_ms (> 0, milliseconds) passes; then takes
+ * the whole queue (returned, NULL when empty; the caller frees it with
+ * ctl_key_free) and clears *wake, both under ctl.mu. *stop is ctl.stopping
+ * (the queue is then freed here and NULL returned). */
+ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop);
+
 /* ctl_key_queue of "K:ns/name" for object `obj` (K = kind; ns empty for a
  * cluster-scoped object); nothing when it has no metadata.name. */
 void ctl_key_queue_object(ctl_key **queue, char kind, const json_t *obj);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void ctl_key_add(ctl_key **set, const char *key)
 {
@@ -83,4 +84,26 @@ void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const 
     *slash = 0;
     *ns = buf;
     *name = slash + 1;
+}
+
+ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop)
+{
+    pthread_mutex_lock(&ctl_proc->mu);
+    if(!ctl_proc->stopping && !*queue && !*wake) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += wait_ms / 1000;
+        ts.tv_nsec += (wait_ms % 1000) * 1000000;
+        if(ts.tv_nsec >= 1000000000)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
+    }
+    *stop = ctl_proc->stopping;
+    ctl_key *batch = *queue;
+    *queue = NULL;
+    *wake = 0;
+    pthread_mutex_unlock(&ctl_proc->mu);
+    if(*stop)
+        ctl_key_free(&batch);
+    return batch;
 }

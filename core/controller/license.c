@@ -1297,22 +1297,10 @@ void *ctl_license_main(void *arg)
         return NULL;
     }
     for(;;) {
-        pthread_mutex_lock(&ctl_proc->mu);
-        if(!ctl_proc->stopping && !g_dirty && !g_wake) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += 1; /* retries of failed writes; polls of sources elsewhere */
-            pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
-        }
-        int stop = ctl_proc->stopping;
-        lkey *batch = g_dirty;
-        g_dirty = NULL;
-        g_wake = 0;
-        pthread_mutex_unlock(&ctl_proc->mu);
-        if(stop) {
-            ctl_key_free(&batch);
+        int stop; /* a second at most: retries of failed writes; polls of sources elsewhere */
+        lkey *batch = ctl_key_wait(&g_dirty, &g_wake, 1000, &stop);
+        if(stop)
             break;
-        }
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
             if(S.built)
                 log_write(LOG_INFO, "license", "not leading: the license copier's state is dropped", NULL);

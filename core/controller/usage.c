@@ -867,22 +867,10 @@ void *ctl_usage_main(void *arg)
     U.names = json_object();
     U.written = json_object();
     for(;;) {
-        pthread_mutex_lock(&ctl_proc->mu);
-        if(!ctl_proc->stopping && !g_queue && !g_wake) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += 1; /* retries of failed writes, probes */
-            pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
-        }
-        int stop = ctl_proc->stopping;
-        ukey *batch = g_queue;
-        g_queue = NULL;
-        g_wake = 0;
-        pthread_mutex_unlock(&ctl_proc->mu);
-        if(stop) {
-            ctl_key_free(&batch);
+        int stop; /* a second at most: retries of failed writes, probes */
+        ukey *batch = ctl_key_wait(&g_queue, &g_wake, 1000, &stop);
+        if(stop)
             break;
-        }
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
             ctl_key_free(&batch);
             if(U.active)
