@@ -304,7 +304,7 @@ int ctl_review_on_ready(void *ctx, char *why, size_t why_size)
     pthread_mutex_lock(&ctl_proc->mu);
     int loaded = ctl_proc->policies_loaded, stopping = ctl_proc->stopping;
     pthread_mutex_unlock(&ctl_proc->mu);
-    char caches[256];
+    char caches[1024];
     size_t unsynced = kube_watcher_unsynced(ctl_proc->watcher, caches, sizeof caches);
     if(loaded && !stopping && unsynced == 0)
         return 1;

@@ -215,7 +215,7 @@ int kube_watcher_synced(kube_watcher *w)
 
 size_t kube_watcher_unsynced(kube_watcher *w, char *buf, size_t n)
 {
-    size_t count = 0, len = 0;
+    size_t count = 0, len = 0, left_out = 0;
     if(n > 0)
         buf[0] = '\0';
     pthread_mutex_lock(&w->mu);
@@ -228,13 +228,18 @@ size_t kube_watcher_unsynced(kube_watcher *w, char *buf, size_t n)
         for(kube_informer *j = w->infs; j != i; j = j->next)
             if(!j->synced && strcmp(j->res->resource, name) == 0)
                 seen = 1;
-        if(seen || n == 0 || len + 1 >= n)
+        if(seen)
             continue;
-        int wrote = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", name);
-        if(wrote > 0) /* snprintf cut it: len stops at the NUL */
-            len += (size_t)wrote < n - len ? (size_t)wrote : n - 1 - len;
+        /* whole names only, with room kept for ", +N more" */
+        if(n == 0 || len + 2 + strlen(name) + 16 >= n) {
+            left_out++;
+            continue;
+        }
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? ", " : "", name);
     }
     pthread_mutex_unlock(&w->mu);
+    if(left_out && n > len + 1)
+        snprintf(buf + len, n - len, "%s+%zu more", len ? ", " : "", left_out);
     return count;
 }
 

@@ -96,7 +96,8 @@ int kube_watcher_synced(kube_watcher *w);
 /* The informers that have not completed their first list yet: their
  * resource names (kube_resource.resource, e.g. "gpuclaims"), in the order
  * they were added, each once, joined by ", " into buf (size n, always
- * NUL-terminated when n > 0, cut at n - 1 bytes). Returns how many
+ * NUL-terminated when n > 0); names that do not fit whole are counted in
+ * a last ", +N more". Returns how many
  * informers have not listed (0: synced; buf is then ""). For /readyz's
  * reason. */
 size_t kube_watcher_unsynced(kube_watcher *w, char *buf, size_t n);

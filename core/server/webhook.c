@@ -57,7 +57,7 @@
 #define WH_CONN_MEMORY (32u * 1024u) /* MHD's pool per connection: request line, headers, IO buffers */
 #define WH_REAP_EVERY_MS 100L
 #define WH_STOP_SEND_MS 2000L /* webhook_stop: time for answers already made to go out */
-#define WH_READY_WHY_MAX 512   /* /readyz: the ready callback's reason buffer */
+#define WH_READY_WHY_MAX 1024  /* /readyz: the ready callback's reason buffer */
 
 #define WH_REVIEWS "cozygpu_admission_reviews_total"
 #define WH_DURATION "cozygpu_admission_review_duration_seconds"

@@ -696,6 +696,13 @@ cases:
     assert.equal(503, rst)
     -- /readyz names the caches that have not listed, then the missing bundle
     assert.truthy(rbody:find("^not ready: watch caches not synced %(.*gpuclaims.*nodes.*%); no policy bundle loaded\n$"), rbody)
+    -- whole resource names, every one of them (the last informers added,
+    -- the license Secrets' and the policies ConfigMap's, too), none cut
+    local list = rbody:match("%((.*)%)")
+    for item in (list .. ", "):gmatch("(.-), ") do
+      assert.truthy(item:match("^[a-z]+$"), ("%q in %s"):format(item, rbody))
+    end
+    assert.truthy(list:find("secrets", 1, true) and list:find("configmaps", 1, true), rbody)
     local st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.equal(200, st)
     assert.equal(500, r.response.status.code) -- no answer from empty caches

@@ -255,6 +255,42 @@ describe("kubectl kustomize", function()
     end)
   end)
 
+  describe("an overlay adding deploy/monitoring and deploy/optional", function()
+    it("renders the alerts, the dashboard ConfigMap and the NetworkPolicy in the renamed namespace", function()
+      -- a hoster's overlay beside the repository, as the README says
+      local ov = dir .. "/hoster"
+      os.execute("mkdir -p " .. H.q(ov))
+      local root = P.sh("pwd"):gsub("%s+$", "")
+      local rel = ("../"):rep(select(2, ov:gsub("/", "")) ) .. root:sub(2)
+      H.write(ov .. "/kustomization.yaml", table.concat({
+        "apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
+        "resources: [" .. rel .. "/deploy, " .. rel .. "/deploy/monitoring, " .. rel .. "/deploy/optional]",
+        "patches:", "  - target: {kind: Namespace, name: cozy-gpu}", "    patch: |-", "      - op: replace",
+        "        path: /metadata/name", "        value: hoster-gpu",
+        "transformers: [" .. rel .. "/deploy/follow-namespace]", "" }, "\n"))
+      local objs = render(ov)
+      local seen = {}
+      for _, o in pairs(objs) do
+        local ns = o.metadata.namespace
+        if ns then
+          assert.is_true(ns == "hoster-gpu" or ns == AGENT_NS, id(o) .. " in " .. ns)
+        end
+        seen[o.kind] = seen[o.kind] or o
+      end
+      assert.are.equal("hoster-gpu", seen.PrometheusRule.metadata.namespace)
+      assert.are.equal("hoster-gpu", seen.NetworkPolicy.metadata.namespace)
+      local cm
+      for _, o in pairs(objs) do
+        if o.kind == "ConfigMap" and o.metadata.name == "cozygpu-dashboard" then cm = o end
+      end
+      assert(cm, "no dashboard ConfigMap")
+      assert.are.equal("hoster-gpu", cm.metadata.namespace)
+      assert.are.equal("1", cm.metadata.labels.grafana_dashboard)
+      -- the dashboard itself, unchanged
+      assert.are.equal(H.read("deploy/monitoring/cozygpu-dashboard.json"), cm.data["cozygpu-dashboard.json"])
+    end)
+  end)
+
   describe("kubectl apply -k against the API server double", function()
     if not io.open(DOUBLE, "rb") then
       pending(DOUBLE .. " not built (make kube-double)")
