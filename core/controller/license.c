@@ -114,7 +114,7 @@ typedef struct state {
     json_t *remote;   /* "ns/name" -> the source object read by GET (null: 404) for sources elsewhere */
     json_t *written;  /* "ns/class" -> {"rv": the copy's resourceVersion before our last write ("" none),
                          "at": ms}: until the copies' watch shows the write, the pair is not written again */
-    lkey *todo;       /* pairs "ns/class" to compare */
+    lkey *due;        /* pairs "ns/class" to compare */
     lkey *conds;      /* classes whose condition must be compared and written */
     long long next_poll_ms;
 } state;
@@ -157,7 +157,7 @@ static void state_drop(state *S)
     json_decref(S->class_ns);
     json_decref(S->remote);
     json_decref(S->written);
-    ctl_key_free(&S->todo);
+    ctl_key_free(&S->due);
     ctl_key_free(&S->conds);
     S->users = S->contrib = S->ns_classes = S->class_ns = S->remote = S->written = NULL;
     S->built = 0;
@@ -174,7 +174,7 @@ static void pair_touch(state *S, const char *ns, const char *cls)
     char key[600];
     if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
         return;
-    ctl_key_add(&S->todo, key);
+    ctl_key_add(&S->due, key);
     json_t *a = json_object_get(S->ns_classes, ns);
     if(!a) {
         a = json_object();
@@ -211,7 +211,7 @@ static void class_touch(state *S, const char *cls)
     json_object_foreach(json_object_get(S->class_ns, cls), ns, v)
     {
         if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
-            ctl_key_add(&S->todo, key);
+            ctl_key_add(&S->due, key);
     }
 }
 
@@ -275,7 +275,7 @@ static void apply_namespace(state *S, const char *name)
         json_object_foreach(json_object_get(S->ns_classes, ns ? ns : ""), cls, v)
         {
             if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
-                ctl_key_add(&S->todo, key);
+                ctl_key_add(&S->due, key);
         }
     }
     json_decref(changed);
@@ -604,7 +604,7 @@ static void set_user(state *S, const char *ckey, const char *ns, const char *uke
         json_object_del(u, ukey);
         if(u && json_object_size(u) == 0)
             json_object_del(S->users, key);
-        ctl_key_add(&S->todo, key);
+        ctl_key_add(&S->due, key);
     }
     if(!classes || json_object_size(classes) == 0) {
         json_object_del(S->contrib, ckey);
@@ -1228,7 +1228,7 @@ static void build(state *S)
     json_decref(list);
     S->built = 1;
     char pairs[24], ms[24];
-    snprintf(pairs, sizeof pairs, "%u", HASH_COUNT(S->todo));
+    snprintf(pairs, sizeof pairs, "%u", HASH_COUNT(S->due));
     snprintf(ms, sizeof ms, "%lld", mono_ms() - t0);
     log_write(LOG_INFO, "license", "leading: every license copy is compared once", LOG_NUM "pairs", pairs,
               LOG_NUM "read_ms", ms, NULL);
@@ -1265,7 +1265,7 @@ static void apply_batch(state *S, lkey *batch)
 static void flush(state *S)
 {
     lkey *d, *t;
-    HASH_ITER(hh, S->todo, d, t)
+    HASH_ITER(hh, S->due, d, t)
     {
         if(!leading())
             return;
@@ -1273,7 +1273,7 @@ static void flush(state *S)
         const char *ns, *cls;
         ctl_key_split(d->key, buf, sizeof buf, &ns, &cls);
         if(reconcile_pair(S, ns, cls) != W_RETRY)
-            ctl_key_drop(&S->todo, d);
+            ctl_key_drop(&S->due, d);
     }
     HASH_ITER(hh, S->conds, d, t)
     {

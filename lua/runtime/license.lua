@@ -63,10 +63,10 @@ end
 -- Recomputes `name` and every namespace indexed below it; returns the
 -- names whose answer changed, sorted.
 local function recompute(name)
-  local todo = { name }
-  for n in pairs(below[name] or {}) do todo[#todo + 1] = n end
+  local names = { name }
+  for n in pairs(below[name] or {}) do names[#names + 1] = n end
   local changed = {}
-  for _, n in ipairs(todo) do
+  for _, n in ipairs(names) do
     local now = namespaces[n] ~= nil and tenant.vgpu_entitled(view, n) == true or nil
     if now ~= entitled[n] then
       entitled[n] = now

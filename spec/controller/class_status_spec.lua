@@ -31,8 +31,7 @@ local function lease_holder(d)
 end
 
 describe("GPUClass status (two replicas against the double)", function()
-  local dir, d, certs
-  local replicas = {}
+  local cluster, d, replicas
   local nodes = {} -- name -> {units, alloc, ready, cordoned}
 
   -- the status the rule gives from the API's nodes and claims
@@ -94,19 +93,12 @@ describe("GPUClass status (two replicas against the double)", function()
   end
 
   setup(function()
-    dir = H.tmpdir()
-    certs = P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
-    d = E.start_double()
-    E.load_examples(d)
-    for _, id in ipairs { "replica-a", "replica-b" } do
-      replicas[id] = E.start_controller { double = d, dir = dir, certs = certs, identity = id }
-    end
-    assert(P.wait_until(function() return lease_holder(d) ~= nil end, 20), "no replica took the Lease")
+    cluster = E.start_cluster {}
+    d, replicas = cluster.d, cluster.replicas
   end)
 
   teardown(function()
-    for _, c in pairs(replicas) do P.stop(c.pid, 5) end
-    d:stop()
+    E.stop_cluster(cluster)
     P.stop_all()
   end)
 

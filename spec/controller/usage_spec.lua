@@ -11,7 +11,6 @@
 -- double runs no Cozystack controller).
 local P = require "proc"
 local E = require "controller_env"
-local D = require "double"
 local G = require "gpu_nodes"
 local json = H.json
 
@@ -375,23 +374,15 @@ describe("usage records (two replicas against the double)", function()
 end)
 
 describe("usage records on a cluster without Cozystack's Workload types", function()
-  local d, dir, certs
-  local replicas = {}
+  local cluster, d, replicas
 
   setup(function()
-    dir = H.tmpdir()
-    certs = P.certs(dir, { "cozygpu-webhook.cozy-gpu.svc" })
-    d = D.start { args = { "--without", "workloads,workloadmonitors" } }
-    E.load_examples(d)
-    for _, id in ipairs { "replica-a", "replica-b" } do
-      replicas[id] = E.start_controller { double = d, dir = dir, certs = certs, identity = id }
-    end
-    assert(P.wait_until(function() return lease_holder(d) ~= nil end, 20), "no replica took the Lease")
+    cluster = E.start_cluster { double_args = { "--without", "workloads,workloadmonitors" } }
+    d, replicas = cluster.d, cluster.replicas
   end)
 
   teardown(function()
-    for _, c in pairs(replicas) do P.stop(c.pid, 5) end
-    d:stop()
+    E.stop_cluster(cluster)
     P.stop_all()
   end)
 

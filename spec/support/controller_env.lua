@@ -9,8 +9,8 @@ local E = {}
 local D = require "double"
 
 --- Starts the API server double (spec/support/double.lua). Returns it.
-function E.start_double()
-  return D.start()
+function E.start_double(args)
+  return D.start(args and { args = args } or nil)
 end
 
 --- Runs kubectl against the double with `args` (a list); returns combined
@@ -89,14 +89,15 @@ end
 
 --- A fresh double with the examples loaded and `n` (default 2) controller
 --- replicas "replica-a", "replica-b", ... against it, one of which holds
---- the Lease when this returns. o = {n, certs (reused when given), extra}.
+--- the Lease when this returns. o = {n, certs (reused when given), extra,
+--- double_args (the double's flags, e.g. {"--without", "workloads"})}.
 --- Returns {d, dir, certs, replicas = {identity = replica}}; stop it with
 --- E.stop_cluster.
 function E.start_cluster(o)
   o = o or {}
   local c = { dir = H.tmpdir(), replicas = {} }
   c.certs = o.certs or P.certs(c.dir, { "cozygpu-webhook.cozy-gpu.svc" })
-  c.d = E.start_double()
+  c.d = E.start_double(o.double_args)
   E.load_examples(c.d)
   for i = 1, o.n or 2 do
     local id = "replica-" .. string.char(96 + i)
