@@ -197,5 +197,8 @@ clean:
 # `make image`: the OCI image archive build/cozygpu-image.tar (image/)
 include image/image.mk
 
+# `make cluster-bins`, `make cluster`: the local control plane (cluster/)
+include cluster/cluster.mk
+
 # `make fuzz`: libFuzzer targets for the parsers (fuzz/; README "Fuzzing")
 include fuzz/fuzz.mk

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# cluster/cluster.sh — a local Kubernetes control plane on loopback, built
+# from Kubernetes' own Go modules (cluster/cluster.mk, `make cluster-bins`).
+#
+#   cluster/cluster.sh up DIR      start etcd, kube-apiserver,
+#                                  kube-controller-manager, kube-scheduler;
+#                                  state, logs and DIR/admin.kubeconfig in DIR
+#   cluster/cluster.sh down DIR    stop what `up DIR` started (idempotent)
+#   cluster/cluster.sh status DIR  0 while the API server answers /readyz
+#
+# Environment: COZYGPU_CLUSTER_BIN (the directory holding the four
+# binaries; cluster.mk sets it). Everything listens on 127.0.0.1 only. No
+# kubelet and no kube-proxy run: Nodes are objects a test creates (with
+# allocatable and a Ready condition), kube-scheduler binds pods to them, and
+# no container ever starts. So the controllers that would judge a Node by
+# its kubelet's heartbeat (node-lifecycle) or give it a pod CIDR
+# (node-ipam) are off; garbage collection, namespace deletion, service
+# accounts, taint eviction and the rest run as in any cluster.
+#
+# Authentication and authorization are real: client certificates signed
+# by DIR/pki/ca.crt (the admin is in system:masters), ServiceAccount tokens
+# signed with DIR/pki/sa.key (TokenRequest API), the Node and RBAC
+# authorizers. `up` fails, stopping what it started, with the name of the
+# component that did not come up and the end of its log; every wait has a
+# deadline.
+set -u -o pipefail
+
+die() { echo "cluster: $*" >&2; exit 1; }
+
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: cluster/cluster.sh up|down|status DIR"
+
+# --- down -------------------------------------------------------------------
+# Stops every process recorded in DIR/pids (TERM, then KILL after 10 s),
+# the last started first.
+stop_all() {
+    local pids=() p
+    [ -f "$dir/pids" ] || return 0
+    while read -r name p; do pids+=("$p"); done < <(tac "$dir/pids")
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    local deadline=$((SECONDS + 10))
+    for p in "${pids[@]}"; do
+        while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    rm -f "$dir/pids"
+}
+
+case "$cmd" in
+down) stop_all; exit 0 ;;
+status)
+    [ -f "$dir/admin.kubeconfig" ] || exit 1
+    port=$(cat "$dir/ports/apiserver" 2>/dev/null) || exit 1
+    curl -sf --max-time 3 --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" \
+        "https://127.0.0.1:$port/readyz" >/dev/null
+    exit $? ;;
+up) ;;
+*) die "unknown command '$cmd' (up, down or status)" ;;
+esac
+
+bin=${COZYGPU_CLUSTER_BIN:-}
+[ -n "$bin" ] || die "COZYGPU_CLUSTER_BIN is not set (run through make: make cluster-bins builds the binaries)"
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+    [ -x "$bin/$b" ] || die "$bin/$b: missing (run make cluster-bins)"
+done
+command -v openssl >/dev/null || die "openssl is missing (make deps installs it)"
+command -v curl >/dev/null || die "curl is missing (make deps installs it)"
+[ -f "$dir/pids" ] && die "$dir: a control plane is recorded there already (cluster/cluster.sh down $dir first)"
+
+mkdir -p "$dir/pki" "$dir/logs" "$dir/ports" || die "$dir: cannot create"
+dir=$(cd "$dir" && pwd)
+trap 'echo "cluster: interrupted; stopping what was started" >&2; stop_all; exit 1' INT TERM
+
+# A loopback port nobody listens on (bash's /dev/tcp: a refused connect means
+# free). Ports are drawn at random from 20000-45000 so that parallel control
+# planes (two spec runs) rarely collide; a collision fails `up` with the
+# component's log, never silently.
+taken=" "
+free_port() {
+    local p i
+    for i in $(seq 1 200); do
+        p=$((20000 + RANDOM % 25000))
+        case "$taken" in *" $p "*) continue ;; esac
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then taken="$taken$p "; echo "$p"; return 0; fi
+    done
+    die "no free loopback port found"
+}
+
+# --- certificates ---------------------------------------------------------
+pki=$dir/pki
+ossl() { openssl "$@" >>"$dir/logs/openssl.log" 2>&1 || die "openssl $1 failed (log: $dir/logs/openssl.log)"; }
+ossl ecparam -name prime256v1 -genkey -noout -out "$pki/ca.key"
+ossl req -x509 -new -key "$pki/ca.key" -subj "/CN=cozygpu-test-cluster-ca" -days 30 -out "$pki/ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+# cert NAME SUBJECT EXT: a key and a certificate signed by the cluster CA
+cert() {
+    ossl ecparam -name prime256v1 -genkey -noout -out "$pki/$1.key"
+    ossl req -new -key "$pki/$1.key" -subj "$2" -out "$pki/$1.csr"
+    printf '%s\n' "$3" >"$pki/$1.ext"
+    ossl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
+        -extfile "$pki/$1.ext" -out "$pki/$1.crt"
+}
+client_ext="keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth"
+cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+cert admin "/O=system:masters/CN=cozygpu-test-admin" "$client_ext"
+cert kube-controller-manager "/CN=system:kube-controller-manager" "$client_ext"
+cert kube-scheduler "/CN=system:kube-scheduler" "$client_ext"
+# the API server's client certificate towards webhooks is not needed: the
+# webhooks authenticate the API server by nothing but TLS (as in-cluster)
+ossl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key"
+ossl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
+
+etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port)
+echo "$api_port" >"$dir/ports/apiserver"
+echo "$etcd_port" >"$dir/ports/etcd"
+server="https://127.0.0.1:$api_port"
+
+# kubeconfig NAME USER: DIR/NAME.kubeconfig with USER's client certificate
+kubeconfig() {
+    cat >"$dir/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: $server
+    certificate-authority: $pki/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $pki/$2.crt
+    client-key: $pki/$2.key
+contexts:
+- name: local
+  context: {cluster: local, user: $2}
+current-context: local
+EOF
+}
+kubeconfig admin admin
+kubeconfig kube-controller-manager kube-controller-manager
+kubeconfig kube-scheduler kube-scheduler
+
+# --- processes ------------------------------------------------------------
+# start NAME ARGS...: runs $bin/NAME in its own session, output to
+# DIR/logs/NAME.log, pid recorded in DIR/pids
+start() {
+    local name=$1; shift
+    setsid "$bin/$name" "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
+    echo "$name $!" >>"$dir/pids"
+}
+# failed NAME WHAT: stops everything, names the component and its log
+failed() {
+    echo "cluster: $1 $2; its log is $dir/logs/$1.log, which ends:" >&2
+    tail -n 25 "$dir/logs/$1.log" >&2 2>/dev/null
+    stop_all
+    exit 1
+}
+alive() { local p; p=$(awk -v n="$1" '$1 == n {print $2}' "$dir/pids"); kill -0 "$p" 2>/dev/null; }
+# wait_for NAME SECONDS CHECK...: polls CHECK every 0.2 s until it succeeds,
+# NAME dies or the deadline passes
+wait_for() {
+    local name=$1 secs=$2; shift 2
+    local deadline=$((SECONDS + secs))
+    while [ $SECONDS -lt $deadline ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        alive "$name" || failed "$name" "exited while starting"
+        sleep 0.2
+    done
+    failed "$name" "did not become ready within ${secs}s (waited for: $*)"
+}
+curl_admin() { curl -sf --max-time 3 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$@"; }
+
+start etcd --name default --data-dir "$dir/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "default=http://127.0.0.1:$etcd_peer" \
+    --unsafe-no-fsync --log-level warn
+wait_for etcd 30 curl -sf --max-time 2 "http://127.0.0.1:$etcd_port/health"
+
+# --endpoint-reconciler-type none: the Endpoints of the "kubernetes" Service
+# would carry 127.0.0.1, which Endpoints validation refuses (no pod here
+# talks to it: there is no kube-proxy).
+start kube-apiserver \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+    --allow-privileged=true --profiling=false --v=1
+wait_for kube-apiserver 90 curl_admin "$server/readyz"
+
+start kube-controller-manager \
+    --kubeconfig "$dir/kube-controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --controllers '*,-node-lifecycle-controller,-node-ipam-controller' \
+    --concurrent-gc-syncs 5 --v=1
+start kube-scheduler \
+    --kubeconfig "$dir/kube-scheduler.kubeconfig" \
+    --authentication-kubeconfig "$dir/kube-scheduler.kubeconfig" \
+    --authorization-kubeconfig "$dir/kube-scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false --v=1
+
+# ready: the default ServiceAccount of "default" exists (the controller
+# manager's serviceaccount controller runs) and the scheduler answers
+wait_for kube-controller-manager 60 curl_admin "$server/api/v1/namespaces/default/serviceaccounts/default"
+alive kube-scheduler || failed kube-scheduler "exited while starting"
+
+cat >"$dir/env" <<EOF
+KUBECONFIG=$dir/admin.kubeconfig
+COZYGPU_CLUSTER_SERVER=$server
+COZYGPU_CLUSTER_DIR=$dir
+EOF
+trap - INT TERM
+echo "cluster: up at $server (kubeconfig $dir/admin.kubeconfig; logs in $dir/logs)"
