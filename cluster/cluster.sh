@@ -12,10 +12,14 @@
 # binaries; cluster.mk sets it). Everything listens on 127.0.0.1 only. No
 # kubelet and no kube-proxy run: Nodes are objects a test creates (with
 # allocatable and a Ready condition), kube-scheduler binds pods to them, and
-# no container ever starts. So the controllers that would judge a Node by
-# its kubelet's heartbeat (node-lifecycle) or give it a pod CIDR
-# (node-ipam) are off; garbage collection, namespace deletion, service
-# accounts, taint eviction and the rest run as in any cluster.
+# no container ever starts. The node-lifecycle controller runs (it takes
+# the node.kubernetes.io/not-ready taint that admission puts on a new Node
+# off once its Ready condition is True, and taints a Node whose Ready turns
+# False or Unknown), with a heartbeat grace period of a day, so a Node
+# without a kubelet is judged by the conditions a test writes, not by
+# missing heartbeats. node-ipam (pod CIDRs) is off; garbage collection,
+# namespace deletion, service accounts, taint eviction and the rest run as
+# in any cluster.
 #
 # Authentication and authorization are real: client certificates signed
 # by DIR/pki/ca.crt (the admin is in system:masters), ServiceAccount tokens
@@ -201,7 +205,7 @@ start kube-controller-manager \
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
     --use-service-account-credentials=true \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
-    --controllers '*,-node-lifecycle-controller,-node-ipam-controller' \
+    --controllers '*,-node-ipam-controller' --node-monitor-grace-period 24h \
     --concurrent-gc-syncs 5 --v=1
 start kube-scheduler \
     --kubeconfig "$dir/kube-scheduler.kubeconfig" \

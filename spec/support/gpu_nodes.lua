@@ -49,8 +49,10 @@ end
 --- "Unknown").
 function G.node_status(d, name, o)
   local node = must(d, "GET", "/api/v1/nodes/" .. name)
-  node.status = { allocatable = { [G.L40S] = tostring(o.alloc or o.units), cpu = "64" },
-    capacity = { [G.L40S] = tostring(o.units) },
+  -- pods and memory as a kubelet reports them: kube-scheduler places no pod
+  -- on a node without allocatable pods (spec/cluster)
+  node.status = { allocatable = { [G.L40S] = tostring(o.alloc or o.units), cpu = "64", memory = "512Gi", pods = "110" },
+    capacity = { [G.L40S] = tostring(o.units), cpu = "64", memory = "512Gi", pods = "110" },
     conditions = { { type = "Ready", status = o.ready or "True", reason = (o.ready or "True") == "True" and "KubeletReady" or "NodeStatusUnknown" } },
     nodeInfo = { bootID = G.BOOT } }
   return must(d, "PUT", "/api/v1/nodes/" .. name .. "/status", node)

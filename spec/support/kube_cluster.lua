@@ -1,0 +1,330 @@
+--- A real Kubernetes control plane for specs (cluster/cluster.sh: etcd,
+--- kube-apiserver, kube-controller-manager, kube-scheduler built from
+--- Kubernetes' own modules by `make cluster-bins`), with cozygpu deployed
+--- as a hoster deploys it: `kubectl apply -k` of deploy/ (through
+--- examples/without-cert-manager, the manifests' documented alternative to
+--- cert-manager), the controller binary running as the
+--- cozygpu-controller ServiceAccount with a token from the TokenRequest
+--- API, and the webhooks called by the API server over TLS.
+---
+---   local K = require "kube_cluster"
+---   local c = K.start()                 -- control plane, CRDs, examples
+---   c:deploy { replicas = 2 }           -- cozygpu from deploy/, replicas as the SA
+---   local out, err, code = c:kubectl { "get", "gpuclaims", "-A" }
+---   c:stop()                            -- every process, whatever failed
+---
+--- Nothing here listens beyond 127.0.0.1: no kubelet or kube-proxy runs;
+--- the webhooks' clientConfig is a URL on 127.0.0.1 (a test-only overlay
+--- generated in the cluster's directory).
+local P = require "proc"
+local json = require "cozygpu.json"
+
+local K = {}
+
+K.bin_dir = os.getenv("COZYGPU_CLUSTER_BIN")
+K.kubevirt_crds = os.getenv("COZYGPU_KUBEVIRT_CRDS")
+K.kubectl_bin = K.bin_dir and (K.bin_dir .. "/kubectl") or "kubectl"
+
+local build = os.getenv("COZYGPU_BUILD") or "build"
+local cozygpu = build .. "/bin/cozygpu"
+local repo = (P.sh("pwd"):gsub("%s+$", ""))
+
+--- True when the control plane's binaries are built (`make test` builds
+--- them first); else false and the reason, for a spec to fail with.
+function K.available()
+  if not K.bin_dir or K.bin_dir == "" then
+    return false, "COZYGPU_CLUSTER_BIN is not set (run the specs through make test)"
+  end
+  for _, b in ipairs { "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl" } do
+    local f = io.open(K.bin_dir .. "/" .. b, "rb")
+    if not f then return false, K.bin_dir .. "/" .. b .. " is missing (make cluster-bins)" end
+    f:close()
+  end
+  return true
+end
+
+local Cluster = {}
+Cluster.__index = Cluster
+
+local function tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  assert(os.execute("mkdir -p " .. P.q(p)))
+  return p
+end
+
+local function write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+local function b64file(path)
+  local out = P.sh("base64 -w0 " .. P.q(path))
+  return (out:gsub("%s+", ""))
+end
+
+--- Runs kubectl (the version built beside the control plane) with `args`
+--- (a list). o = {kubeconfig (default: the admin's), stdin (text)}.
+--- Returns stdout, stderr, exit code.
+function Cluster:kubectl(args, o)
+  o = o or {}
+  local parts = { P.q(K.kubectl_bin), "--kubeconfig", P.q(o.kubeconfig or self.kubeconfig) }
+  for _, a in ipairs(args) do parts[#parts + 1] = P.q(a) end
+  local errf = os.tmpname()
+  local cmd = table.concat(parts, " ") .. " 2>" .. P.q(errf)
+  if o.stdin then
+    local inf = os.tmpname()
+    write(inf, o.stdin)
+    cmd = cmd .. " <" .. P.q(inf)
+  else
+    cmd = cmd .. " </dev/null"
+  end
+  local out, code = P.sh("timeout 120 " .. cmd)
+  local err = P.read(errf) or ""
+  os.remove(errf)
+  return out, err, code
+end
+
+--- kubectl that must succeed: returns stdout, raises with stderr.
+function Cluster:must(args, o)
+  local out, err, code = self:kubectl(args, o)
+  if code ~= 0 then error(("kubectl %s: exit %s\n%s%s"):format(table.concat(args, " "), tostring(code), out, err), 2) end
+  return out
+end
+
+--- An API request as the admin (system:masters). method, path, body (table
+--- or string), content type. Returns status, decoded body (or the text).
+function Cluster:request(method, path, body, content_type, o)
+  o = o or {}
+  local headers = { "Accept: application/json" }
+  if body ~= nil then headers[#headers + 1] = "Content-Type: " .. (content_type or "application/json") end
+  if o.token then headers[#headers + 1] = "Authorization: Bearer " .. o.token end
+  local st, text = P.http {
+    method = method, url = self.url .. path, cacert = self.pki .. "/ca.crt",
+    cert = (not o.token) and (self.pki .. "/admin.crt") or nil,
+    key = (not o.token) and (self.pki .. "/admin.key") or nil,
+    body = body ~= nil and (type(body) == "string" and body or json.encode(body)) or nil,
+    headers = headers, timeout = o.timeout or 30,
+  }
+  local ok, v = pcall(json.decode, text or "")
+  return st, ok and v or text
+end
+
+-- list paths of the resources specs read whole (Double:state's names)
+local LISTS = {
+  gpuclaims = "/apis/cozystack.io/v1alpha1/gpuclaims",
+  gpuclasses = "/apis/cozystack.io/v1alpha1/gpuclasses",
+  gpunodes = "/apis/cozystack.io/v1alpha1/gpunodes",
+  workloads = "/apis/cozystack.io/v1alpha1/workloads",
+  workloadmonitors = "/apis/cozystack.io/v1alpha1/workloadmonitors",
+  pods = "/api/v1/pods",
+  nodes = "/api/v1/nodes",
+  events = "/api/v1/events",
+  secrets = "/api/v1/secrets",
+  virtualmachineinstances = "/apis/kubevirt.io/v1/virtualmachineinstances",
+  virtualmachines = "/apis/kubevirt.io/v1/virtualmachines",
+}
+
+--- Every object of `resource` (a plural name above) in every namespace, as
+--- the API server lists it: {items = {...}}. Raises on a failed list.
+function Cluster:state(resource)
+  local path = assert(LISTS[resource], "state: unknown resource " .. tostring(resource))
+  local st, v = self:request("GET", path)
+  assert(st == 200, ("GET %s -> %s %s"):format(path, tostring(st), type(v) == "table" and json.encode(v) or tostring(v)))
+  return v
+end
+
+--- GET one object; returns it (or nil) and the status.
+function Cluster:get(path)
+  local st, v = self:request("GET", path)
+  return st == 200 and v or nil, st
+end
+
+--- Starts a control plane in a new directory, installs the CRDs cozygpu
+--- reads (KubeVirt's generated ones, Cozystack's substitutes, cozygpu's)
+--- and, unless o.examples == false, the examples (namespaces, classes, the
+--- KubeVirt CR, quotas). Raises with the failing component's log.
+function K.start(o)
+  o = o or {}
+  local ok, why = K.available()
+  assert(ok, why)
+  local c = setmetatable({ dir = tmpdir(), replicas = {} }, Cluster)
+  c.pki = c.dir .. "/pki"
+  c.kubeconfig = c.dir .. "/admin.kubeconfig"
+  local out, code = P.sh(("COZYGPU_CLUSTER_BIN=%s cluster/cluster.sh up %s 2>&1"):format(P.q(K.bin_dir), P.q(c.dir)))
+  if code ~= 0 then
+    P.sh("cluster/cluster.sh down " .. P.q(c.dir))
+    error("the control plane did not start:\n" .. out, 2)
+  end
+  c.url = "https://127.0.0.1:" .. (P.read(c.dir .. "/ports/apiserver") or ""):match("%d+")
+  local ok2, err = pcall(function()
+    c:must { "apply", "--server-side", "-f", assert(K.kubevirt_crds, "COZYGPU_KUBEVIRT_CRDS is not set"),
+      "-f", "cluster/crds/", "-f", "deploy/crds/" }
+    c:must { "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all" }
+    if o.examples ~= false then
+      c:must { "apply", "-f", "examples/cluster/namespaces.yaml", "-f", "deploy/00-namespace.yaml" }
+      c:must { "apply", "-f", "examples/classes", "-f", "examples/cluster/kubevirt.yaml", "-f", "examples/cluster/quotas.yaml" }
+    end
+  end)
+  if not ok2 then
+    c:stop()
+    error(err, 2)
+  end
+  return c
+end
+
+--- A kubeconfig (path) that authenticates as ServiceAccount ns/name with a
+--- token from the TokenRequest API (valid 6 h, re-read from its file).
+function Cluster:sa_kubeconfig(ns, name)
+  local token = self:must { "create", "token", name, "-n", ns, "--duration", "6h" }
+  local base = ("%s/sa-%s-%s"):format(self.dir, ns, name)
+  write(base .. ".token", (token:gsub("%s+$", "")))
+  write(base .. ".kubeconfig", ([[
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "%s", certificate-authority: "%s"}
+users:
+- name: %s
+  user: {tokenFile: "%s"}
+contexts:
+- name: local
+  context: {cluster: local, user: %s}
+current-context: local
+]]):format(self.url, self.pki .. "/ca.crt", name, base .. ".token", name))
+  return base .. ".kubeconfig", base .. ".token"
+end
+
+-- the webhooks of deploy/50-webhooks.yaml: {kind = {name, ...}} in order
+local function webhook_paths()
+  local core = require "cozygpu.core"
+  local docs = assert(core.yaml(P.read("deploy/50-webhooks.yaml")))
+  local out = {}
+  for _, d in ipairs(docs) do
+    if type(d) == "table" and d.webhooks then
+      out[d.kind] = {}
+      for i, w in ipairs(d.webhooks) do out[d.kind][i] = w.clientConfig.service.path end
+    end
+  end
+  return out
+end
+
+--- Deploys cozygpu from deploy/ and starts `o.replicas` (default 1)
+--- controller replicas as the cozygpu-controller ServiceAccount.
+--- o = {replicas, target (which replica the webhooks call, default 1),
+--- extra = {flags...}}. The webhooks' clientConfig becomes
+--- https://127.0.0.1:<port of the target replica><path> with the test CA as
+--- caBundle (a generated overlay over examples/without-cert-manager); the
+--- Deployment is scaled to 0 (no kubelet runs its pods: the same binary
+--- runs here). Waits until every replica is ready and one holds the Lease.
+function Cluster:deploy(o)
+  o = o or {}
+  local n = o.replicas or 1
+  self.certs = P.certs(self.dir, { "cozygpu-webhook.cozy-gpu.svc" }, "webhook")
+  local ports = {}
+  for i = 1, n do ports[i] = P.free_port() end
+  local target = ports[o.target or 1]
+  local ca = b64file(self.certs.ca)
+  local ov = self.dir .. "/overlay"
+  assert(os.execute("mkdir -p " .. P.q(ov)))
+  local lines = {
+    "apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
+    -- kustomize takes a base only by a relative path
+    "resources:", "  - " .. P.sh(("realpath --relative-to=%s %s"):format(P.q(ov), P.q(repo .. "/examples/without-cert-manager"))):gsub("%s+$", ""),
+    "replicas:", "  - name: cozygpu-controller", "    count: 0",
+    "patches:",
+  }
+  for kind, paths in pairs(webhook_paths()) do
+    lines[#lines + 1] = ("  - target: {kind: %s, name: cozygpu}"):format(kind)
+    lines[#lines + 1] = "    patch: |-"
+    for i, path in ipairs(paths) do
+      lines[#lines + 1] = "      - op: replace"
+      lines[#lines + 1] = ("        path: /webhooks/%d/clientConfig"):format(i - 1)
+      lines[#lines + 1] = ('        value: {url: "https://127.0.0.1:%d%s", caBundle: "%s"}'):format(target, path, ca)
+    end
+  end
+  write(ov .. "/kustomization.yaml", table.concat(lines, "\n") .. "\n")
+  self:must { "-n", "cozy-gpu", "create", "secret", "tls", "cozygpu-webhook-tls",
+    "--cert=" .. self.certs.cert, "--key=" .. self.certs.key }
+  self:must { "apply", "-k", ov }
+  -- the settings the kubelet would mount: the ConfigMap's config.yaml
+  self.config = self.dir .. "/config.yaml"
+  write(self.config, self:must { "-n", "cozy-gpu", "get", "configmap", "cozygpu-config",
+    "-o", "jsonpath={.data.config\\.yaml}" })
+  self.controller_kubeconfig = self:sa_kubeconfig("cozy-gpu", "cozygpu-controller")
+  for i = 1, n do
+    self:start_controller { identity = "replica-" .. string.char(96 + i), port = ports[i], extra = o.extra }
+  end
+  for _, r in pairs(self.replicas) do
+    assert(P.wait_until(function()
+      return P.http { url = ("http://127.0.0.1:%d/readyz"):format(r.probe_port), timeout = 2 } == 200
+    end, 60, 0.2), ("controller %s is not ready after 60 s; its log:\n%s"):format(r.identity, P.read(r.log) or ""))
+  end
+  assert(P.wait_until(function()
+    local l = self:get("/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+    return l and l.spec and l.spec.holderIdentity
+  end, 30, 0.2), "no replica took the Lease within 30 s")
+end
+
+--- Starts one controller replica as the cozygpu-controller ServiceAccount,
+--- flags as deploy/40-controller.yaml gives them (paths local). o =
+--- {identity, port, extra}. Returns the replica {pid, port, probe_port,
+--- url, log, identity, cacert}.
+function Cluster:start_controller(o)
+  local id = o.identity
+  local probe = P.free_port()
+  local log = ("%s/%s.log"):format(self.dir, id)
+  local args = {
+    cozygpu, "controller", "--kubeconfig", self.controller_kubeconfig,
+    "--namespace", "cozy-gpu", "--identity", id, "--config", self.config,
+    "--policies-configmap", "cozygpu-policies",
+    "--tls-cert-file", self.certs.cert, "--tls-key-file", self.certs.key,
+    "--address", "127.0.0.1", "--port", tostring(o.port), "--probe-port", tostring(probe),
+    "--log-format", "json",
+  }
+  for _, a in ipairs(o.extra or {}) do args[#args + 1] = a end
+  local env = os.getenv("COZYGPU_ASAN") == "1" and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil
+  local r = { identity = id, port = o.port, probe_port = probe, log = log, cacert = self.certs.ca,
+    url = "https://127.0.0.1:" .. o.port }
+  r.pid = P.spawn(args, log, env)
+  self.replicas[id] = r
+  return r
+end
+
+--- Adds a Node named `name` that kube-scheduler can place pods on (no
+--- kubelet: status set through the status subresource), with `labels`,
+--- `taints` and `allocatable` (name -> quantity; cpu, memory and pods are
+--- added), and condition Ready=True.
+function Cluster:add_node(name, o)
+  o = o or {}
+  local labels = { ["kubernetes.io/hostname"] = name, ["kubernetes.io/os"] = "linux" }
+  for k, v in pairs(o.labels or {}) do labels[k] = v end
+  local st, v = self:request("POST", "/api/v1/nodes", { apiVersion = "v1", kind = "Node",
+    metadata = { name = name, labels = labels }, spec = { taints = o.taints } })
+  assert(st == 201, ("POST node %s -> %s %s"):format(name, tostring(st), json.encode(v)))
+  local alloc = { cpu = "64", memory = "512Gi", pods = "110" }
+  for k, q in pairs(o.allocatable or {}) do alloc[k] = q end
+  local now = os.date("!%Y-%m-%dT%H:%M:%SZ")
+  v.status = { capacity = alloc, allocatable = alloc, conditions = { { type = "Ready", status = "True",
+    reason = "KubeletReady", message = "no kubelet: a test node", lastHeartbeatTime = now, lastTransitionTime = now } } }
+  st, v = self:request("PUT", "/api/v1/nodes/" .. name .. "/status", v)
+  assert(st == 200, ("PUT node %s status -> %s %s"):format(name, tostring(st), json.encode(v)))
+  return v
+end
+
+--- Stops the controller replicas and the control plane, removing nothing of
+--- the directory (its logs stay for a failed spec to show).
+function Cluster:stop()
+  for _, r in pairs(self.replicas) do P.stop(r.pid, 5) end
+  self.replicas = {}
+  P.sh("cluster/cluster.sh down " .. P.q(self.dir) .. " 2>&1")
+end
+
+--- The last `n` lines of a component's log (etcd, kube-apiserver, ...).
+function Cluster:log_tail(name, n)
+  return P.sh(("tail -n %d %s 2>/dev/null"):format(n or 30, P.q(self.dir .. "/logs/" .. name .. ".log")))
+end
+
+return K
