@@ -63,3 +63,17 @@ $(KUBEVIRT_CRDS): cluster/kubevirt-crds/go.mod cluster/kubevirt-crds/go.sum clus
 	cd cluster/kubevirt-crds && $(CLUSTER_GOENV) $(GO) mod download kubevirt.io/kubevirt && \
 		$(CLUSTER_GOENV) $(GO) run . "$$($(CLUSTER_GOENV) $(GO) list -m -f '{{.Dir}}' kubevirt.io/kubevirt)" >$@.tmp
 	mv $@.tmp $@
+
+# `make cluster`: the control plane with cozygpu deployed and the examples
+# loaded (cluster/up.lua prints what to try); `make cluster-down` stops it.
+# One at a time, in CLUSTER_DIR (outside the repository).
+cluster: cluster-bins
+	@$(MAKE) --no-print-directory all
+	@if COZYGPU_CLUSTER_BIN=$(CLUSTER_BIN) cluster/cluster.sh status $(CLUSTER_DIR) 2>/dev/null; then \
+		echo "cluster: already up in $(CLUSTER_DIR) ($(CLUSTER_DIR)/env); make cluster-down first"; exit 1; fi
+	@cluster/cluster.sh down $(CLUSTER_DIR) >/dev/null 2>&1; rm -rf $(CLUSTER_DIR)
+	@COZYGPU_BUILD=$(BUILD) COZYGPU_KUBE_VERSION=$(KUBE_VERSION) COZYGPU_CLUSTER_BIN=$(CLUSTER_BIN) \
+		COZYGPU_KUBEVIRT_CRDS=$(KUBEVIRT_CRDS) lua5.4 cluster/up.lua $(CLUSTER_DIR)
+
+cluster-down:
+	@cluster/cluster.sh down $(CLUSTER_DIR) && echo "cluster: stopped ($(CLUSTER_DIR) kept: logs, state)"

@@ -7,6 +7,9 @@
 #                                  state, logs and DIR/admin.kubeconfig in DIR
 #   cluster/cluster.sh down DIR    stop what `up DIR` started (idempotent)
 #   cluster/cluster.sh status DIR  0 while the API server answers /readyz
+#   cluster/cluster.sh user DIR NAME [GROUP...]
+#                                  DIR/NAME.kubeconfig: user NAME in GROUPs,
+#                                  by a client certificate of the cluster CA
 #
 # Environment: COZYGPU_CLUSTER_BIN (the directory holding the four
 # binaries; cluster.mk sets it). Everything listens on 127.0.0.1 only. No
@@ -33,7 +36,7 @@ die() { echo "cluster: $*" >&2; exit 1; }
 
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: cluster/cluster.sh up|down|status DIR"
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: cluster/cluster.sh up|down|status|user DIR"
 
 # --- down -------------------------------------------------------------------
 # Stops every process recorded in DIR/pids (TERM, then KILL after 10 s),
@@ -59,9 +62,58 @@ status)
     curl -sf --max-time 3 --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" \
         "https://127.0.0.1:$port/readyz" >/dev/null
     exit $? ;;
-up) ;;
-*) die "unknown command '$cmd' (up, down or status)" ;;
+up|user) ;;
+*) die "unknown command '$cmd' (up, down, status or user)" ;;
 esac
+
+[ -d "$dir" ] || [ "$cmd" = up ] || die "$dir: no such directory"
+mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || die "$dir: cannot create"
+pki=$dir/pki
+ossl() { openssl "$@" >>"$dir/logs/openssl.log" 2>&1 || die "openssl $1 failed (log: $dir/logs/openssl.log)"; }
+# cert NAME SUBJECT EXT: a key and a certificate signed by the cluster CA
+cert() {
+    ossl ecparam -name prime256v1 -genkey -noout -out "$pki/$1.key"
+    ossl req -new -key "$pki/$1.key" -subj "$2" -out "$pki/$1.csr"
+    printf '%s\n' "$3" >"$pki/$1.ext"
+    ossl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
+        -extfile "$pki/$1.ext" -out "$pki/$1.crt"
+}
+client_ext="keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth"
+# kubeconfig NAME USER: DIR/NAME.kubeconfig with USER's client certificate
+kubeconfig() {
+    cat >"$dir/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: $server
+    certificate-authority: $pki/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $pki/$2.crt
+    client-key: $pki/$2.key
+contexts:
+- name: local
+  context: {cluster: local, user: $2}
+current-context: local
+EOF
+}
+
+if [ "$cmd" = user ]; then
+    name=${3:-}
+    [[ "$name" =~ ^[a-z0-9][a-z0-9.@-]*$ ]] || die "user: a user name (lower case, digits, . @ -) is needed"
+    [ -f "$pki/ca.key" ] || die "$dir: no control plane there (cluster/cluster.sh up $dir first)"
+    server="https://127.0.0.1:$(cat "$dir/ports/apiserver")"
+    subj=""
+    for g in "${@:4}"; do subj="$subj/O=$g"; done
+    cert "user-$name" "$subj/CN=$name" "$client_ext"
+    kubeconfig "$name" "user-$name"
+    echo "$dir/$name.kubeconfig"
+    exit 0
+fi
 
 bin=${COZYGPU_CLUSTER_BIN:-}
 [ -n "$bin" ] || die "COZYGPU_CLUSTER_BIN is not set (run through make: make cluster-bins builds the binaries)"
@@ -92,21 +144,9 @@ free_port() {
 }
 
 # --- certificates ---------------------------------------------------------
-pki=$dir/pki
-ossl() { openssl "$@" >>"$dir/logs/openssl.log" 2>&1 || die "openssl $1 failed (log: $dir/logs/openssl.log)"; }
 ossl ecparam -name prime256v1 -genkey -noout -out "$pki/ca.key"
 ossl req -x509 -new -key "$pki/ca.key" -subj "/CN=cozygpu-test-cluster-ca" -days 30 -out "$pki/ca.crt" \
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-# cert NAME SUBJECT EXT: a key and a certificate signed by the cluster CA
-cert() {
-    ossl ecparam -name prime256v1 -genkey -noout -out "$pki/$1.key"
-    ossl req -new -key "$pki/$1.key" -subj "$2" -out "$pki/$1.csr"
-    printf '%s\n' "$3" >"$pki/$1.ext"
-    ossl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
-        -extfile "$pki/$1.ext" -out "$pki/$1.crt"
-}
-client_ext="keyUsage=critical,digitalSignature
-extendedKeyUsage=clientAuth"
 cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
@@ -123,27 +163,6 @@ echo "$api_port" >"$dir/ports/apiserver"
 echo "$etcd_port" >"$dir/ports/etcd"
 server="https://127.0.0.1:$api_port"
 
-# kubeconfig NAME USER: DIR/NAME.kubeconfig with USER's client certificate
-kubeconfig() {
-    cat >"$dir/$1.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: $server
-    certificate-authority: $pki/ca.crt
-users:
-- name: $2
-  user:
-    client-certificate: $pki/$2.crt
-    client-key: $pki/$2.key
-contexts:
-- name: local
-  context: {cluster: local, user: $2}
-current-context: local
-EOF
-}
 kubeconfig admin admin
 kubeconfig kube-controller-manager kube-controller-manager
 kubeconfig kube-scheduler kube-scheduler

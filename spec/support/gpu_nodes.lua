@@ -48,14 +48,30 @@ end
 --- o.units), o.units capacity, Ready o.ready ("True" default, or "False",
 --- "Unknown").
 function G.node_status(d, name, o)
-  local node = must(d, "GET", "/api/v1/nodes/" .. name)
+  -- a read-modify-write: on a real control plane the node-lifecycle
+  -- controller writes a new Node too (its taints), so a 409 is retried
+  for _ = 1, 20 do
+    local node = must(d, "GET", "/api/v1/nodes/" .. name)
+    local st, v = G.put_node_status(d, node, o)
+    if st ~= 409 then
+      assert(st and st >= 200 and st < 300, ("PUT /api/v1/nodes/%s/status -> %s %s"):format(name, tostring(st),
+        type(v) == "table" and json.encode(v) or tostring(v)))
+      return v
+    end
+  end
+  error("PUT /api/v1/nodes/" .. name .. "/status: 409 twenty times")
+end
+
+--- Writes the status of `node` (as read) from o (as G.node_status). Returns
+--- the API answer: status, body.
+function G.put_node_status(d, node, o)
   -- pods and memory as a kubelet reports them: kube-scheduler places no pod
   -- on a node without allocatable pods (spec/cluster)
   node.status = { allocatable = { [G.L40S] = tostring(o.alloc or o.units), cpu = "64", memory = "512Gi", pods = "110" },
     capacity = { [G.L40S] = tostring(o.units), cpu = "64", memory = "512Gi", pods = "110" },
     conditions = { { type = "Ready", status = o.ready or "True", reason = (o.ready or "True") == "True" and "KubeletReady" or "NodeStatusUnknown" } },
     nodeInfo = { bootID = G.BOOT } }
-  return must(d, "PUT", "/api/v1/nodes/" .. name .. "/status", node)
+  return d:request("PUT", "/api/v1/nodes/" .. node.metadata.name .. "/status", node)
 end
 
 --- Creates Node `name` with `units` L40S and its GPUNode (replacing a

@@ -141,7 +141,7 @@ function Cluster:get(path)
   return st == 200 and v or nil, st
 end
 
---- Starts a control plane in a new directory, installs the CRDs cozygpu
+--- Starts a control plane in a new directory (o.dir: that one), installs the CRDs cozygpu
 --- reads (KubeVirt's generated ones, Cozystack's substitutes, cozygpu's)
 --- and, unless o.examples == false, the examples (namespaces, classes, the
 --- KubeVirt CR, quotas). Raises with the failing component's log.
@@ -149,7 +149,7 @@ function K.start(o)
   o = o or {}
   local ok, why = K.available()
   assert(ok, why)
-  local c = setmetatable({ dir = tmpdir(), replicas = {} }, Cluster)
+  local c = setmetatable({ dir = o.dir or tmpdir(), replicas = {} }, Cluster)
   c.pki = c.dir .. "/pki"
   c.kubeconfig = c.dir .. "/admin.kubeconfig"
   local out, code = P.sh(("COZYGPU_CLUSTER_BIN=%s cluster/cluster.sh up %s 2>&1"):format(P.q(K.bin_dir), P.q(c.dir)))
@@ -290,6 +290,11 @@ function Cluster:start_controller(o)
     url = "https://127.0.0.1:" .. o.port }
   r.pid = P.spawn(args, log, env)
   self.replicas[id] = r
+  -- cluster/cluster.sh down stops it too (a spec that fails before its
+  -- teardown, `make cluster-down`)
+  local f = assert(io.open(self.dir .. "/pids", "a"))
+  f:write(("cozygpu-%s %d\n"):format(id, r.pid))
+  f:close()
   return r
 end
 
