@@ -22,8 +22,11 @@ describe("admission through kube-apiserver", function()
   end)
 
   teardown(function()
+    -- the controller ran as its ServiceAccount: no request was forbidden
+    local forbidden = c and c:forbidden() or {}
     if c then c:stop() end
     P.stop_all()
+    assert.are.same({}, forbidden)
   end)
 
   it("refuses the over-budget order (examples/reviews/10) with cozygpu's message, as kubectl prints it", function()

@@ -32,8 +32,11 @@ describe("budget race through kube-apiserver (two replicas)", function()
   end)
 
   teardown(function()
+    -- the controller ran as its ServiceAccount: no request was forbidden
+    local forbidden = c and c:forbidden() or {}
     if c then c:stop() end
     P.stop_all()
+    assert.are.same({}, forbidden)
   end)
 
   it("50 concurrent orders against a budget of 10: never more than 10 Bound", function()

@@ -71,8 +71,11 @@ describe("launcher pods placed by kube-scheduler", function()
   end)
 
   teardown(function()
+    -- the controller ran as its ServiceAccount: no request was forbidden
+    local forbidden = c and c:forbidden() or {}
     if c then c:stop() end
     P.stop_all()
+    assert.are.same({}, forbidden)
   end)
 
   it("a pod whose claims are Bound is pinned at create and scheduled onto the claims' node", function()

@@ -327,6 +327,22 @@ function Cluster:stop()
   P.sh("cluster/cluster.sh down " .. P.q(self.dir) .. " 2>&1")
 end
 
+--- The requests the API server refused as forbidden (403) to a controller
+--- replica, from the replicas' JSON logs: a list of log lines (empty when
+--- none). The cluster specs run the controller as its ServiceAccount, so a
+--- missing RBAC verb shows here (issue 19 item 5).
+function Cluster:forbidden()
+  local out = {}
+  for _, r in pairs(self.replicas) do
+    for line in (P.read(r.log) or ""):gmatch("[^\n]+") do
+      if line:find('"status":403', 1, true) or line:find('"status":"403"', 1, true) then
+        out[#out + 1] = r.identity .. ": " .. line
+      end
+    end
+  end
+  return out
+end
+
 --- The last `n` lines of a component's log (etcd, kube-apiserver, ...).
 function Cluster:log_tail(name, n)
   return P.sh(("tail -n %d %s 2>/dev/null"):format(n or 30, P.q(self.dir .. "/logs/" .. name .. ".log")))
