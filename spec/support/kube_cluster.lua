@@ -152,16 +152,16 @@ function K.start(o)
   local c = setmetatable({ dir = o.dir or tmpdir(), replicas = {} }, Cluster)
   c.pki = c.dir .. "/pki"
   c.kubeconfig = c.dir .. "/admin.kubeconfig"
-  local out, code = P.sh(("COZYGPU_CLUSTER_BIN=%s cluster/cluster.sh up %s 2>&1"):format(P.q(K.bin_dir), P.q(c.dir)))
+  local crds = table.concat({ assert(K.kubevirt_crds, "COZYGPU_KUBEVIRT_CRDS is not set"), "cluster/crds/",
+    "deploy/crds/" }, " ")
+  local out, code = P.sh(("COZYGPU_CLUSTER_BIN=%s COZYGPU_CLUSTER_CRDS=%s cluster/cluster.sh up %s 2>&1")
+    :format(P.q(K.bin_dir), P.q(crds), P.q(c.dir)))
   if code ~= 0 then
     P.sh("cluster/cluster.sh down " .. P.q(c.dir))
     error("the control plane did not start:\n" .. out, 2)
   end
   c.url = "https://127.0.0.1:" .. (P.read(c.dir .. "/ports/apiserver") or ""):match("%d+")
   local ok2, err = pcall(function()
-    c:must { "apply", "--server-side", "-f", assert(K.kubevirt_crds, "COZYGPU_KUBEVIRT_CRDS is not set"),
-      "-f", "cluster/crds/", "-f", "deploy/crds/" }
-    c:must { "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all" }
     if o.examples ~= false then
       c:must { "apply", "-f", "examples/cluster/namespaces.yaml", "-f", "deploy/00-namespace.yaml" }
       c:must { "apply", "-f", "examples/classes", "-f", "examples/cluster/kubevirt.yaml", "-f", "examples/cluster/quotas.yaml" }
