@@ -88,3 +88,5 @@ bench: bench-tools $(ENGINE_BENCH)
 	$(if $(ENGINE_BENCH),$(ENGINE_BENCH) --cluster examples/classes --cluster examples/cluster examples/reviews)
 	@echo
 	@$(MAKE) --no-print-directory bench-binder
+	@echo
+	@$(MAKE) --no-print-directory bench-cluster

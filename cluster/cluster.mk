@@ -27,7 +27,7 @@ CLUSTER_GOENV := GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
 # where `make cluster` keeps its control plane (outside the repository)
 CLUSTER_DIR ?= $(COZYGPU_CACHE)/cluster-run
 
-.PHONY: cluster-bins cluster cluster-down
+.PHONY: cluster-bins cluster cluster-down bench-cluster
 
 cluster-bins: $(CLUSTER_BINS) $(KUBEVIRT_CRDS)
 
@@ -77,3 +77,11 @@ cluster: cluster-bins
 
 cluster-down:
 	@cluster/cluster.sh down $(CLUSTER_DIR) && echo "cluster: stopped ($(CLUSTER_DIR) kept: logs, state)"
+
+# `make bench-cluster`: VMI creates through the real API server with and
+# without cozygpu's webhooks, p99 ratio per rate (bench/cluster.lua;
+# BENCH_CLUSTER_ARGS, e.g. --rates 10,25 --count 100). `make bench` ends with it.
+bench-cluster: cluster-bins
+	@$(MAKE) --no-print-directory all
+	@COZYGPU_BUILD=$(BUILD) COZYGPU_KUBE_VERSION=$(KUBE_VERSION) COZYGPU_CLUSTER_BIN=$(CLUSTER_BIN) \
+		COZYGPU_KUBEVIRT_CRDS=$(KUBEVIRT_CRDS) lua5.4 bench/cluster.lua $(BENCH_CLUSTER_ARGS)

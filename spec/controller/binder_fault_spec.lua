@@ -1,3 +1,5 @@
+-- On the API server double by design (docs/decisions/0034): a real server
+-- cannot inject 409s and 500s, cut watches or compact on demand.
 -- A randomized fault run of the leader's binder against the API server
 -- double (issue 12 "Must show"): claim creates and deletes, cordons, node
 -- loss and return, node deletion, capacity changes, VM starts, runs and

@@ -1,3 +1,5 @@
+--- On the API server double by design (docs/decisions/0034): a real server
+--- cannot answer 5xx or 429 on demand.
 --- The API client (core/kube/kube.c): retries with backoff on 5xx and 429
 --- (Retry-After honoured), 409 returned to the caller, read-modify-write
 --- with conflict retry, and TLS / bearer-token / client-certificate

@@ -1,3 +1,5 @@
+--- On the API server double by design (docs/decisions/0034): a real server
+--- cannot cut watches or compact its history on demand.
 --- Informers (core/kube/watch.c) against the API double while a background
 --- process creates, updates and deletes objects and the double cuts every
 --- watch (clean close, abrupt drop, ERROR 410) and compacts its history.
@@ -131,3 +133,102 @@ describe("watch (410 as " .. expired .. ")", function()
   end)
 end)
 end
+
+--- DRA kinds are read at the newest version served (core/kube/watch.h
+--- VERSIONS, kube.c kube_resource_older): resource.k8s.io/v1 (Kubernetes
+--- 1.34+), else v1beta2 (1.33), else v1beta1 (1.32). The double serves v1
+--- and v1beta1, each a store of its own; --without and fail rules take a
+--- version away.
+describe("watch of a resource with older versions (DRA)", function()
+  local d
+  after_each(function() S.stop(d) end)
+
+  local function claim(d_, version, name)
+    local st = S.call(d_, "POST", ("/apis/resource.k8s.io/%s/namespaces/t1/resourceclaims"):format(version), {
+      apiVersion = "resource.k8s.io/" .. version, kind = "ResourceClaim", metadata = { name = name },
+      spec = { devices = { requests = { { name = "gpu", exactly = { deviceClassName = "gpu.nvidia.com" } } } } } })
+    assert.are.equal(201, st, "create " .. version .. " " .. name)
+  end
+
+  -- the driver's LISTs of resourceclaims (not watches), as "version status"
+  local function lists(d_)
+    local out = {}
+    for _, e in ipairs(S.log(d_)) do
+      local v = e.path:match("^/apis/resource%.k8s%.io/([^/]+)/resourceclaims$")
+      if v and not e.watch then out[#out + 1] = v .. " " .. e.status end
+    end
+    return out
+  end
+
+  it("reads v1 when the cluster serves it, without asking for older versions", function()
+    d = S.start {}
+    S.namespace(d, "t1")
+    claim(d, "v1", "c1")
+    claim(d, "v1beta1", "old")
+    local w = start_watch(d, { "--resource", "resourceclaims", "--until-key", "resourceclaims:t1/c1" })
+    finally(function() P.stop(w.pid) end)
+    local lines, sum = finish(w)
+    assert.is_true(sum.reached)
+    assert.are.same({}, sum.violations)
+    assert.are.equal("resource.k8s.io/v1", sum.served.resourceclaims)
+    assert.are.equal(1, #lines)
+    assert.are.equal("t1/c1", lines[1].key)
+    assert.are.same({ "v1 200" }, lists(d))
+  end)
+
+  it("falls back to v1beta1 when v1 and v1beta2 answer 404, and reads its objects", function()
+    d = S.start { "--without", "resourceclaims.v1.resource.k8s.io" }
+    S.namespace(d, "t1")
+    claim(d, "v1beta1", "old")
+    local w = start_watch(d, { "--resource", "resourceclaims", "--until-key", "resourceclaims:t1/old" })
+    finally(function() P.stop(w.pid) end)
+    local lines, sum = finish(w)
+    assert.is_true(sum.reached)
+    assert.are.equal("resource.k8s.io/v1beta1", sum.served.resourceclaims)
+    assert.are.equal("t1/old", lines[1].key)
+    assert.are.same({ "v1 404", "v1beta2 404", "v1beta1 200" }, lists(d))
+    -- the watch that follows is at the version listed
+    local watched
+    for _, e in ipairs(S.log(d)) do
+      if e.watch and e.path:find("/resourceclaims", 1, true) then watched = e.path end
+    end
+    assert.are.equal("/apis/resource.k8s.io/v1beta1/resourceclaims", watched)
+  end)
+
+  it("counts no version served as empty when optional (a cluster without DRA), and keeps it unsynced otherwise", function()
+    d = S.start { "--without", "resourceclaims" }
+    local w = start_watch(d, { "--resource", "resourceclaims", "--optional", "--until-synced", "--seconds", "20" })
+    finally(function() P.stop(w.pid) end)
+    local lines, sum = finish(w)
+    assert.is_true(sum.synced)
+    assert.are.same({}, lines)
+    assert.are.equal(H.json.null, sum.served.resourceclaims)
+    assert.are.same({ "v1 404", "v1beta2 404", "v1beta1 404" }, lists(d))
+    local w2 = start_watch(d, { "--resource", "resourceclaims", "--until-synced", "--seconds", "2" })
+    finally(function() P.stop(w2.pid) end)
+    local _, sum2 = finish(w2)
+    assert.is_false(sum2.synced)
+  end)
+
+  it("returns to v1 at the next list once it is served, replacing the older version's objects", function()
+    d = S.start {}
+    S.namespace(d, "t1")
+    claim(d, "v1", "new")
+    claim(d, "v1beta1", "old")
+    -- v1 is not served at first (a rule answering 404 to every v1 request)
+    S.call(d, "POST", "/_double/fail", { path = "/apis/resource.k8s.io/v1/", status = 404, count = -1 })
+    local w = start_watch(d, { "--resource", "resourceclaims", "--until-key", "resourceclaims:t1/new" })
+    finally(function() P.stop(w.pid) end)
+    assert(wait_watching(d, 1), "driver never watched: " .. (P.read(w.err) or ""))
+    -- the upgrade: v1 is served, and the watch ends with 410 (a relist)
+    S.call(d, "POST", "/_double/clear", {})
+    S.call(d, "POST", "/_double/cut", { resource = "resourceclaims", mode = "expired" })
+    local lines, sum = finish(w)
+    assert.is_true(sum.reached)
+    assert.are.same({}, sum.violations)
+    assert.are.equal("resource.k8s.io/v1", sum.served.resourceclaims)
+    assert.are.equal(1, #lines)
+    assert.are.equal("t1/new", lines[1].key)
+    assert.are.same({ ADDED = 2, DELETED = 1 }, sum.events)
+  end)
+end)
