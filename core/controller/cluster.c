@@ -25,8 +25,12 @@ json_t *ctl_cluster_snapshot(void)
 {
     json_t *all = json_array();
     for(int i = 0; i < ctl_proc->n_cluster_inf; i++) {
-        const kube_resource *r = kube_informer_resource(ctl_proc->cluster_inf[i]);
-        json_t *items = kube_informer_list(ctl_proc->cluster_inf[i]);
+        /* kind and apiVersion of the version listed (a DRA kind may be
+           read at an older one) */
+        const kube_resource *r = NULL;
+        json_t *items = kube_informer_list_served(ctl_proc->cluster_inf[i], &r);
+        if(!r)
+            r = kube_informer_resource(ctl_proc->cluster_inf[i]);
         size_t j;
         json_t *o;
         json_array_foreach(items, j, o) json_array_append_new(all, ctl_cluster_with_kind(o, r));

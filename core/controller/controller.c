@@ -272,7 +272,8 @@ int controller_main(int argc, char **argv)
      * usage that raw budget keys count (DESIGN.md §5) */
     static const kube_resource *const cluster_kinds[] = {&KUBE_NAMESPACES, &KUBE_NODES,      &KUBE_RESOURCEQUOTAS,
                                                           &KUBE_KUBEVIRTS,  &KUBE_GPUCLASSES, &KUBE_GPUCLAIMS,
-                                                          &KUBE_VMIS, &KUBE_RESOURCECLAIMS, &KUBE_RESOURCECLAIMTEMPLATES};
+                                                          &KUBE_VMIS, &KUBE_RESOURCECLAIMS, &KUBE_RESOURCECLAIMTEMPLATES,
+                                                          &KUBE_DEVICECLASSES};
     for(size_t i = 0; i < sizeof cluster_kinds / sizeof *cluster_kinds; i++) {
         /* the binder's kinds wake it (bind.c: the kind letter as ctx) */
         const kube_resource *r = cluster_kinds[i];
@@ -285,9 +286,13 @@ int controller_main(int argc, char **argv)
             kube_watcher_add(ctl_proc->watcher, r, NULL, NULL, NULL, fn, (void *)(intptr_t)kind);
         if(cluster_kinds[i] == &KUBE_GPUCLASSES)
             ctl_proc->classes_inf = ctl_proc->cluster_inf[ctl_proc->n_cluster_inf - 1];
-        /* DRA objects, for the raw-name policy's pod resource claims; a
-         * cluster without DRA does not serve them */
-        if(cluster_kinds[i] == &KUBE_RESOURCECLAIMS || cluster_kinds[i] == &KUBE_RESOURCECLAIMTEMPLATES)
+        /* DRA objects, for the raw-name policy's resource claims and DRA
+         * extended resources (DeviceClass spec.extendedResourceName): read
+         * at the newest version served (resource.k8s.io/v1, else v1beta2,
+         * else v1beta1: watch.h VERSIONS); a cluster without DRA serves
+         * none */
+        if(cluster_kinds[i] == &KUBE_RESOURCECLAIMS || cluster_kinds[i] == &KUBE_RESOURCECLAIMTEMPLATES ||
+           cluster_kinds[i] == &KUBE_DEVICECLASSES)
             kube_informer_set_optional(ctl_proc->cluster_inf[ctl_proc->n_cluster_inf - 1]);
     }
     ctl_proc->gpunodes_inf =

@@ -35,10 +35,23 @@ const kube_resource KUBE_RESOURCEQUOTAS = {"", "v1", "resourcequotas", "Resource
 const kube_resource KUBE_EVENTS = {"", "v1", "events", "Event", 1};
 const kube_resource KUBE_LEASES = {"coordination.k8s.io", "v1", "leases", "Lease", 1};
 const kube_resource KUBE_VMIS = {"kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", 1};
-/* DRA (Kubernetes 1.32: resource.k8s.io/v1beta1); clusters without DRA do not serve it */
-const kube_resource KUBE_RESOURCECLAIMS = {"resource.k8s.io", "v1beta1", "resourceclaims", "ResourceClaim", 1};
-const kube_resource KUBE_RESOURCECLAIMTEMPLATES = {"resource.k8s.io", "v1beta1", "resourceclaimtemplates",
+/* DRA, resource.k8s.io: v1 since Kubernetes 1.34, v1beta2 1.33 (removed in
+ * 1.39), v1beta1 1.32 (removed in 1.38) (k8s.io/api resource/<version>
+ * types.go and zz_generated.prerelease-lifecycle.go); beta versions are off
+ * by default, so a current cluster serves v1 only, and a cluster without DRA
+ * none. The constants name v1; kube_resource_older gives the others. */
+const kube_resource KUBE_RESOURCECLAIMS = {"resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", 1};
+const kube_resource KUBE_RESOURCECLAIMTEMPLATES = {"resource.k8s.io", "v1", "resourceclaimtemplates",
                                                    "ResourceClaimTemplate", 1};
+const kube_resource KUBE_DEVICECLASSES = {"resource.k8s.io", "v1", "deviceclasses", "DeviceClass", 0};
+static const kube_resource RESOURCECLAIMS_V1BETA2 = {"resource.k8s.io", "v1beta2", "resourceclaims", "ResourceClaim", 1};
+static const kube_resource RESOURCECLAIMS_V1BETA1 = {"resource.k8s.io", "v1beta1", "resourceclaims", "ResourceClaim", 1};
+static const kube_resource RESOURCECLAIMTEMPLATES_V1BETA2 = {"resource.k8s.io", "v1beta2", "resourceclaimtemplates",
+                                                             "ResourceClaimTemplate", 1};
+static const kube_resource RESOURCECLAIMTEMPLATES_V1BETA1 = {"resource.k8s.io", "v1beta1", "resourceclaimtemplates",
+                                                             "ResourceClaimTemplate", 1};
+static const kube_resource DEVICECLASSES_V1BETA2 = {"resource.k8s.io", "v1beta2", "deviceclasses", "DeviceClass", 0};
+static const kube_resource DEVICECLASSES_V1BETA1 = {"resource.k8s.io", "v1beta1", "deviceclasses", "DeviceClass", 0};
 const kube_resource KUBE_VMS = {"kubevirt.io", "v1", "virtualmachines", "VirtualMachine", 1};
 const kube_resource KUBE_KUBEVIRTS = {"kubevirt.io", "v1", "kubevirts", "KubeVirt", 1};
 const kube_resource KUBE_GPUCLASSES = {"cozystack.io", "v1alpha1", "gpuclasses", "GPUClass", 0};
@@ -142,6 +155,22 @@ char *kube_escape(const char *s)
     }
     *o = 0;
     return out;
+}
+
+/* Versions newest first (see the DRA constants above): each entry's next
+ * older one. */
+const kube_resource *kube_resource_older(const kube_resource *r)
+{
+    static const kube_resource *const chains[][3] = {
+        {&KUBE_RESOURCECLAIMS, &RESOURCECLAIMS_V1BETA2, &RESOURCECLAIMS_V1BETA1},
+        {&KUBE_RESOURCECLAIMTEMPLATES, &RESOURCECLAIMTEMPLATES_V1BETA2, &RESOURCECLAIMTEMPLATES_V1BETA1},
+        {&KUBE_DEVICECLASSES, &DEVICECLASSES_V1BETA2, &DEVICECLASSES_V1BETA1},
+    };
+    for(size_t i = 0; i < sizeof chains / sizeof *chains; i++)
+        for(size_t j = 0; j + 1 < sizeof chains[i] / sizeof *chains[i]; j++)
+            if(chains[i][j] == r)
+                return chains[i][j + 1];
+    return NULL;
 }
 
 char *kube_path(const kube_resource *r, const char *ns, const char *name, const char *sub)

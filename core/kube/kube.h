@@ -83,7 +83,16 @@ typedef struct kube_resource {
 extern const kube_resource KUBE_NAMESPACES, KUBE_NODES, KUBE_PODS, KUBE_SECRETS,
     KUBE_CONFIGMAPS, KUBE_RESOURCEQUOTAS, KUBE_EVENTS, KUBE_LEASES, KUBE_VMIS,
     KUBE_VMS, KUBE_KUBEVIRTS, KUBE_GPUCLASSES, KUBE_GPUCLAIMS, KUBE_GPUNODES,
-    KUBE_WORKLOADS, KUBE_WORKLOADMONITORS, KUBE_RESOURCECLAIMS, KUBE_RESOURCECLAIMTEMPLATES, KUBE_PVCS, KUBE_PVS;
+    KUBE_WORKLOADS, KUBE_WORKLOADMONITORS, KUBE_RESOURCECLAIMS, KUBE_RESOURCECLAIMTEMPLATES, KUBE_DEVICECLASSES,
+    KUBE_PVCS, KUBE_PVS;
+
+/* The next older version of r that a cluster may serve instead of it, or
+ * NULL. Only the DRA kinds have one: KUBE_RESOURCECLAIMS,
+ * KUBE_RESOURCECLAIMTEMPLATES and KUBE_DEVICECLASSES are resource.k8s.io/v1
+ * (Kubernetes 1.34), then v1beta2 (1.33), then v1beta1 (1.32)
+ * (k8s.io/api resource/<version>/types.go). The watch reads the newest one
+ * served (watch.h, kube_watcher_add). */
+const kube_resource *kube_resource_older(const kube_resource *r);
 
 /* Path of a collection or an object: "/api/v1/namespaces/ns/pods/name/status"
  * or "/apis/group/version/...". ns NULL (or "") for cluster-scoped types or

@@ -44,6 +44,8 @@ struct kube_informer {
 
     /* loop state (watcher thread only) */
     inf_state state;
+    const kube_resource *cur; /* the version listed and watched: res, or an older one
+                                 (kube_resource_older) the cluster serves instead */
     int relist;          /* after BACKOFF: list (1) or watch (0) */
     double wake_at;      /* end of BACKOFF */
     int failures;        /* consecutive, for the backoff */
@@ -65,6 +67,8 @@ struct kube_informer {
     json_t *cache;       /* key -> object */
     int synced;
     int optional;        /* 404 on LIST: not served, empty (watcher thread only after start) */
+    const kube_resource *served; /* the version the cache was listed at; NULL before a list or
+                                    when no version is served */
     char rv_copy[64];
 };
 
@@ -185,6 +189,7 @@ kube_informer *kube_watcher_add(kube_watcher *w, const kube_resource *r, const c
         return NULL;
     inf->w = w;
     inf->res = r;
+    inf->cur = r;
     inf->fn = fn;
     inf->ctx = ctx;
     inf->cache = json_object();
@@ -300,6 +305,28 @@ json_t *kube_informer_get(kube_informer *inf, const char *ns, const char *name)
 }
 
 const kube_resource *kube_informer_resource(kube_informer *inf) { return inf->res; }
+
+const kube_resource *kube_informer_served(kube_informer *inf)
+{
+    const kube_resource *r;
+    pthread_mutex_lock(&inf->w->mu);
+    r = inf->served;
+    pthread_mutex_unlock(&inf->w->mu);
+    return r;
+}
+
+json_t *kube_informer_list_served(kube_informer *inf, const kube_resource **served)
+{
+    json_t *arr = json_array();
+    if(!arr)
+        return NULL;
+    pthread_mutex_lock(&inf->w->mu);
+    append_cache(arr, inf);
+    if(served)
+        *served = inf->served;
+    pthread_mutex_unlock(&inf->w->mu);
+    return arr;
+}
 
 void kube_informer_rv(kube_informer *inf, char *buf, size_t n)
 {
@@ -477,7 +504,7 @@ static void end_transfer(kube_informer *inf)
 /* Builds the collection path with query parameters. */
 static char *collection_query(kube_informer *inf, const char *extra)
 {
-    char *base = kube_path(inf->res, inf->ns, NULL, NULL), *out = NULL;
+    char *base = kube_path(inf->cur, inf->ns, NULL, NULL), *out = NULL;
     char *l = inf->label ? kube_escape(inf->label) : NULL;
     char *f = inf->field ? kube_escape(inf->field) : NULL;
     if(base && (!inf->label || l) && (!inf->field || f) &&
@@ -522,7 +549,8 @@ static int start_transfer(kube_informer *inf, const char *path, int watch)
     return 0;
 }
 
-static void start_list(kube_informer *inf)
+/* Lists inf->cur (the next page when inf->cont is set). */
+static void list_from(kube_informer *inf)
 {
     char extra[64];
     char *cont = inf->cont ? kube_escape(inf->cont) : NULL;
@@ -545,6 +573,16 @@ static void start_list(kube_informer *inf)
     }
     curl_easy_setopt(inf->h, CURLOPT_TIMEOUT_MS, kube_client_timeout_ms(inf->w->c) * 3);
     free(path);
+}
+
+/* Lists: a new list starts at the newest version (a cluster upgraded since
+   the last list may serve it now, and one that stopped serving the version
+   watched answers 404), the next page stays at the version of the first. */
+static void start_list(kube_informer *inf)
+{
+    if(!inf->cont)
+        inf->cur = inf->res;
+    list_from(inf);
 }
 
 static void start_watch(kube_informer *inf)
@@ -592,14 +630,19 @@ static void backoff(kube_informer *inf, int relist, long retry_after_s)
     inf->wake_at = kube_now() + d / 1000.0;
 }
 
-/* The last page has arrived: replace the cache, deliver the difference. */
-static void commit_list(kube_informer *inf, const char *list_rv)
+/* The last page has arrived: replace the cache, deliver the difference.
+   served: the version listed (NULL: none is served). Objects listed at
+   another version than the cache's are new objects even at the same
+   resourceVersion (their shape differs), so they come as MODIFIED. */
+static void commit_list(kube_informer *inf, const char *list_rv, const kube_resource *served)
 {
     dqueue q = {0};
     const char *k;
     json_t *v;
     pthread_mutex_lock(&inf->w->mu);
     int changed = !inf->synced;
+    const kube_resource *before = inf->served;
+    int switched = before != served;
     json_object_foreach(inf->cache, k, v) {
         if(!json_object_get(inf->pending, k))
             dq_push(&q, "DELETED", v);
@@ -612,7 +655,7 @@ static void commit_list(kube_informer *inf, const char *list_rv)
             dq_push(&q, "ADDED", v);
         } else {
             const char *orv = meta(old, "resourceVersion"), *nrv = meta(v, "resourceVersion");
-            if(!orv || !nrv || strcmp(orv, nrv) != 0)
+            if(switched || !orv || !nrv || strcmp(orv, nrv) != 0)
                 dq_push(&q, "MODIFIED", v);
             else
                 json_object_iter_set(inf->pending, it, old); /* unchanged: keep the cached value */
@@ -622,10 +665,16 @@ static void commit_list(kube_informer *inf, const char *list_rv)
     inf->cache = inf->pending;
     inf->pending = NULL;
     inf->synced = 1;
+    inf->served = served;
     if(changed || q.n)
         inf->w->generation++;
     pthread_mutex_unlock(&inf->w->mu);
     set_rv(inf, list_rv);
+    if(served && served != before && (before || served != inf->res))
+        log_write(LOG_INFO, "watch",
+                  served != inf->res ? "reading an older version: the newer ones are not served"
+                                     : "reading the newest version: it is served now",
+                  "resource", inf->res->resource, "version", served->version, NULL);
     {
         char nbuf[24];
         snprintf(nbuf, sizeof nbuf, "%zu", json_object_size(inf->cache));
@@ -650,6 +699,15 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
         start_list(inf);
         return;
     }
+    if(cc == CURLE_OK && st == 404 && !inf->cont && kube_resource_older(inf->cur)) {
+        /* this version is not served: the next older one may be */
+        log_write(LOG_DEBUG, "watch", "version not served, trying the next older one", "resource",
+                  inf->res->resource, "version", inf->cur->version, NULL);
+        json_decref(body);
+        inf->cur = kube_resource_older(inf->cur);
+        list_from(inf);
+        return;
+    }
     if(cc == CURLE_OK && st == 404 && inf->optional) {
         /* the API is not served here: an empty list, looked for again in a
            minute (commit_list reports objects that vanished as DELETED) */
@@ -659,7 +717,7 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
         json_decref(body);
         set_str(&inf->cont, NULL);
         json_object_clear(inf->pending);
-        commit_list(inf, "");
+        commit_list(inf, "", NULL);
         backoff(inf, 1, 60);
         return;
     }
@@ -692,7 +750,7 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
     }
     set_str(&inf->cont, NULL);
     const char *rv = json_string_value(json_object_get(json_object_get(body, "metadata"), "resourceVersion"));
-    commit_list(inf, rv ? rv : "");
+    commit_list(inf, rv ? rv : "", inf->cur);
     json_decref(body);
     /* failures are reset by a useful watch, not by a list, so that a
        list / 410 loop still backs off */

@@ -24,6 +24,15 @@
  *             watch resumes (429, 5xx, transport errors) or a relist follows
  *             (other statuses, undecodable events, ERROR events).
  *
+ * VERSIONS  a resource with older versions (kube_resource_older: the DRA
+ *           kinds) is read at the newest version the cluster serves: a LIST
+ *           answered 404 is tried again at the next older version at once;
+ *           every new list (not the next page) starts at the newest again,
+ *           so an upgraded cluster is followed, and a version the cluster
+ *           stops serving (404 on the watch, then a relist) is left. The
+ *           objects are cached as received, in the shape of the version
+ *           read (kube_informer_served says which).
+ *
  * Every resync_seconds (0: never) a watching informer relists, delivering
  * only the difference. Each restart of a watch counts in
  * cozygpu_watch_restarts_total{resource,reason} with reason one of
@@ -117,13 +126,24 @@ json_t *kube_informer_list(kube_informer *inf);
    or NULL. */
 json_t *kube_informer_get(kube_informer *inf, const char *ns, const char *name);
 
-/* The informer's resource type. */
+/* The informer's resource type, as given to kube_watcher_add (the newest
+   version, whatever version is read). */
 const kube_resource *kube_informer_resource(kube_informer *inf);
 
+/* The version of the resource the cached objects were listed at: the
+   resource itself or one of its kube_resource_older versions; NULL before
+   the first list, or when the cluster serves no version (optional). */
+const kube_resource *kube_informer_served(kube_informer *inf);
+
+/* kube_informer_list, and the kube_informer_served version of that list
+   (into *served when not NULL), read together under the cache lock. */
+json_t *kube_informer_list_served(kube_informer *inf, const kube_resource **served);
+
 /* Marks the resource as one the cluster may not serve (an optional API
- * group, e.g. resource.k8s.io without DRA). A LIST answered 404 then counts
- * as an empty list, so the watcher still syncs; the list is tried again
- * every minute. Call before kube_watcher_start. */
+ * group, e.g. resource.k8s.io without DRA). A LIST answered 404 (at every
+ * version, see VERSIONS) then counts as an empty list, so the watcher still
+ * syncs; the list is tried again every minute. Call before
+ * kube_watcher_start. */
 void kube_informer_set_optional(kube_informer *inf);
 
 /* The last resourceVersion the informer has seen (list, event or bookmark),

@@ -50,7 +50,11 @@ describe("kube-double", function()
       for _, g in ipairs(v.groups) do names[g.name] = g.preferredVersion.version end
       assert.are.same({ ["coordination.k8s.io"] = "v1", ["apiextensions.k8s.io"] = "v1", ["kubevirt.io"] = "v1",
         ["cozystack.io"] = "v1alpha1", ["apps"] = "v1", ["policy"] = "v1", ["rbac.authorization.k8s.io"] = "v1",
-        ["admissionregistration.k8s.io"] = "v1", ["cert-manager.io"] = "v1", ["networking.k8s.io"] = "v1" }, names)
+        ["admissionregistration.k8s.io"] = "v1", ["cert-manager.io"] = "v1", ["networking.k8s.io"] = "v1",
+        ["resource.k8s.io"] = "v1" }, names)
+      -- a group served at two versions lists both, the newest preferred
+      st, v = d:request("GET", "/apis/resource.k8s.io")
+      assert.are.same({ "v1", "v1beta1" }, { v.versions[1].version, v.versions[2].version })
       st, v = d:request("GET", "/apis/cozystack.io/v1alpha1")
       assert.are.equal("APIResourceList", v.kind)
       local gc, gcs
@@ -496,6 +500,19 @@ describe("kube-double --without", function()
       local _, err, code = d:kubectl { "get", "workloads", "-n", "tenant-a" }
       assert.are_not.equal(0, code)
       assert.matches("the server doesn't have a resource type \"workloads\"", err, 1, true)
+    end)
+    d:stop()
+    assert(ok, e)
+  end)
+
+  it("leaves out one version of a resource named plural.version.group, and the group's discovery follows", function()
+    local d = D.start { args = { "--without", "resourceclaims.v1.resource.k8s.io,resourceclaimtemplates.v1.resource.k8s.io,deviceclasses.v1.resource.k8s.io" } }
+    local ok, e = pcall(function()
+      assert.are.equal(404, (d:request("GET", "/apis/resource.k8s.io/v1/resourceclaims")))
+      assert.are.equal(200, (d:request("GET", "/apis/resource.k8s.io/v1beta1/resourceclaims")))
+      local _, g = d:request("GET", "/apis/resource.k8s.io")
+      assert.are.equal("v1beta1", g.preferredVersion.version)
+      assert.are.equal(1, #g.versions)
     end)
     d:stop()
     assert(ok, e)

@@ -24,14 +24,18 @@
  *                                 interfered=1) so the first PUT conflicts. Prints
  *                                 {"calls":n,"object":..} or {"error":..}
  *   watch --resource R [--resource R2 ...] [--ns NS] [--label SEL] [--field SEL]
- *         [--resync S] [--until-key RESOURCE:KEY ...] [--seconds N] [--summary FILE]
- *                                 run informers until every KEY is cached (or N seconds,
- *                                 default 60), then print the caches as JSON lines
- *                                 sorted by resource and key:
+ *         [--resync S] [--until-key RESOURCE:KEY ...] [--until-synced] [--optional]
+ *         [--seconds N] [--summary FILE]
+ *                                 run informers until every KEY is cached (and, with
+ *                                 --until-synced, every informer has listed; or N
+ *                                 seconds, default 60), then print the caches as JSON
+ *                                 lines sorted by resource and key:
  *                                 {"resource":..,"key":..,"rv":..,"object":..}
  *                                 and write a summary (events by type, restarts by
  *                                 resource/reason, violations of the event
- *                                 invariants) to FILE.
+ *                                 invariants, "served": {resource: the version read,
+ *                                 or null}) to FILE. --optional marks every informer
+ *                                 optional (kube_informer_set_optional).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -88,7 +92,7 @@ typedef struct opts {
     const char *ns, *name, *label, *field, *set_label, *summary;
     const char *until[8];
     int n_until;
-    int interfere;
+    int interfere, until_synced, optional;
     long resync, seconds;
 } opts;
 
@@ -98,7 +102,7 @@ static const kube_resource *resource_named(const char *n)
         &KUBE_NAMESPACES, &KUBE_NODES, &KUBE_PODS, &KUBE_SECRETS, &KUBE_CONFIGMAPS,
         &KUBE_RESOURCEQUOTAS, &KUBE_EVENTS, &KUBE_LEASES, &KUBE_VMIS, &KUBE_VMS,
         &KUBE_KUBEVIRTS, &KUBE_GPUCLASSES, &KUBE_GPUCLAIMS, &KUBE_GPUNODES, &KUBE_WORKLOADS,
-        &KUBE_WORKLOADMONITORS};
+        &KUBE_WORKLOADMONITORS, &KUBE_RESOURCECLAIMS, &KUBE_RESOURCECLAIMTEMPLATES, &KUBE_DEVICECLASSES};
     for(size_t i = 0; i < sizeof all / sizeof *all; i++)
         if(strcmp(all[i]->resource, n) == 0)
             return all[i];
@@ -139,6 +143,8 @@ static void parse(int argc, char **argv, opts *o)
         else if(!strcmp(a, "--label")) { if(!strcmp(argv[1], "update-retry")) o->set_label = ARG(); else o->label = ARG(); }
         else if(!strcmp(a, "--field")) o->field = ARG();
         else if(!strcmp(a, "--interfere")) o->interfere = 1;
+        else if(!strcmp(a, "--until-synced")) o->until_synced = 1;
+        else if(!strcmp(a, "--optional")) o->optional = 1;
         else if(!strcmp(a, "--resync")) o->resync = atol(ARG());
         else if(!strcmp(a, "--until-key")) { if(o->n_until < 8) o->until[o->n_until++] = ARG(); }
         else if(!strcmp(a, "--seconds")) o->seconds = atol(ARG());
@@ -207,6 +213,28 @@ static int selftest(void)
         check(p && strcmp(p, paths[i].want) == 0, paths[i].want);
         if(p && strcmp(p, paths[i].want))
             printf("  got %s\n", p);
+        free(p);
+    }
+    /* DRA versions, newest first (k8s.io/api resource/{v1,v1beta2,v1beta1}) */
+    const kube_resource *dra[] = {&KUBE_RESOURCECLAIMS, &KUBE_RESOURCECLAIMTEMPLATES, &KUBE_DEVICECLASSES};
+    for(size_t i = 0; i < sizeof dra / sizeof *dra; i++) {
+        const kube_resource *b2 = kube_resource_older(dra[i]), *b1 = b2 ? kube_resource_older(b2) : NULL;
+        char what[128];
+        snprintf(what, sizeof what, "%s: v1, then v1beta2, then v1beta1, then none", dra[i]->resource);
+        check(!strcmp(dra[i]->group, "resource.k8s.io") && !strcmp(dra[i]->version, "v1") && b2 && b1 &&
+                  !strcmp(b2->version, "v1beta2") && !strcmp(b1->version, "v1beta1") && !kube_resource_older(b1) &&
+                  !strcmp(b2->resource, dra[i]->resource) && !strcmp(b1->resource, dra[i]->resource) &&
+                  !strcmp(b1->kind, dra[i]->kind) && b1->namespaced == dra[i]->namespaced,
+              what);
+    }
+    check(!kube_resource_older(&KUBE_PODS) && !kube_resource_older(&KUBE_GPUCLASSES), "no older version of others");
+    {
+        char *p = kube_path(kube_resource_older(&KUBE_RESOURCECLAIMTEMPLATES), "t-a", NULL, NULL);
+        check(p && !strcmp(p, "/apis/resource.k8s.io/v1beta2/namespaces/t-a/resourceclaimtemplates"),
+              "path of an older version");
+        free(p);
+        p = kube_path(&KUBE_DEVICECLASSES, "ignored", "gpu.nvidia.com", NULL);
+        check(p && !strcmp(p, "/apis/resource.k8s.io/v1/deviceclasses/gpu.nvidia.com"), "deviceclasses: cluster-scoped");
         free(p);
     }
     check(kube_parse_retry_after("3") == 3, "retry-after 3");
@@ -473,6 +501,8 @@ static int cmd_watch(opts *o)
             return 64;
         }
         infs[i] = kube_watcher_add(w, r, o->ns, o->label, o->field, on_event, NULL);
+        if(o->optional)
+            kube_informer_set_optional(infs[i]);
     }
     if(kube_watcher_start(w, &err) != COZY_OK) {
         fprintf(stderr, "%s\n", err.msg);
@@ -482,16 +512,25 @@ static int cmd_watch(opts *o)
     int reached = 0;
     while(kube_now() < deadline) {
         pthread_mutex_lock(&WS.mu);
-        reached = WS.n_until > 0;
+        reached = WS.n_until > 0 || o->until_synced;
         for(int i = 0; i < WS.n_until; i++)
             reached = reached && WS.until_seen[i];
         pthread_mutex_unlock(&WS.mu);
+        if(o->until_synced)
+            reached = reached && kube_watcher_synced(w);
         if(reached)
             break;
         usleep(20000);
     }
     int synced = kube_watcher_synced(w);
     kube_watcher_stop(w);
+    json_t *served = json_object();
+    for(int i = 0; i < o->n_res; i++) {
+        const kube_resource *r = kube_informer_served(infs[i]);
+        char gv[160];
+        snprintf(gv, sizeof gv, "%s%s%s", r ? r->group : "", r && *r->group ? "/" : "", r ? r->version : "");
+        json_object_set_new(served, o->resources[i], r ? json_string(gv) : json_null());
+    }
 
     /* the caches, sorted; and the mirror compared with them */
     size_t n = 0, cap = 64;
@@ -536,8 +575,8 @@ static int cmd_watch(opts *o)
     pthread_mutex_lock(&met_mu);
     json_t *restarts = met_counts ? json_incref(met_counts) : json_object();
     pthread_mutex_unlock(&met_mu);
-    json_t *sum = json_pack("{s:o, s:o, s:o, s:b, s:b, s:I}", "events", WS.counts, "violations", WS.violations,
-                            "restarts", restarts, "synced", synced, "reached", reached,
+    json_t *sum = json_pack("{s:o, s:o, s:o, s:b, s:b, s:o, s:I}", "events", WS.counts, "violations", WS.violations,
+                            "restarts", restarts, "synced", synced, "reached", reached, "served", served,
                             "generation", (json_int_t)kube_watcher_generation(w));
     if(o->summary)
         json_dump_file(sum, o->summary, JSON_COMPACT | JSON_SORT_KEYS);
@@ -555,7 +594,7 @@ static int cmd_watch(opts *o)
     json_decref(met_counts);
     met_counts = NULL;
     pthread_mutex_unlock(&met_mu);
-    return reached || !o->n_until ? 0 : 3;
+    return reached || (!o->n_until && !o->until_synced) ? 0 : 3;
 }
 
 int main(int argc, char **argv)

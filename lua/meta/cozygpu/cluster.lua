@@ -6,9 +6,10 @@
 -- Where it comes from: in `cozygpu review` and `cozygpu policy test`, the
 -- snapshot files (--cluster, `cluster:`); in the controller, the watch
 -- caches of Namespaces, Nodes, ResourceQuotas, the KubeVirt CR, GPUClasses,
--- GPUClaims, VirtualMachineInstances, ResourceClaims and
--- ResourceClaimTemplates (docs/decisions/0008 says what a stale cache can
--- do per read). Kinds a snapshot carries beyond those are kept and
+-- GPUClaims, VirtualMachineInstances, ResourceClaims,
+-- ResourceClaimTemplates and DeviceClasses (docs/decisions/0008 says what a
+-- stale cache can do per read; the DRA kinds at the newest version the
+-- cluster serves: resource.k8s.io/v1, else v1beta2, else v1beta1). Kinds a snapshot carries beyond those are kept and
 -- reachable through `list` and `get`.
 --
 -- Call every method with a colon (`cluster:nodes()`). With a dot, some

@@ -27,9 +27,11 @@
  *                          `http`: answer HTTP 410 with the Status instead
  *   --log-requests         print one line per request on stderr
  *   --without R[,R...]     do not serve these resources (plurals, e.g.
- *                          workloads,workloadmonitors): a cluster without
- *                          that CRD, where every path of theirs is 404
- *                          and discovery does not list them
+ *                          workloads,workloadmonitors, at every version;
+ *                          or one version: resourceclaims.v1.resource.k8s.io):
+ *                          a cluster without that CRD or API version,
+ *                          where every path of theirs is 404 and discovery
+ *                          does not list them
  *
  * Control API (never authenticated, never subject to faults, not logged):
  *   POST /_double/cut      {"resource":"gpuclasses"?, "mode":"close"|"abrupt"|"expired"}
@@ -57,6 +59,8 @@
  *   DELETE /_double/log    empties it.
  *   GET  /_double/state?resource=gpuclasses   {"resourceVersion","compacted",
  *                          "watches","items":[objects, sorted by namespace/name]}
+ *                          (a plural served at several versions: the first
+ *                          in the table; or name one as plural.version.group)
  *
  * Semantics followed (sources in k8s.io/apiserver unless said):
  *  - resourceVersion is one global counter (etcd's revision); each object
@@ -262,6 +266,18 @@ const dbl_type DBL_TYPES[] = {
     /* cert-manager's CRDs, as if installed (deploy/30-certificates.yaml) */
     { "cert-manager.io", "v1", "issuers", "issuer", "Issuer", 1, "", 1, 1, 1, "" },
     { "cert-manager.io", "v1", "certificates", "certificate", "Certificate", 1, "cert certs", 1, 1, 1, "" },
+    /* DRA (k8s.io/api resource/v1 and v1beta1 types.go), for the raw-name
+     * policy's claims and device classes: v1 as Kubernetes 1.34+ serves it,
+     * v1beta1 as 1.32 did. Each version is a store of its own (no
+     * conversion between them: an object exists at the version it was
+     * written at); `--without resourceclaims.v1.resource.k8s.io` leaves one
+     * version out */
+    { "resource.k8s.io", "v1", "resourceclaims", "resourceclaim", "ResourceClaim", 1, "", 1, 0, 0, "" },
+    { "resource.k8s.io", "v1", "resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", 1, "", 0, 0, 0, "" },
+    { "resource.k8s.io", "v1", "deviceclasses", "deviceclass", "DeviceClass", 0, "", 0, 0, 0, "" },
+    { "resource.k8s.io", "v1beta1", "resourceclaims", "resourceclaim", "ResourceClaim", 1, "", 1, 0, 0, "" },
+    { "resource.k8s.io", "v1beta1", "resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", 1, "", 0, 0, 0, "" },
+    { "resource.k8s.io", "v1beta1", "deviceclasses", "deviceclass", "DeviceClass", 0, "", 0, 0, 0, "" },
 };
 const size_t DBL_NTYPES = sizeof DBL_TYPES / sizeof DBL_TYPES[0];
 #define NTYPES (sizeof DBL_TYPES / sizeof DBL_TYPES[0])
@@ -281,6 +297,17 @@ static struct {
 
 /* --without: types not served (set once in main, read-only after) */
 static int g_unserved[NTYPES];
+
+/* Whether `name` names type i: its plural (every version of it), or
+ * plural.version.group (kubectl's fully qualified resource.version.group) */
+static int type_named(size_t i, const char *name)
+{
+    const dbl_type *t = &DBL_TYPES[i];
+    size_t n = strlen(t->plural), v = strlen(t->version);
+    if (!strcmp(name, t->plural)) return 1;
+    return !strncmp(name, t->plural, n) && name[n] == '.' && !strncmp(name + n + 1, t->version, v) &&
+           name[n + 1 + v] == '.' && !strcmp(name + n + 2 + v, t->group);
+}
 
 /* ---- global state (all under g_lock) ------------------------------------ */
 
@@ -958,20 +985,27 @@ static json_t *resource_list(const char *group, const char *version)
                      "resources", res);
 }
 
+/* The group's served versions in table order, the first preferred; NULL
+ * when it serves none */
 static json_t *api_group(const char *group)
 {
+    json_t *versions = json_array(), *preferred = NULL;
     for (size_t i = 0; i < NTYPES; i++) {
         const dbl_type *t = &DBL_TYPES[i];
-        if (strcmp(t->group, group)) continue;
+        if (g_unserved[i] || strcmp(t->group, group)) continue;
+        int seen = 0;
+        for (size_t j = 0; j < i; j++)
+            if (!g_unserved[j] && !strcmp(DBL_TYPES[j].group, group) && !strcmp(DBL_TYPES[j].version, t->version)) seen = 1;
+        if (seen) continue;
         char gv[160];
         snprintf(gv, sizeof gv, "%s/%s", t->group, t->version);
         json_t *v = json_pack("{s:s,s:s}", "groupVersion", gv, "version", t->version);
-        json_t *g = json_pack("{s:s,s:s,s:s,s:[O],s:O}", "kind", "APIGroup", "apiVersion", "v1", "name", t->group,
-                              "versions", v, "preferredVersion", v);
-        json_decref(v);
-        return g;
+        if (!preferred) preferred = json_incref(v);
+        json_array_append_new(versions, v);
     }
-    return NULL;
+    if (!preferred) { json_decref(versions); return NULL; }
+    return json_pack("{s:s,s:s,s:s,s:o,s:o}", "kind", "APIGroup", "apiVersion", "v1", "name", group,
+                     "versions", versions, "preferredVersion", preferred);
 }
 
 /* OpenAPI v3, only as much as kubectl's field-validation check reads
@@ -1098,6 +1132,7 @@ static enum MHD_Result serve_discovery(rq *r)
             for (size_t j = 0; j < i; j++) if (!strcmp(DBL_TYPES[j].group, t->group)) seen = 1;
             if (seen) continue;
             json_t *g = api_group(t->group);
+            if (!g) continue;
             json_object_del(g, "kind");
             json_object_del(g, "apiVersion");
             json_array_append_new(groups, g);
@@ -2613,7 +2648,7 @@ static enum MHD_Result serve_control(rq *r, const char *body, size_t len)
         else {
             int n = 0;
             for (size_t i = 0; i < NTYPES; i++) {
-                if (res && strcmp(res, DBL_TYPES[i].plural)) continue;
+                if (res && !type_named(i, res)) continue;
                 g_cut_gen[i]++;
                 g_cut_mode[i] = m;
                 n++;
@@ -2664,7 +2699,7 @@ static enum MHD_Result serve_control(rq *r, const char *body, size_t len)
         out = json_pack("{s:s,s:s,s:i}", "resourceVersion", a, "compacted", b, "watches", g_watches);
         if (res) {
             int idx = -1;
-            for (size_t i = 0; i < NTYPES; i++) if (!strcmp(DBL_TYPES[i].plural, res)) idx = (int)i;
+            for (size_t i = NTYPES; i-- > 0;) if (type_named(i, res)) idx = (int)i; /* the first named */
             if (idx < 0) { code = 404; json_decref(out); out = json_pack("{s:s}", "error", "unknown resource"); }
             else {
                 json_t *state = state_at(idx, 0), *items = json_array();
@@ -2911,10 +2946,10 @@ int main(int argc, char **argv)
             snprintf(buf, sizeof buf, "%s", v);
             char *save = NULL;
             for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
-                size_t k = 0;
-                while (k < NTYPES && strcmp(DBL_TYPES[k].plural, w)) k++;
-                if (k == NTYPES) { fprintf(stderr, "kube-double: --without: unknown resource %s\n", w); return 2; }
-                g_unserved[k] = 1;
+                int any = 0;
+                for (size_t k = 0; k < NTYPES; k++)
+                    if (type_named(k, w)) { g_unserved[k] = 1; any = 1; }
+                if (!any) { fprintf(stderr, "kube-double: --without: unknown resource %s\n", w); return 2; }
             }
         }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
