@@ -312,6 +312,65 @@ describe("cozygpu controller", function()
     end
   end)
 
+  it("reads the DRA objects at resource.k8s.io/v1 for the raw-name policy: claims, templates, device classes", function()
+    -- Kubernetes 1.34+ serves DRA at v1 (k8s.io/api resource/v1 types.go);
+    -- before, the controller read v1beta1 only and saw no claim here
+    local R = "/apis/resource.k8s.io/v1"
+    local objs = {
+      { R .. "/deviceclasses", { apiVersion = "resource.k8s.io/v1", kind = "DeviceClass",
+        metadata = { name = "gpu.nvidia.com" }, spec = { extendedResourceName = "example.com/gpu" } } },
+      { R .. "/namespaces/tenant-a/resourceclaims", { apiVersion = "resource.k8s.io/v1", kind = "ResourceClaim",
+        metadata = { name = "dra-gpu", namespace = "tenant-a" },
+        spec = { devices = { requests = json.array { { name = "gpu", exactly = { deviceClassName = "gpu.nvidia.com" } } } } } } },
+      { R .. "/namespaces/tenant-a/resourceclaims", { apiVersion = "resource.k8s.io/v1", kind = "ResourceClaim",
+        metadata = { name = "dra-nic", namespace = "tenant-a" },
+        spec = { devices = { requests = json.array { { name = "nic", exactly = { deviceClassName = "nic.example.com" } } } } } } },
+      { R .. "/namespaces/tenant-a/resourceclaimtemplates", { apiVersion = "resource.k8s.io/v1", kind = "ResourceClaimTemplate",
+        metadata = { name = "dra-any", namespace = "tenant-a" },
+        spec = { spec = { devices = { requests = json.array { { name = "dev", firstAvailable = json.array {
+          { name = "nic", deviceClassName = "nic.example.com" }, { name = "mig", deviceClassName = "mig.nvidia.com" } } } } } } } } },
+    }
+    finally(function()
+      for _, o in ipairs(objs) do E.send(d, "DELETE", o[1] .. "/" .. o[2].metadata.name, "") end
+    end)
+    for _, o in ipairs(objs) do
+      local v, st = E.send(d, "POST", o[1], o[2])
+      assert.equal(201, st, json.encode(v))
+    end
+    local cfg = dir .. "/forbidden-dra.yaml"
+    H.write(cfg, "rawResourceNames: Forbidden\n")
+    local c = start { identity = "dra", config = cfg }
+    assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
+    local function pod_review(i, spec)
+      local p = { apiVersion = "v1", kind = "Pod", metadata = { name = "dra-" .. i, namespace = "tenant-a" },
+        spec = { containers = json.array { { name = "c", image = "busybox", resources = spec.resources } },
+          resourceClaims = spec.claims } }
+      return { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview", request = {
+        uid = ("7b000000-0000-4000-8000-%012d"):format(i), kind = { group = "", version = "v1", kind = "Pod" },
+        resource = { group = "", version = "v1", resource = "pods" }, operation = "CREATE", namespace = "tenant-a",
+        name = p.metadata.name, userInfo = { username = "alice" }, object = p } }
+    end
+    local cases = {
+      { { claims = json.array { { name = "g", resourceClaimName = "dra-gpu" } } }, false, "DRA device class gpu.nvidia.com" },
+      { { claims = json.array { { name = "n", resourceClaimName = "dra-nic" } } }, true },
+      { { claims = json.array { { name = "t", resourceClaimTemplateName = "dra-any" } } }, false, "DRA device class mig.nvidia.com" },
+      { { resources = { limits = { ["example.com/gpu"] = "1" } } }, false, "device class gpu.nvidia.com" },
+    }
+    for i, k in ipairs(cases) do
+      local st, got = E.review(c, "/validate/pod", pod_review(i, k[1]))
+      assert.equal(200, st)
+      assert.equal(k[2], got.response.allowed, i .. ": " .. json.encode(got.response))
+      if k[3] then assert.truthy(got.response.status.message:find(k[3], 1, true), got.response.status.message) end
+    end
+    -- listed at v1, never at an older version
+    local listed = {}
+    for _, e in ipairs(d:log()) do
+      local v, res = e.path:match("^/apis/resource%.k8s%.io/([^/]+)/([a-z]+)$")
+      if v and not e.watch and e.userAgent:find("dra", 1, true) then listed[res .. " " .. v] = true end
+    end
+    assert.same({ ["resourceclaims v1"] = true, ["resourceclaimtemplates v1"] = true, ["deviceclasses v1"] = true }, listed)
+  end)
+
   it("has exactly one leader; when it dies the other leads within the lease duration", function()
     local a = start { identity = "replica-a" }
     local b = start { identity = "replica-b" }
