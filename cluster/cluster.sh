@@ -130,14 +130,19 @@ dir=$(cd "$dir" && pwd)
 trap 'echo "cluster: interrupted; stopping what was started" >&2; stop_all; exit 1' INT TERM
 
 # A loopback port nobody listens on (bash's /dev/tcp: a refused connect means
-# free). Ports are drawn at random from 20000-45000 so that parallel control
-# planes (two spec runs) rarely collide; a collision fails `up` with the
-# component's log, never silently.
+# free), drawn at random below the kernel's ephemeral range
+# (net.ipv4.ip_local_port_range), which outgoing connections and port-0
+# listeners take from: a port checked free there could be taken by one
+# before the component binds it. Parallel control planes (two spec runs)
+# rarely collide; a collision fails `up` with the component's log, never
+# silently.
+ephemeral=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+[ -n "$ephemeral" ] && [ "$ephemeral" -gt 12000 ] || ephemeral=32768
 taken=" "
 free_port() {
     local p i
     for i in $(seq 1 200); do
-        p=$((20000 + RANDOM % 25000))
+        p=$((10000 + RANDOM % (ephemeral - 10000)))
         case "$taken" in *" $p "*) continue ;; esac
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then taken="$taken$p "; echo "$p"; return 0; fi
     done
@@ -179,7 +184,13 @@ start() {
 # failed NAME WHAT: stops everything, names the component and its log
 failed() {
     echo "cluster: $1 $2; its log is $dir/logs/$1.log, which ends:" >&2
-    tail -n 25 "$dir/logs/$1.log" >&2 2>/dev/null
+    tail -n 15 "$dir/logs/$1.log" >&2 2>/dev/null
+    # klog's error and fatal lines (E1201 ..., F1201 ...), which a long
+    # tail of flags at start-up can push out of sight
+    if grep -qE '^[EF][0-9]{4} ' "$dir/logs/$1.log" 2>/dev/null; then
+        echo "cluster: its last errors:" >&2
+        grep -E '^[EF][0-9]{4} ' "$dir/logs/$1.log" | tail -n 10 >&2
+    fi
     stop_all
     exit 1
 }
@@ -239,11 +250,11 @@ start kube-controller-manager \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
     --controllers '*,-node-ipam-controller' --node-monitor-grace-period 24h \
     --concurrent-gc-syncs 5 --v=1
+# --secure-port 0: neither serves HTTPS (no port to collide with another
+# control plane's; nothing here scrapes their metrics)
 start kube-scheduler \
     --kubeconfig "$dir/kube-scheduler.kubeconfig" \
-    --authentication-kubeconfig "$dir/kube-scheduler.kubeconfig" \
-    --authorization-kubeconfig "$dir/kube-scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false --v=1
+    --secure-port 0 --leader-elect=false --v=1
 
 # ready: the default ServiceAccount of "default" exists (the controller
 # manager's serviceaccount controller runs) and the scheduler answers

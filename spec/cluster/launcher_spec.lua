@@ -78,6 +78,26 @@ describe("launcher pods placed by kube-scheduler", function()
     assert.are.same({}, forbidden)
   end)
 
+  it("the catalog shows the node's free unit, as kubectl prints it (decision 0030)", function()
+    -- the leader's merge patch of GPUClass status, through the status
+    -- subresource; the printer columns of deploy/crds
+    assert(P.wait_until(function()
+      local out = c:must { "get", "gpuclass", "l40s", "-o", "jsonpath={.status.free}/{.status.maxFreePerNode}" }
+      return out == "1/1"
+    end, 30, 0.2), c:must { "get", "gpuclass", "l40s", "-o", "yaml" })
+    local out = c:must { "get", "gpuclass", "l40s" }
+    local header, row = out:match("^([^\n]+)\n([^\n]+)")
+    -- kubectl aligns the columns: a cell starts where its header does
+    -- (empty cells, e.g. PROFILE of a passthrough class, stay empty)
+    local by, starts = {}, {}
+    for pos, col in header:gmatch("()(%S+)") do starts[#starts + 1] = { pos, col } end
+    for i, st in ipairs(starts) do
+      local last = starts[i + 1] and starts[i + 1][1] - 1 or #row
+      by[st[2]] = (row:sub(st[1], last):gsub("^%s+", ""):gsub("%s+$", ""))
+    end
+    assert.are.same({ "l40s", "Passthrough", "1", "1" }, { by.NAME, by.MODE, by.FREE, by["MAX-FREE-PER-NODE"] })
+  end)
+
   it("a pod whose claims are Bound is pinned at create and scheduled onto the claims' node", function()
     claim("bound-a")
     assert(P.wait_until(function() return claim_status("bound-a").phase == "Bound" end, 30, 0.2),

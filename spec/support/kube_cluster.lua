@@ -214,7 +214,8 @@ end
 --- Deploys cozygpu from deploy/ and starts `o.replicas` (default 1)
 --- controller replicas as the cozygpu-controller ServiceAccount.
 --- o = {replicas, target (which replica the webhooks call, default 1),
---- extra = {flags...}}. The webhooks' clientConfig becomes
+--- extra = {flags...}, config_edit = function(config.yaml text) -> text (a
+--- hoster's edit of the settings ConfigMap)}. The webhooks' clientConfig becomes
 --- https://127.0.0.1:<port of the target replica><path> with the test CA as
 --- caBundle (a generated overlay over examples/without-cert-manager); the
 --- Deployment is scaled to 0 (no kubelet runs its pods: the same binary
@@ -249,6 +250,13 @@ function Cluster:deploy(o)
   self:must { "-n", "cozy-gpu", "create", "secret", "tls", "cozygpu-webhook-tls",
     "--cert=" .. self.certs.cert, "--key=" .. self.certs.key }
   self:must { "apply", "-k", ov }
+  -- a hoster's edit of the settings ConfigMap (o.config_edit: text -> text),
+  -- made through the API server before the replicas start
+  if o.config_edit then
+    local cm = json.decode(self:must { "-n", "cozy-gpu", "get", "configmap", "cozygpu-config", "-o", "json" })
+    cm.data["config.yaml"] = o.config_edit(cm.data["config.yaml"])
+    self:must({ "replace", "-f", "-" }, { stdin = json.encode(cm) })
+  end
   -- the settings the kubelet would mount: the ConfigMap's config.yaml
   self.config = self.dir .. "/config.yaml"
   write(self.config, self:must { "-n", "cozy-gpu", "get", "configmap", "cozygpu-config",
