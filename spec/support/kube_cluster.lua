@@ -276,6 +276,26 @@ function Cluster:deploy(o)
   end, 30, 0.2), "no replica took the Lease within 30 s")
 end
 
+--- A hoster's change of settings: edits config.yaml of the ConfigMap
+--- cozygpu-config through the API server (edit: text -> text), then restarts
+--- every replica on its port with the new file (as a rollout would), and
+--- waits until each is ready.
+function Cluster:reconfigure(edit)
+  local cm = json.decode(self:must { "-n", "cozy-gpu", "get", "configmap", "cozygpu-config", "-o", "json" })
+  cm.data["config.yaml"] = edit(cm.data["config.yaml"])
+  self:must({ "replace", "-f", "-" }, { stdin = json.encode(cm) })
+  write(self.config, cm.data["config.yaml"])
+  local old = self.replicas
+  self.replicas = {}
+  for id, r in pairs(old) do
+    P.stop(r.pid, 10)
+    local n = self:start_controller { identity = id, port = r.port, extra = r.extra }
+    assert(P.wait_until(function()
+      return P.http { url = ("http://127.0.0.1:%d/readyz"):format(n.probe_port), timeout = 2 } == 200
+    end, 60, 0.2), ("controller %s is not ready after 60 s; its log:\n%s"):format(id, P.read(n.log) or ""))
+  end
+end
+
 --- Starts one controller replica as the cozygpu-controller ServiceAccount,
 --- flags as deploy/40-controller.yaml gives them (paths local). o =
 --- {identity, port, extra}. Returns the replica {pid, port, probe_port,
@@ -295,7 +315,7 @@ function Cluster:start_controller(o)
   for _, a in ipairs(o.extra or {}) do args[#args + 1] = a end
   local env = os.getenv("COZYGPU_ASAN") == "1" and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil
   local r = { identity = id, port = o.port, probe_port = probe, log = log, cacert = self.certs.ca,
-    url = "https://127.0.0.1:" .. o.port }
+    url = "https://127.0.0.1:" .. o.port, extra = o.extra }
   r.pid = P.spawn(args, log, env)
   self.replicas[id] = r
   -- cluster/cluster.sh down stops it too (a spec that fails before its
