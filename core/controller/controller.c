@@ -93,7 +93,6 @@ static void dump_caches(void)
     all[n++] = ctl_proc->pvs_inf;
     all[n++] = ctl_proc->workloads_inf;
     all[n++] = ctl_proc->monitors_inf;
-    all[n++] = ctl_proc->license_copies_inf;
     all[n++] = ctl_proc->license_src_inf;
     json_t *out = json_array();
     for(int i = 0; i < n; i++) {
@@ -315,11 +314,10 @@ int controller_main(int argc, char **argv)
                                               (void *)(intptr_t)'o');
     kube_informer_set_optional(ctl_proc->workloads_inf);
     kube_informer_set_optional(ctl_proc->monitors_inf);
-    /* the license copies, by label (never every Secret of the cluster),
-     * and the Secrets of the controller's own namespace, where the hoster
-     * keeps the token sources (docs/decisions/0029) */
-    ctl_proc->license_copies_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_SECRETS, NULL, CTL_LICENSE_COPY_SELECTOR,
-                                                    NULL, ctl_license_on_event, (void *)(intptr_t)'x');
+    /* the Secrets of the controller's own namespace, where the hoster
+     * keeps the license token sources: the only Secrets it reads; the
+     * copies in tenant namespaces are written by name, never read
+     * (docs/decisions/0029, 0035) */
     ctl_proc->license_src_inf =
         kube_watcher_add(ctl_proc->watcher, &KUBE_SECRETS, f->ns, NULL, NULL, ctl_license_on_event, (void *)(intptr_t)'y');
     if(f->policies_configmap && *f->policies_configmap) {

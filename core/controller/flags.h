@@ -36,7 +36,7 @@ typedef struct ctl_flags {
     int leader_elect;
     const char *lease_name;
     long lease_ms, renew_ms, retry_ms;
-    long resync_ms;                 /* 0: never relist */
+    long resync_ms;                 /* 0: never relist (nor re-assert the license copies) */
     long shutdown_grace_ms;
     long status_interval_ms;
     int log_json;

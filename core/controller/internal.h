@@ -59,8 +59,8 @@ typedef struct ctl {
     kube_informer *pvs_inf;      /* PersistentVolumes (their node affinity) */
     kube_informer *workloads_inf; /* usage records (Workloads) this controller manages (optional) */
     kube_informer *monitors_inf;  /* WorkloadMonitors this controller manages (optional) */
-    kube_informer *license_copies_inf; /* Secrets labelled as license copies (CTL_LICENSE_COPY_SELECTOR) */
-    kube_informer *license_src_inf;    /* Secrets of the controller's namespace (license sources) */
+    kube_informer *license_src_inf;    /* Secrets of the controller's namespace (license sources; the only
+                                          Secrets it reads: docs/decisions/0035) */
     webhook_server *server;
     lease_elector *lease;        /* NULL with --leader-elect=false */
 
@@ -362,11 +362,10 @@ int ctl_usage_record_name(const char *claim, char *out, size_t n);
  * CTL_LICENSE_PREFIX C (docs/decisions/0004), labelled
  * app.kubernetes.io/managed-by=cozygpu and CTL_LICENSE_CLASS_LABEL=C (cut
  * to 63 characters), holding only CTL_LICENSE_TOKEN_KEY
- * (docs/decisions/0029). The copies' informer selects them with
- * CTL_LICENSE_COPY_SELECTOR. */
+ * (docs/decisions/0029). The controller writes copies by name and never
+ * reads them (docs/decisions/0035). */
 #define CTL_LICENSE_PREFIX "gpu-license-"
 #define CTL_LICENSE_CLASS_LABEL "gpu.cozystack.io/license-class"
-#define CTL_LICENSE_COPY_SELECTOR "app.kubernetes.io/managed-by=cozygpu," CTL_LICENSE_CLASS_LABEL
 /* the file name NVIDIA's GPU Operator gives the token (its licensing
  * ConfigMap), and the key the guest finds it under */
 #define CTL_LICENSE_TOKEN_KEY "client_configuration_token.tok"
@@ -385,17 +384,21 @@ int ctl_usage_record_name(const char *claim, char *out, size_t n);
  * users as ownerReferences (at most CTL_LICENSE_MAX_OWNERS); deletes it
  * when the class, its license, the entitlement (once no VMI of the class
  * runs there: DESIGN.md §8) or the last user goes; writes the class's
- * LicenseReady condition (True TokenFound; False SecretNotFound,
+ * LicenseReady condition (True TokenFound; False SecretNamespaceNotAllowed
+ * for a source outside the controller's namespace, SecretNotFound,
  * KeyNotFound, NotAToken, naming the class and its secretRef, never a
  * tenant namespace) with a log line and a Warning Event on each new
- * failure. Incremental per event; one full compare on taking the lead.
- * Rules: DESIGN.md §3, §5, §8; docs/decisions/0004, 0029. When
- * runtime.license cannot be opened the thread logs it and ends. */
+ * failure. Reads only the Secrets of the controller's namespace; knows its
+ * copies from its own writes' answers (they are never read): incremental
+ * per event, every copy asserted (PUT or delete by name) on taking the
+ * lead and every f.resync_ms, rate-limited. Rules: DESIGN.md §3, §5, §8;
+ * docs/decisions/0004, 0029, 0035. When runtime.license cannot be opened
+ * the thread logs it and ends. */
 void *ctl_license_main(void *arg);
 
 /* kube_event_fn of the informers the copier follows: `ctx` is the kind
  * letter cast to a pointer ('c' GPUClass, 's' Namespace, 'l' GPUClaim,
- * 'i' VMI, 'x' license copy, 'y' Secret of the controller's namespace);
+ * 'i' VMI, 'y' Secret of the controller's namespace);
  * records ns/name as changed and wakes the copier. Runs on the watcher
  * thread; takes mu. */
 void ctl_license_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);

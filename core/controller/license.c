@@ -9,30 +9,57 @@
  * never re-implemented here), §8 (licensing); docs/decisions/0004 (the
  * copy's name, the VMI's volume), 0029 (this copier: what a copy holds,
  * who owns it, what a namespace that lost the entitlement keeps, the
- * token check).
+ * token check), 0035 (least privilege: what it may read and write).
+ *
+ * What it reads of Secrets (decision 0035): only those of the controller's
+ * own namespace, through a watch of that namespace, where the hoster keeps
+ * the token sources. A class whose secretRef names another namespace gets
+ * LicenseReady False SecretNamespaceNotAllowed; that Secret is never read.
+ * The copies in tenant namespaces are never read, listed or watched: the
+ * ServiceAccount has no read access to Secrets outside its namespace, and
+ * may only create, update (PUT) and delete Secrets that are copies (RBAC
+ * with deploy/56-controller-secrets-policy.yaml).
+ *
+ * So the leader knows its copies from what it wrote: for every pair
+ * (namespace, class) it remembers the copy as its last write answered
+ * (S->copies), or that there is none, or that it does not know. It writes
+ * by name, idempotently: a PUT of the whole copy (unconditional; 404:
+ * create), a create (409: the pair becomes unknown and is PUT), a delete
+ * (404 is done), and delete then create when the token changed (the data
+ * of an immutable Secret cannot change in place; the PUT answers 422).
  *
  * One thread, like the binder (bind.c). The watcher thread's callbacks
  * record which objects changed ("K:ns/name") and wake it. While this
  * replica leads and every cache has listed, the thread:
  *   1. on taking the lead, reads every namespace (into runtime.license),
- *      class, claim, VMI and copy from the caches once and compares every
- *      (namespace, class) pair that has a user or a copy;
+ *      class, claim and VMI from the caches once; every pair that has a
+ *      user is unknown and asserted: its wanted copy PUT, or, when it
+ *      wants none, deleted by name (skipped for a class that is not
+ *      licensed and shows no LicenseReady condition: it never had
+ *      copies), at most ASSERTS_PER_SEC pairs a second;
  *   2. after that applies each changed object and compares only the pairs
  *      it touches: a claim or VMI its namespace's pairs of its classes, a
  *      namespace the pairs of the namespaces whose entitlement it changed
  *      (itself and those below it in the tenant tree), a class or its
- *      source Secret the pairs of that class, a copy its own pair;
- *   3. writes a copy only when it differs from what the pair wants:
- *      create, update (metadata), or delete and create (the data of an
- *      immutable Secret cannot change in place), each after checking the
- *      Lease; a failed write stays queued and is retried a second later;
- *   4. writes each class's LicenseReady condition through the status
+ *      source Secret the pairs of that class;
+ *   3. writes a copy only when what it remembers differs from what the
+ *      pair wants, each write after checking the Lease; a failed write
+ *      stays queued and is retried a second later, a refused one makes the
+ *      pair unknown;
+ *   4. every --resync re-asserts (PUTs) every copy it remembers and every
+ *      unknown pair, at most ASSERTS_PER_SEC a second: a copy deleted or
+ *      changed behind its back (a privileged user; anyone on a cluster
+ *      without the copies' policy) comes back then, or at once when its
+ *      pair needs a write before (a user comes or goes, the token
+ *      rotates);
+ *   5. writes each class's LicenseReady condition through the status
  *      subresource when it changed (read-modify-write of that condition
  *      only, as status.c does for Accepted), and reports a bad source once
- *      per reason with a log line and a Warning Event on the class.
- * Sources in the controller's own namespace come from a watch of that
- * namespace's Secrets; a source elsewhere is read with a GET every
- * --status-interval. Losing the lead drops the state.
+ *      per reason with a log line and a Warning Event on the class. The
+ *      condition of a class that stops being licensed is removed only
+ *      once none of its pairs waits for a write: until then a next leader
+ *      still sees that the class may have copies (1).
+ * Losing the lead drops the state.
  */
 #include "controller/internal.h"
 
@@ -52,8 +79,10 @@
 #define LABEL_MANAGED "app.kubernetes.io/managed-by"
 #define MANAGED_BY "cozygpu"
 #define COND "LicenseReady"
-/* how long a pair waits for the copies' watch to show its last write */
-#define WRITE_SETTLE_MS 5000
+/* pairs asserted (written without knowing the copy: on taking the lead,
+ * every --resync) per second at most, so that a leader change or a resync
+ * at 10,000 pairs is a steady trickle of PUTs, not a burst */
+#define ASSERTS_PER_SEC 25
 
 /* ------------------------------------------------------------ dirty keys */
 
@@ -90,12 +119,12 @@ void ctl_license_on_leader_change(void *ctx, int leading)
 typedef struct lclass {
     char *name;
     int licensed;        /* VGPU with spec.license.secretRef (name and namespace) */
+    int had_cond;        /* its cached status showed LicenseReady when the lead was taken */
     char *src_ns, *src_name;
     char *resource_name; /* spec.resourceName: a VMI's deviceName maps to the class through it */
     char *token;         /* the source's token when it passed the check, else NULL */
     size_t token_len;
     char *key;           /* the source key it came from */
-    char *src_rv;        /* the resourceVersion of the source read last ("" absent) */
     char reason[32];     /* LicenseReady: "" (no condition: not licensed), TokenFound, or the failure */
     char message[1024];
     char reported[32];   /* the failure reason last reported (log, Event), "" none */
@@ -111,12 +140,16 @@ typedef struct state {
     json_t *contrib;  /* "K:ns/name" (claim 'l', VMI 'i') -> {class: true}: what it added to users */
     json_t *ns_classes; /* ns -> {class: true}: pairs with a user or a copy, by namespace */
     json_t *class_ns; /* class -> {ns: true}: the same pairs, by class */
-    json_t *remote;   /* "ns/name" -> the source object read by GET (null: 404) for sources elsewhere */
-    json_t *written;  /* "ns/class" -> {"rv": the copy's resourceVersion before our last write ("" none),
-                         "at": ms}: until the copies' watch shows the write, the pair is not written again */
+    json_t *copies;   /* "ns/class" -> the copy as the leader's last write answered (managedFields
+                         dropped, data strings shared through `tokens`), or null: there is none;
+                         no key: unknown (taken the lead, or a write was refused) */
+    json_t *tokens;   /* base64 data string -> that string, shared by every remembered copy */
     lkey *due;        /* pairs "ns/class" to compare */
+    lkey *asserting;  /* pairs to assert, moved into `due` at ASSERTS_PER_SEC */
+    lkey *force;      /* pairs whose next compare writes even when the copy seems as wanted */
     lkey *conds;      /* classes whose condition must be compared and written */
-    long long next_poll_ms;
+    double budget;    /* asserts allowed now */
+    long long budget_ms, next_resync_ms;
 } state;
 
 static int leading(void)
@@ -139,7 +172,6 @@ static void class_free(lclass *c)
     free(c->resource_name);
     free(c->token);
     free(c->key);
-    free(c->src_rv);
     free(c);
 }
 
@@ -155,11 +187,13 @@ static void state_drop(state *S)
     json_decref(S->contrib);
     json_decref(S->ns_classes);
     json_decref(S->class_ns);
-    json_decref(S->remote);
-    json_decref(S->written);
+    json_decref(S->copies);
+    json_decref(S->tokens);
     ctl_key_free(&S->due);
+    ctl_key_free(&S->asserting);
+    ctl_key_free(&S->force);
     ctl_key_free(&S->conds);
-    S->users = S->contrib = S->ns_classes = S->class_ns = S->remote = S->written = NULL;
+    S->users = S->contrib = S->ns_classes = S->class_ns = S->copies = S->tokens = NULL;
     S->built = 0;
     if(S->e) {
         engine_push_runtime_fn(S->e, "reset");
@@ -168,7 +202,10 @@ static void state_drop(state *S)
     }
 }
 
-/* Queues pair (ns, class) and indexes it both ways. */
+/* Queues pair (ns, class) and indexes it both ways. A pair first indexed
+ * after the lead was taken has no copy (every copy has an owner among the
+ * pair's users, so a pair with a copy was found when the lead was taken,
+ * or its copy was written since). */
 static void pair_touch(state *S, const char *ns, const char *cls)
 {
     char key[600];
@@ -180,6 +217,8 @@ static void pair_touch(state *S, const char *ns, const char *cls)
         a = json_object();
         json_object_set_new(S->ns_classes, ns, a);
     }
+    if(S->built && !json_object_get(a, cls) && !json_object_get(S->copies, key))
+        json_object_set_new(S->copies, key, json_null());
     json_object_set_new(a, cls, json_true());
     json_t *b = json_object_get(S->class_ns, cls);
     if(!b) {
@@ -200,6 +239,9 @@ static void pair_forget(state *S, const char *ns, const char *cls)
     json_object_del(b, ns);
     if(b && json_object_size(b) == 0)
         json_object_del(S->class_ns, cls);
+    char key[600];
+    if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
+        json_object_del(S->copies, key);
 }
 
 /* Every pair of class `cls` queued (its license or token changed). */
@@ -293,56 +335,23 @@ static int str_eq(const char *a, const char *b)
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
-/* GETs Secret ns/name into S->remote (null: 404). 0 when read, -1 when the
- * read failed (logged; what S->remote held stays). */
-static int fetch_remote(state *S, const char *ns, const char *name, const char *cls)
+/* Whether class c's source may be read: only Secrets of the controller's
+ * own namespace are (decision 0035). */
+static int source_allowed(const lclass *c)
 {
-    char key[600];
-    snprintf(key, sizeof key, "%s/%s", ns, name);
-    long code = 0;
-    json_t *obj = NULL;
-    cozy_err err;
-    if(kube_get(ctl_proc->client, &KUBE_SECRETS, ns, name, &code, &obj, &err) != COZY_OK) {
-        log_write(LOG_WARN, "license", "cannot read the license Secret", "gpuclass", cls, "error", err.msg, NULL);
-        return -1;
-    }
-    if(code == 200 && json_is_object(obj)) {
-        json_object_set_new(S->remote, key, obj);
-        return 0;
-    }
-    json_decref(obj);
-    if(code == 404) {
-        json_object_set_new(S->remote, key, json_null());
-        return 0;
-    }
-    char cs[16];
-    snprintf(cs, sizeof cs, "%ld", code);
-    log_write(LOG_WARN, "license", "cannot read the license Secret", "gpuclass", cls, LOG_NUM "status", cs, NULL);
-    return -1;
+    return strcmp(c->src_ns, ctl_proc->f.ns) == 0;
 }
 
-/* The source Secret of class c as the copier sees it now: from the watch
- * of the controller's namespace, or from the last GET (sources elsewhere;
- * read now when never read). A new reference, or NULL when it does not
- * exist. */
-static json_t *source_of(state *S, const lclass *c)
+/* The source Secret of class c from the watch of the controller's
+ * namespace: a new reference, or NULL when it does not exist or is
+ * elsewhere. */
+static json_t *source_of(const lclass *c)
 {
-    if(strcmp(c->src_ns, ctl_proc->f.ns) == 0)
-        return kube_informer_get(ctl_proc->license_src_inf, c->src_ns, c->src_name);
-    char key[600];
-    snprintf(key, sizeof key, "%s/%s", c->src_ns, c->src_name);
-    if(!json_object_get(S->remote, key))
-        fetch_remote(S, c->src_ns, c->src_name, c->name);
-    json_t *o = json_object_get(S->remote, key);
-    return json_is_object(o) ? json_incref(o) : NULL;
+    if(!source_allowed(c))
+        return NULL;
+    return kube_informer_get(ctl_proc->license_src_inf, c->src_ns, c->src_name);
 }
 
-/* Checks a token's bytes (docs/decisions/0029): NVIDIA documents the
- * client configuration token only as a file (client_configuration_token_
- * <date>.tok) that the guest's nvidia-gridd reads from its
- * ClientConfigToken folder, not its content; what can be checked is that
- * it is there, bounded, and text: printable ASCII, tab, CR, LF. Returns
- * NULL when it passes, else why not (static). */
 static const char *token_problem(const unsigned char *b, size_t n, char *buf, size_t bn)
 {
     if(n == 0)
@@ -401,20 +410,23 @@ static int read_source(state *S, lclass *c)
     c->token_len = 0;
     free(c->key);
     c->key = NULL;
-    free(c->src_rv);
-    c->src_rv = NULL;
     if(!c->licensed) {
         c->reason[0] = c->message[0] = 0;
     } else {
-        json_t *src = source_of(S, c);
-        c->src_rv = strdup(src ? (md_str(src, "resourceVersion") ? md_str(src, "resourceVersion") : "") : "");
+        json_t *src = source_of(c);
         const json_t *data = json_object_get(src, "data");
         const char *key = src ? token_key(data) : NULL;
         unsigned char *raw = NULL;
         size_t rawn = 0;
         char why[160];
         const char *problem = NULL;
-        if(!src) {
+        if(!source_allowed(c)) {
+            snprintf(c->reason, sizeof c->reason, "SecretNamespaceNotAllowed");
+            snprintf(c->message, sizeof c->message,
+                     "GPUClass %s: the license Secret %s/%s (spec.license.secretRef) is not read: the controller "
+                     "reads Secrets only in its own namespace %s; move the Secret there",
+                     c->name, c->src_ns, c->src_name, ctl_proc->f.ns);
+        } else if(!src) {
             snprintf(c->reason, sizeof c->reason, "SecretNotFound");
             snprintf(c->message, sizeof c->message, "GPUClass %s: the license Secret %s/%s (spec.license.secretRef) is not found",
                      c->name, c->src_ns, c->src_name);
@@ -501,6 +513,20 @@ static void apply_class(state *S, const char *name)
     c->src_name = licensed ? strdup(sname) : NULL;
     free(c->resource_name);
     c->resource_name = dup_or_null(json_string_value(json_object_get(spec, "resourceName")));
+    if(!S->built) {
+        /* when the lead is taken: a class that shows LicenseReady may have
+         * copies, even when it is not licensed any more (the condition
+         * goes only once its copies are deleted: write_cond) */
+        size_t i;
+        json_t *x;
+        c->had_cond = 0;
+        json_array_foreach(json_object_get(json_object_get(obj, "status"), "conditions"), i, x)
+        {
+            const char *t = json_string_value(json_object_get(x, "type"));
+            if(t && strcmp(t, COND) == 0)
+                c->had_cond = 1;
+        }
+    }
     json_int_t gen = json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation"));
     if(gen != c->generation)
         ctl_key_add(&S->conds, c->name);
@@ -522,31 +548,6 @@ static void apply_source(state *S, const char *ns, const char *name)
         if(c->licensed && strcmp(c->src_ns, ns) == 0 && strcmp(c->src_name, name) == 0 && read_source(S, c))
             class_touch(S, c->name);
     }
-}
-
-/* GETs every source outside the controller's namespace (each once, however
- * many classes name it) and re-reads the classes whose source moved. */
-static void poll_remote(state *S)
-{
-    json_t *seen = json_object();
-    lclass *c, *t;
-    HASH_ITER(hh, S->classes, c, t)
-    {
-        if(!c->licensed || strcmp(c->src_ns, ctl_proc->f.ns) == 0)
-            continue;
-        char key[600];
-        snprintf(key, sizeof key, "%s/%s", c->src_ns, c->src_name);
-        if(!json_object_get(seen, key)) {
-            fetch_remote(S, c->src_ns, c->src_name, c->name);
-            json_object_set_new(seen, key, json_true());
-        }
-        json_t *src = source_of(S, c);
-        const char *rv = src ? md_str(src, "resourceVersion") : "";
-        if(!str_eq(rv ? rv : "", c->src_rv) && read_source(S, c))
-            class_touch(S, c->name);
-        json_decref(src);
-    }
-    json_decref(seen);
 }
 
 /* --- users: claims and VMIs --- */
@@ -673,15 +674,6 @@ static void apply_vmi(state *S, const char *ns, const char *name)
     json_decref(obj);
 }
 
-/* A copy changed (ns/name): its pair is compared. */
-static void apply_copy(state *S, const char *ns, const char *name)
-{
-    size_t pl = strlen(PREFIX);
-    if(strncmp(name, PREFIX, pl) != 0 || !name[pl])
-        return;
-    pair_touch(S, ns, name + pl);
-}
-
 /* --- the copy a pair wants --- */
 
 /* The ownerReferences of the copy: the users of the pair, sorted by
@@ -804,8 +796,10 @@ static void count_write(const char *op, const char *result)
     metrics_counter_add("cozygpu_license_copy_writes_total", lbl, 1);
 }
 
+
 /* Outcome of one write: done, retry (stays queued), or drop (a refusal a
- * retry would repeat: logged; the next event of the pair tries again). */
+ * retry would repeat: logged; the pair becomes unknown, and its next event
+ * or the next --resync tries again). */
 enum { W_DONE, W_RETRY, W_DROP };
 
 static int write_outcome(const char *op, const char *ns, const char *cls, cozy_result rc, long code, const json_t *res,
@@ -819,121 +813,143 @@ static int write_outcome(const char *op, const char *ns, const char *cls, cozy_r
     snprintf(cs, sizeof cs, "%ld", code);
     const char *msg = rc != COZY_OK ? err->msg : json_string_value(json_object_get(res, "message"));
     count_write(op, rc != COZY_OK || code == 409 || code == 429 || code >= 500 ? "retry" : "error");
-    log_write(code == 409 ? LOG_INFO : LOG_WARN, "license", "cannot write the license copy", "op", op, "namespace", ns, "gpuclass", cls,
-              LOG_NUM "status", cs, "error", msg ? msg : "", NULL);
+    log_write(code == 409 ? LOG_INFO : LOG_WARN, "license", "cannot write the license copy", "op", op, "namespace", ns,
+              "gpuclass", cls, LOG_NUM "status", cs, "error", msg ? msg : "", NULL);
     if(rc != COZY_OK || code == 409 || code == 429 || code >= 500)
         return W_RETRY;
     return W_DROP;
 }
 
-static int delete_copy(const char *ns, const char *cls, const json_t *copy)
+/* Remembers `res` (what a write of pair `key` answered) as the pair's
+ * copy: without managedFields, its data strings shared with every other
+ * copy of the same token (S->tokens), so that 10,000 copies of one token
+ * hold it once. res NULL: there is none. */
+static void remember(state *S, const char *key, const json_t *res)
+{
+    if(!json_is_object(res)) {
+        json_object_set_new(S->copies, key, json_null());
+        return;
+    }
+    json_t *o = json_deep_copy(res);
+    if(!o) {
+        json_object_del(S->copies, key); /* out of memory: unknown */
+        return;
+    }
+    json_object_del(json_object_get(o, "metadata"), "managedFields");
+    json_t *data = json_object_get(o, "data");
+    for(void *it = json_object_iter(data); it; it = json_object_iter_next(data, it)) {
+        json_t *v = json_object_iter_value(it);
+        const char *s = json_string_value(v);
+        if(!s)
+            continue;
+        json_t *shared = json_object_get(S->tokens, s);
+        if(!shared)
+            json_object_set(S->tokens, s, v);
+        else
+            json_object_iter_set(data, it, shared);
+    }
+    json_object_set_new(S->copies, key, o);
+}
+
+/* Forgets what the leader knew of pair `key`'s copy: unknown. */
+static void forget(state *S, const char *key)
+{
+    json_object_del(S->copies, key);
+}
+
+/* Deletes the copy of pair ns/cls by name, whatever it holds (decision
+ * 0004 reserves the name; the Secret-writes policy refuses the delete of a
+ * Secret that is not a copy). 404 is done: there is none. */
+static int delete_copy(state *S, const char *key, const char *ns, const char *cls)
 {
     if(!leading())
         return W_RETRY; /* checked just before each write */
     char name[600];
     snprintf(name, sizeof name, "%s%s", PREFIX, cls);
-    char *path = kube_path(&KUBE_SECRETS, ns, name, NULL);
-    if(!path)
-        return W_RETRY;
-    json_t *opts = json_pack("{s:s, s:s, s:{s:s?}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions",
-                             "uid", md_str(copy, "uid"));
     long code = 0;
     json_t *res = NULL;
     cozy_err err;
-    cozy_result rc = kube_request(ctl_proc->client, "DELETE", path, NULL, opts, &code, &res, &err);
-    free(path);
-    json_decref(opts);
+    cozy_result rc = kube_delete(ctl_proc->client, &KUBE_SECRETS, ns, name, &code, &res, &err);
     int w = rc == COZY_OK && code == 404 ? W_DONE : write_outcome("delete", ns, cls, rc, code, res, &err);
+    if(w == W_DONE)
+        remember(S, key, NULL);
     json_decref(res);
     return w;
 }
 
-/* A create answered 409: a Secret of the copy's name exists. One of ours
- * (the label) is a copy the watch has not delivered yet: done, its event
- * brings the pair back. Another (a tenant's, or a copy whose labels were
- * taken off) is taken over: deleted, and the copy created on the retry
- * (decision 0004 reserves the name). */
-static int create_conflict(const char *ns, const char *cls, const char *name)
+/* The copy pair ns/class c wants: the token, the labels, the owners. A new
+ * object, or NULL (out of memory). */
+static json_t *copy_of(const char *ns, const lclass *c, const json_t *labels, const json_t *owners)
 {
-    long code = 0;
-    json_t *cur = NULL;
-    cozy_err err;
-    if(kube_get(ctl_proc->client, &KUBE_SECRETS, ns, name, &code, &cur, &err) != COZY_OK || code != 200) {
-        json_decref(cur);
-        return W_RETRY;
-    }
-    const char *mb = json_string_value(json_object_get(json_object_get(json_object_get(cur, "metadata"), "labels"),
-                                                       LABEL_MANAGED));
-    const char *lc = json_string_value(json_object_get(json_object_get(json_object_get(cur, "metadata"), "labels"),
-                                                       LABEL_CLASS));
-    int ours = mb && strcmp(mb, MANAGED_BY) == 0 && lc;
-    int w = W_DONE;
-    if(!ours) {
-        log_write(LOG_WARN, "license", "a Secret not managed by cozygpu has the copy's name; it is replaced",
-                  "namespace", ns, "gpuclass", cls, NULL);
-        w = delete_copy(ns, cls, cur);
-        if(w == W_DONE)
-            w = W_RETRY;
-    }
-    json_decref(cur);
-    return w;
-}
-
-static int create_copy(const char *ns, const lclass *c, const json_t *labels, const json_t *owners)
-{
-    if(!leading())
-        return W_RETRY; /* checked just before each write */
     char name[600];
     snprintf(name, sizeof name, "%s%s", PREFIX, c->name);
     char *b64 = cozy_base64_encode(c->token, c->token_len);
     if(!b64)
-        return W_RETRY;
+        return NULL;
     json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:O, s:O}, s:s, s:b, s:{s:s}}", "apiVersion", "v1", "kind",
                             "Secret", "metadata", "name", name, "namespace", ns, "labels", labels, "ownerReferences",
                             owners, "type", "Opaque", "immutable", 1, "data", CTL_LICENSE_TOKEN_KEY, b64);
     free(b64);
-    if(!obj)
-        return W_RETRY;
+    return obj;
+}
+
+/* Creates `obj` as pair key's copy. 409: a Secret of the name exists that
+ * the leader did not know of; the pair becomes unknown and is PUT on the
+ * retry. */
+static int create_copy(state *S, const char *key, const char *ns, const char *cls, const json_t *obj)
+{
+    if(!leading())
+        return W_RETRY; /* checked just before each write */
     long code = 0;
     json_t *res = NULL;
     cozy_err err;
     cozy_result rc = kube_create(ctl_proc->client, &KUBE_SECRETS, ns, obj, &code, &res, &err);
-    json_decref(obj);
     if(rc == COZY_OK && code == 409) {
         json_decref(res);
-        return create_conflict(ns, c->name, name);
+        forget(S, key);
+        return W_RETRY;
     }
-    int w = write_outcome("create", ns, c->name, rc, code, res, &err);
+    int w = write_outcome("create", ns, cls, rc, code, res, &err);
+    if(w == W_DONE)
+        remember(S, key, res);
     json_decref(res);
     return w;
 }
 
-/* Updates the metadata of `copy` (labels, no annotations, owners). */
-static int update_copy(const char *ns, const char *cls, const json_t *copy, const json_t *labels, const json_t *owners)
+/* PUTs `obj` (no resourceVersion: an unconditional update) as pair key's
+ * copy, without knowing what is there. 404: none is there; it is created
+ * when `may_create`. 422 (the token or the type differs: both are
+ * immutable) or 403 (a Secret of the name that is not a copy, which the
+ * Secret-writes policy keeps the controller from writing): deleted and
+ * created when `may_create`, else the pair becomes unknown (a copy whose
+ * data must stay, decision 0029 (2), cannot be written without it). */
+static int put_copy(state *S, const char *key, const char *ns, const char *cls, const json_t *obj, int may_create)
 {
     if(!leading())
         return W_RETRY; /* checked just before each write */
-    json_t *obj = json_deep_copy(copy);
-    json_t *md = json_object_get(obj, "metadata");
-    if(!md) {
-        json_decref(obj);
-        return W_RETRY;
-    }
-    json_object_set(md, "labels", (json_t *)labels);
-    json_object_del(md, "annotations");
-    json_object_set(md, "ownerReferences", (json_t *)owners);
     long code = 0;
     json_t *res = NULL;
     cozy_err err;
     cozy_result rc = kube_update(ctl_proc->client, &KUBE_SECRETS, ns, obj, &code, &res, &err);
-    json_decref(obj);
+    if(rc == COZY_OK && code == 404) {
+        json_decref(res);
+        remember(S, key, NULL);
+        return may_create ? create_copy(S, key, ns, cls, obj) : W_DONE;
+    }
+    if(rc == COZY_OK && (code == 422 || code == 403) && may_create) {
+        json_decref(res);
+        int w = delete_copy(S, key, ns, cls);
+        return w == W_DONE ? create_copy(S, key, ns, cls, obj) : w;
+    }
     int w = write_outcome("update", ns, cls, rc, code, res, &err);
+    if(w == W_DONE)
+        remember(S, key, res);
     json_decref(res);
     return w;
 }
 
-/* Compares pair ns/cls with its copy and writes the difference. Returns
- * W_DONE (nothing left to do), W_RETRY or W_DROP.
+/* Compares pair ns/cls with what the leader knows of its copy and writes
+ * the difference. Returns W_DONE (nothing left to do), W_RETRY or W_DROP.
  *
  * The pair wants (docs/decisions/0029):
  *  - a copy with the token, owned by every user (claims, VMIs not final),
@@ -945,30 +961,21 @@ static int update_copy(const char *ns, const char *cls, const json_t *copy, cons
  *    untouched, while a VMI of the class that is not final runs there
  *    (DESIGN.md §8, "the next VM start"), owned by those VMIs only; none
  *    created;
- *  - else no copy. */
+ *  - else no copy.
+ * A copy to keep whose data the leader does not know (it took the lead
+ * meanwhile) is left as it is: a PUT needs the data, and the leader cannot
+ * read it (decision 0035); it goes by name once the pair wants none. */
 static int reconcile_pair(state *S, const char *ns, const char *cls)
 {
-    char name[640];
-    snprintf(name, sizeof name, "%s%s", PREFIX, cls);
     lclass *c;
     HASH_FIND_STR(S->classes, cls, c);
-    char ukey[1280];
-    snprintf(ukey, sizeof ukey, "%s/%s", ns, cls);
-    const json_t *users = json_object_get(S->users, ukey);
-    json_t *copy = kube_informer_get(ctl_proc->license_copies_inf, ns, name);
-    const char *seen_rv = copy ? md_str(copy, "resourceVersion") : "";
-    json_t *wr = json_object_get(S->written, ukey);
-    if(wr) {
-        /* our last write of this copy is not in the watch cache yet: a
-         * comparison now would see the old copy and write again (a 409,
-         * or a second create); wait for it, at most WRITE_SETTLE_MS */
-        if(str_eq(json_string_value(json_object_get(wr, "rv")), seen_rv ? seen_rv : "") &&
-           mono_ms() - json_integer_value(json_object_get(wr, "at")) < WRITE_SETTLE_MS) {
-            json_decref(copy);
-            return W_RETRY;
-        }
-        json_object_del(S->written, ukey);
-    }
+    char key[1280];
+    snprintf(key, sizeof key, "%s/%s", ns, cls);
+    const json_t *users = json_object_get(S->users, key);
+    const json_t *mem = json_object_get(S->copies, key); /* NULL: unknown */
+    const json_t *copy = json_is_object(mem) ? mem : NULL;
+    lkey *fk = ctl_key_find(S->force, key);
+    int known = mem != NULL, force = fk != NULL;
     json_t *labels = labels_of(cls);
     json_t *owners = NULL;
     int keep_data = 0;
@@ -980,42 +987,52 @@ static int reconcile_pair(state *S, const char *ns, const char *cls)
             owners = owners_of(users, 1);
             keep_data = 1;
         }
-        if(json_array_size(owners) == 0 || (keep_data && !copy)) {
+        if(json_array_size(owners) == 0 || (keep_data && known && !copy)) {
             json_decref(owners);
             owners = NULL;
         }
     }
-    int w = W_DONE, wrote = 1;
+    json_t *obj = NULL;
+    int w = W_DONE;
     if(!leading())
         w = W_RETRY;
     else if(!owners) {
-        if(copy)
-            w = delete_copy(ns, cls, copy);
-        else
-            wrote = 0;
-    } else if(!copy)
-        w = create_copy(ns, c, labels, owners);
-    else if(!keep_data && !data_matches(copy, c)) {
+        if(!known || copy || force)
+            w = delete_copy(S, key, ns, cls);
+    } else if(keep_data) {
+        if(copy && (force || !meta_matches(copy, labels, owners))) {
+            /* the data as it was, the metadata as wanted */
+            obj = json_deep_copy(copy);
+            json_t *md = json_object_get(obj, "metadata");
+            json_object_set(md, "labels", labels);
+            json_object_del(md, "annotations");
+            json_object_set(md, "ownerReferences", owners);
+            json_object_del(md, "resourceVersion");
+            w = obj ? put_copy(S, key, ns, cls, obj, 0) : W_RETRY;
+        }
+    } else if(!(obj = copy_of(ns, c, labels, owners)))
+        w = W_RETRY;
+    else if(known && !copy && !force)
+        w = create_copy(S, key, ns, cls, obj);
+    else if(copy && !data_matches(copy, c)) {
         /* the data of an immutable Secret cannot change in place: delete,
          * then create */
-        w = delete_copy(ns, cls, copy);
+        w = delete_copy(S, key, ns, cls);
         if(w == W_DONE)
-            w = create_copy(ns, c, labels, owners);
-    } else if(!meta_matches(copy, labels, owners))
-        w = update_copy(ns, cls, copy, labels, owners);
-    else
-        wrote = 0;
-    if(w == W_DONE && wrote)
-        json_object_set_new(S->written, ukey, json_pack("{s:s, s:I}", "rv", seen_rv ? seen_rv : "", "at",
-                                                         (json_int_t)mono_ms()));
+            w = create_copy(S, key, ns, cls, obj);
+    } else if(!copy || force || !meta_matches(copy, labels, owners))
+        w = put_copy(S, key, ns, cls, obj, 1);
+    if(w == W_DROP)
+        forget(S, key);
+    if(w != W_RETRY && fk)
+        ctl_key_drop(&S->force, fk);
     if(w == W_DONE && !owners && !json_object_size(users))
         pair_forget(S, ns, cls);
+    json_decref(obj);
     json_decref(owners);
     json_decref(labels);
-    json_decref(copy);
     return w;
 }
-
 /* --- the class condition --- */
 
 typedef struct cond_want {
@@ -1126,7 +1143,25 @@ static int cond_shown(const json_t *obj, const lclass *c)
     return !*c->reason;
 }
 
-/* Writes the condition of class `name`; 1 when done. */
+/* Whether a pair of class `cls` still waits to be compared or asserted. */
+static int class_pending(state *S, const char *cls)
+{
+    const char *ns;
+    json_t *v;
+    char key[600];
+    json_object_foreach(json_object_get(S->class_ns, cls), ns, v)
+    {
+        if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key &&
+           (ctl_key_find(S->due, key) || ctl_key_find(S->asserting, key)))
+            return 1;
+    }
+    return 0;
+}
+
+/* Writes the condition of class `name`; 1 when done. A condition to remove
+ * (the class is not licensed any more) waits until none of the class's
+ * pairs waits: a leader taken over meanwhile still deletes the copies of a
+ * class that shows the condition (build). */
 static int write_cond(state *S, const char *name)
 {
     lclass *c;
@@ -1151,6 +1186,8 @@ static int write_cond(state *S, const char *name)
         return 1;
     }
     json_decref(obj);
+    if(!*c->reason && class_pending(S, name))
+        return 0;
     char now[40];
     time_t t = time(NULL);
     struct tm tm;
@@ -1170,6 +1207,7 @@ static int write_cond(state *S, const char *name)
     return ok;
 }
 
+
 /* --- the loop --- */
 
 static void build(state *S)
@@ -1179,9 +1217,11 @@ static void build(state *S)
     S->contrib = json_object();
     S->ns_classes = json_object();
     S->class_ns = json_object();
-    S->remote = json_object();
-    S->written = json_object();
-    S->next_poll_ms = 0;
+    S->copies = json_object();
+    S->tokens = json_object();
+    S->budget = ASSERTS_PER_SEC;
+    S->budget_ms = t0;
+    S->next_resync_ms = ctl_proc->f.resync_ms > 0 ? t0 + ctl_proc->f.resync_ms : 0;
     engine_push_runtime_fn(S->e, "reset");
     cozy_err err;
     engine_call(S->e, 0, 0, 0, &err);
@@ -1218,20 +1258,77 @@ static void build(state *S)
         }
         json_decref(list);
     }
-    list = kube_informer_list(ctl_proc->license_copies_inf);
-    json_array_foreach(list, i, o)
+    /* every pair found has a user; what is in its namespace is unknown,
+     * and asserted, except for a class that has no license and shows no
+     * LicenseReady condition: it never had copies */
+    unsigned pairs = 0, asserted = 0;
+    lkey *d, *t;
+    HASH_ITER(hh, S->due, d, t)
     {
-        const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
-        if(ns && name)
-            apply_copy(S, ns, name);
+        char buf[600];
+        const char *ns, *cls;
+        ctl_key_split(d->key, buf, sizeof buf, &ns, &cls);
+        lclass *c;
+        HASH_FIND_STR(S->classes, cls, c);
+        pairs++;
+        if(c && !c->licensed && !c->had_cond) {
+            json_object_set_new(S->copies, d->key, json_null());
+            continue;
+        }
+        asserted++;
+        ctl_key_add(&S->asserting, d->key);
+        ctl_key_drop(&S->due, d);
     }
-    json_decref(list);
     S->built = 1;
-    char pairs[24], ms[24];
-    snprintf(pairs, sizeof pairs, "%u", HASH_COUNT(S->due));
+    char np[24], na[24], ms[24];
+    snprintf(np, sizeof np, "%u", pairs);
+    snprintf(na, sizeof na, "%u", asserted);
     snprintf(ms, sizeof ms, "%lld", mono_ms() - t0);
-    log_write(LOG_INFO, "license", "leading: every license copy is compared once", LOG_NUM "pairs", pairs,
-              LOG_NUM "read_ms", ms, NULL);
+    log_write(LOG_INFO, "license", "leading: every license copy is asserted once", LOG_NUM "pairs", np,
+              LOG_NUM "asserted", na, LOG_NUM "read_ms", ms, NULL);
+}
+
+/* --resync: every copy the leader remembers is PUT again (a copy deleted
+ * or changed behind its back comes back), every unknown pair asserted. */
+static void resync(state *S)
+{
+    const char *cls, *ns;
+    json_t *nss, *v;
+    char key[600];
+    json_object_foreach(S->class_ns, cls, nss)
+    {
+        json_object_foreach(nss, ns, v)
+        {
+            if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
+                continue;
+            const json_t *mem = json_object_get(S->copies, key);
+            if(json_is_null(mem))
+                continue; /* none there, none wanted since: nothing to assert */
+            if(mem)
+                ctl_key_add(&S->force, key);
+            ctl_key_add(&S->asserting, key);
+        }
+    }
+}
+
+/* Moves as many pairs from `asserting` to `due` as the budget allows
+ * (ASSERTS_PER_SEC). */
+static void promote_asserts(state *S)
+{
+    long long now = mono_ms();
+    S->budget += (double)(now - S->budget_ms) * ASSERTS_PER_SEC / 1000.0;
+    if(S->budget > ASSERTS_PER_SEC)
+        S->budget = ASSERTS_PER_SEC;
+    S->budget_ms = now;
+    lkey *d, *t;
+    HASH_ITER(hh, S->asserting, d, t)
+    {
+        if(S->budget < 1)
+            break;
+        S->budget -= 1;
+        ctl_key_add(&S->due, d->key);
+        ctl_key_drop(&S->asserting, d);
+    }
 }
 
 static void apply_batch(state *S, lkey *batch)
@@ -1254,7 +1351,6 @@ static void apply_batch(state *S, lkey *batch)
             case 's': apply_namespace(S, name); break;
             case 'l': apply_claim(S, ns, name); break;
             case 'i': apply_vmi(S, ns, name); break;
-            case 'x': apply_copy(S, ns, name); break;
             case 'y': apply_source(S, ns, name); break;
             default: break;
             }
@@ -1264,6 +1360,7 @@ static void apply_batch(state *S, lkey *batch)
 
 static void flush(state *S)
 {
+    promote_asserts(S);
     lkey *d, *t;
     HASH_ITER(hh, S->due, d, t)
     {
@@ -1297,7 +1394,7 @@ void *ctl_license_main(void *arg)
         return NULL;
     }
     for(;;) {
-        int stop; /* a second at most: retries of failed writes; polls of sources elsewhere */
+        int stop; /* a second at most: retries of failed writes; asserts */
         lkey *batch = ctl_key_wait(&g_dirty, &g_wake, 1000, &stop);
         if(stop)
             break;
@@ -1316,9 +1413,9 @@ void *ctl_license_main(void *arg)
             apply_batch(&S, batch);
             ctl_key_free(&batch);
         }
-        if(mono_ms() >= S.next_poll_ms) {
-            poll_remote(&S);
-            S.next_poll_ms = mono_ms() + ctl_proc->f.status_interval_ms;
+        if(S.next_resync_ms && mono_ms() >= S.next_resync_ms) {
+            resync(&S);
+            S.next_resync_ms = mono_ms() + ctl_proc->f.resync_ms;
         }
         flush(&S);
     }

@@ -7,6 +7,12 @@
 -- gpu.cozystack.io/vgpu=true, and a GPUClaim of the class or a VMI of it
 -- that is not final is there), never from what the controller reports;
 -- everything asserted is read back from the double with kubectl or GET.
+-- The double enforces no RBAC and no admission policy: its request log
+-- shows instead that the controller reads no Secret but those of its own
+-- namespace (list and watch there only) and writes none but the copies
+-- (docs/decisions/0035); a copy changed or deleted behind the leader's
+-- back (a privileged user; anyone where the copies' policy is missing)
+-- comes back at its pair's next write or at the next --resync.
 local P = require "proc"
 local E = require "controller_env"
 local G = require "gpu_nodes"
@@ -26,175 +32,200 @@ local function b64(s)
   return (out:gsub("%s+$", ""))
 end
 
+local c, d, dir
+
+local function kubectl(args, stdin)
+  if stdin then
+    local f = dir .. "/in-" .. tostring(math.random(1e9)) .. ".json"
+    H.write(f, type(stdin) == "string" and stdin or json.encode(stdin))
+    args[#args + 1] = "-f"
+    args[#args + 1] = f
+  end
+  return E.kubectl(d, args)
+end
+local function ok(args, stdin)
+  local out, code = kubectl(args, stdin)
+  assert.are.equal(0, code, out)
+  return out
+end
+local function get(path) return (E.get(d, path)) end
+local function must(method, path, body)
+  local v, st = E.send(d, method, path, body)
+  assert(st and st >= 200 and st < 300, ("%s %s -> %s %s"):format(method, path, tostring(st), json.encode(v or {})))
+  return v
+end
+
+local function namespace(name, parents, vgpu)
+  local labels = { [TENANT .. "tenant-root"] = "", [TENANT .. name] = "" }
+  for _, p in ipairs(parents) do labels[TENANT .. p] = "" end
+  if vgpu then labels[VGPU] = "true" end
+  ok({ "apply" }, { apiVersion = "v1", kind = "Namespace", metadata = { name = name, labels = labels } })
+end
+local function claim(ns, name, class)
+  ok({ "apply" }, { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim",
+    metadata = { name = name, namespace = ns }, spec = { class = class or CLASS, count = 1 } })
+end
+local function vmi_path(ns, name)
+  return "/apis/kubevirt.io/v1/namespaces/" .. ns .. "/virtualmachineinstances/" .. name
+end
+local function vmi(ns, name, phase)
+  local v = must("POST", "/apis/kubevirt.io/v1/namespaces/" .. ns .. "/virtualmachineinstances", {
+    apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", metadata = { name = name, namespace = ns },
+    spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = RESOURCE } } } } } })
+  v.status = { phase = phase }
+  return must("PUT", vmi_path(ns, name) .. "/status", v)
+end
+local function vmi_phase(ns, name, phase)
+  local v = assert(get(vmi_path(ns, name)))
+  v.status = v.status or {}
+  v.status.phase = phase
+  must("PUT", vmi_path(ns, name) .. "/status", v)
+end
+local function source(data, extra_annotations)
+  local enc = {}
+  for k, v in pairs(data) do enc[k] = b64(v) end
+  ok({ "apply" }, { apiVersion = "v1", kind = "Secret", type = "Opaque",
+    metadata = { name = "nvidia-vgpu-license", namespace = "cozy-gpu", annotations = extra_annotations },
+    data = next(enc) and enc or json.object() })
+end
+
+-- the copies in the double: ns -> Secret
+local function copies()
+  local out = {}
+  for _, s in ipairs(d:state("secrets").items) do
+    if s.metadata.name == COPY then out[s.metadata.namespace] = s end
+  end
+  return out
+end
+
+-- decision 0035, from the double's request log: the controller's only
+-- reads of Secrets are the list and watch of its own namespace's; it
+-- never reads one by name, never lists or watches elsewhere, never
+-- patches; it creates, updates and deletes only the copies. Returns the
+-- controller's Secret requests seen, and empties the log.
+local function check_secret_requests()
+  local seen = {}
+  for _, r in ipairs(d:log()) do
+    if (r.userAgent or ""):find("^cozygpu/") and r.path:find("/secrets", 1, true) then
+      seen[#seen + 1] = r
+      local what = r.method .. " " .. r.path .. (r.query and r.query ~= "" and ("?" .. r.query) or "")
+      if r.method == "GET" then
+        assert.are.equal("/api/v1/namespaces/cozy-gpu/secrets", r.path, what)
+      elseif r.method == "POST" then
+        assert.truthy(r.path:match("^/api/v1/namespaces/[^/]+/secrets$"), what)
+      else
+        assert.truthy(r.method == "PUT" or r.method == "DELETE", what)
+        assert.truthy(r.path:match("^/api/v1/namespaces/[^/]+/secrets/" .. COPY:gsub("%-", "%%-") .. "$"), what)
+      end
+    end
+  end
+  d:reset_log()
+  return seen
+end
+
+-- the rule, from the double's objects: DESIGN.md §5 (the label on the
+-- namespace and on every tenant ancestor), and a user of the class
+local function entitled(nss, name)
+  local ns = nss[name]
+  local labels = ns and ns.metadata.labels or {}
+  if labels[VGPU] ~= "true" then return false end
+  for k in pairs(labels) do
+    local a = k:sub(1, #TENANT) == TENANT and k:sub(#TENANT + 1)
+    if a then
+      local an = nss[a]
+      if not an or (an.metadata.labels or {})[VGPU] ~= "true" then return false end
+    end
+  end
+  return true
+end
+local function users(ns)
+  local out = {}
+  for _, x in ipairs(d:state("gpuclaims").items) do
+    if x.metadata.namespace == ns and x.spec.class == CLASS then
+      out[#out + 1] = { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", name = x.metadata.name,
+        uid = x.metadata.uid }
+    end
+  end
+  for _, x in ipairs(d:state("virtualmachineinstances").items) do
+    local ph = x.status and x.status.phase
+    local gpus = x.spec and x.spec.domain and x.spec.domain.devices and x.spec.domain.devices.gpus or {}
+    if x.metadata.namespace == ns and ph ~= "Succeeded" and ph ~= "Failed" and gpus[1]
+      and gpus[1].deviceName == RESOURCE then
+      out[#out + 1] = { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = x.metadata.name,
+        uid = x.metadata.uid }
+    end
+  end
+  table.sort(out, function(a, b) return a.kind .. "/" .. a.name < b.kind .. "/" .. b.name end)
+  return out
+end
+local function want()
+  local nss, out = {}, {}
+  for _, n in ipairs(d:state("namespaces").items) do nss[n.metadata.name] = n end
+  for name in pairs(nss) do
+    if entitled(nss, name) and #users(name) > 0 then out[name] = true end
+  end
+  return out
+end
+local function set_of(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out)
+  return table.concat(out, ",")
+end
+-- waits until the copies are exactly in `names` (a list) and returns them
+local function wait_copies(names, timeout)
+  local w = {}
+  for _, n in ipairs(names) do w[n] = true end
+  local last
+  assert(P.wait_until(function()
+    last = copies()
+    return set_of(last) == set_of(w)
+  end, timeout or 20), ("copies in %s, wanted %s"):format(set_of(last or {}), set_of(w)))
+  return last
+end
+local function cond(name)
+  local cls = get("/apis/cozystack.io/v1alpha1/gpuclasses/" .. (name or CLASS))
+  for _, x in ipairs(cls and cls.status and cls.status.conditions or {}) do
+    if x.type == "LicenseReady" then return x end
+  end
+  return nil
+end
+local function wait_cond(status, reason)
+  local last
+  assert(P.wait_until(function()
+    last = cond()
+    if status == nil then return last == nil end
+    return last and last.status == status and last.reason == reason
+  end, 20), ("LicenseReady: wanted %s/%s, got %s"):format(tostring(status), tostring(reason), json.encode(last or {})))
+  return last
+end
+local function events(reason)
+  local out = {}
+  local list = get("/api/v1/events?fieldSelector=involvedObject.kind%3DGPUClass,involvedObject.name%3D" .. CLASS)
+  for _, e in ipairs(list and list.items or {}) do
+    if e.reason == reason then out[#out + 1] = e end
+  end
+  return out
+end
+local function lease_holder()
+  local l = get("/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+  return l and l.spec and l.spec.holderIdentity
+end
+-- a copy holds the token and nothing else, and is owned by the users
+local function check_copy(s, token)
+  assert.are.equal("Opaque", s.type)
+  assert.is_true(s.immutable)
+  assert.are.same({ [KEY] = b64(token) }, s.data)
+  assert.is_nil(s.stringData)
+  assert.are.same({ ["app.kubernetes.io/managed-by"] = "cozygpu", ["gpu.cozystack.io/license-class"] = CLASS },
+    s.metadata.labels)
+  assert.is_nil(s.metadata.annotations)
+  local u = users(s.metadata.namespace)
+  for i = #u, 33, -1 do u[i] = nil end -- the first 32 (decision 0029)
+  assert.are.same(u, s.metadata.ownerReferences)
+end
+
 describe("the leader's license copier (two replicas against the double)", function()
-  local c, d, dir
-
-  local function kubectl(args, stdin)
-    if stdin then
-      local f = dir .. "/in-" .. tostring(math.random(1e9)) .. ".json"
-      H.write(f, type(stdin) == "string" and stdin or json.encode(stdin))
-      args[#args + 1] = "-f"
-      args[#args + 1] = f
-    end
-    return E.kubectl(d, args)
-  end
-  local function ok(args, stdin)
-    local out, code = kubectl(args, stdin)
-    assert.are.equal(0, code, out)
-    return out
-  end
-  local function get(path) return (E.get(d, path)) end
-  local function must(method, path, body)
-    local v, st = E.send(d, method, path, body)
-    assert(st and st >= 200 and st < 300, ("%s %s -> %s %s"):format(method, path, tostring(st), json.encode(v or {})))
-    return v
-  end
-
-  local function namespace(name, parents, vgpu)
-    local labels = { [TENANT .. "tenant-root"] = "", [TENANT .. name] = "" }
-    for _, p in ipairs(parents) do labels[TENANT .. p] = "" end
-    if vgpu then labels[VGPU] = "true" end
-    ok({ "apply" }, { apiVersion = "v1", kind = "Namespace", metadata = { name = name, labels = labels } })
-  end
-  local function claim(ns, name, class)
-    ok({ "apply" }, { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim",
-      metadata = { name = name, namespace = ns }, spec = { class = class or CLASS, count = 1 } })
-  end
-  local function vmi_path(ns, name)
-    return "/apis/kubevirt.io/v1/namespaces/" .. ns .. "/virtualmachineinstances/" .. name
-  end
-  local function vmi(ns, name, phase)
-    local v = must("POST", "/apis/kubevirt.io/v1/namespaces/" .. ns .. "/virtualmachineinstances", {
-      apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", metadata = { name = name, namespace = ns },
-      spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = RESOURCE } } } } } })
-    v.status = { phase = phase }
-    return must("PUT", vmi_path(ns, name) .. "/status", v)
-  end
-  local function vmi_phase(ns, name, phase)
-    local v = assert(get(vmi_path(ns, name)))
-    v.status = v.status or {}
-    v.status.phase = phase
-    must("PUT", vmi_path(ns, name) .. "/status", v)
-  end
-  local function source(data, extra_annotations)
-    local enc = {}
-    for k, v in pairs(data) do enc[k] = b64(v) end
-    ok({ "apply" }, { apiVersion = "v1", kind = "Secret", type = "Opaque",
-      metadata = { name = "nvidia-vgpu-license", namespace = "cozy-gpu", annotations = extra_annotations },
-      data = next(enc) and enc or json.object() })
-  end
-
-  -- the copies in the double: ns -> Secret
-  local function copies()
-    local out = {}
-    for _, s in ipairs(d:state("secrets").items) do
-      if s.metadata.name == COPY then out[s.metadata.namespace] = s end
-    end
-    return out
-  end
-
-  -- the rule, from the double's objects: DESIGN.md §5 (the label on the
-  -- namespace and on every tenant ancestor), and a user of the class
-  local function entitled(nss, name)
-    local ns = nss[name]
-    local labels = ns and ns.metadata.labels or {}
-    if labels[VGPU] ~= "true" then return false end
-    for k in pairs(labels) do
-      local a = k:sub(1, #TENANT) == TENANT and k:sub(#TENANT + 1)
-      if a then
-        local an = nss[a]
-        if not an or (an.metadata.labels or {})[VGPU] ~= "true" then return false end
-      end
-    end
-    return true
-  end
-  local function users(ns)
-    local out = {}
-    for _, x in ipairs(d:state("gpuclaims").items) do
-      if x.metadata.namespace == ns and x.spec.class == CLASS then
-        out[#out + 1] = { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", name = x.metadata.name,
-          uid = x.metadata.uid }
-      end
-    end
-    for _, x in ipairs(d:state("virtualmachineinstances").items) do
-      local ph = x.status and x.status.phase
-      local gpus = x.spec and x.spec.domain and x.spec.domain.devices and x.spec.domain.devices.gpus or {}
-      if x.metadata.namespace == ns and ph ~= "Succeeded" and ph ~= "Failed" and gpus[1]
-        and gpus[1].deviceName == RESOURCE then
-        out[#out + 1] = { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = x.metadata.name,
-          uid = x.metadata.uid }
-      end
-    end
-    table.sort(out, function(a, b) return a.kind .. "/" .. a.name < b.kind .. "/" .. b.name end)
-    return out
-  end
-  local function want()
-    local nss, out = {}, {}
-    for _, n in ipairs(d:state("namespaces").items) do nss[n.metadata.name] = n end
-    for name in pairs(nss) do
-      if entitled(nss, name) and #users(name) > 0 then out[name] = true end
-    end
-    return out
-  end
-  local function set_of(t)
-    local out = {}
-    for k in pairs(t) do out[#out + 1] = k end
-    table.sort(out)
-    return table.concat(out, ",")
-  end
-  -- waits until the copies are exactly in `names` (a list) and returns them
-  local function wait_copies(names, timeout)
-    local w = {}
-    for _, n in ipairs(names) do w[n] = true end
-    local last
-    assert(P.wait_until(function()
-      last = copies()
-      return set_of(last) == set_of(w)
-    end, timeout or 20), ("copies in %s, wanted %s"):format(set_of(last or {}), set_of(w)))
-    return last
-  end
-  local function cond(name)
-    local cls = get("/apis/cozystack.io/v1alpha1/gpuclasses/" .. (name or CLASS))
-    for _, x in ipairs(cls and cls.status and cls.status.conditions or {}) do
-      if x.type == "LicenseReady" then return x end
-    end
-    return nil
-  end
-  local function wait_cond(status, reason)
-    local last
-    assert(P.wait_until(function()
-      last = cond()
-      if status == nil then return last == nil end
-      return last and last.status == status and last.reason == reason
-    end, 20), ("LicenseReady: wanted %s/%s, got %s"):format(tostring(status), tostring(reason), json.encode(last or {})))
-    return last
-  end
-  local function events(reason)
-    local out = {}
-    local list = get("/api/v1/events?fieldSelector=involvedObject.kind%3DGPUClass,involvedObject.name%3D" .. CLASS)
-    for _, e in ipairs(list and list.items or {}) do
-      if e.reason == reason then out[#out + 1] = e end
-    end
-    return out
-  end
-  local function lease_holder()
-    local l = get("/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
-    return l and l.spec and l.spec.holderIdentity
-  end
-  -- a copy holds the token and nothing else, and is owned by the users
-  local function check_copy(s, token)
-    assert.are.equal("Opaque", s.type)
-    assert.is_true(s.immutable)
-    assert.are.same({ [KEY] = b64(token) }, s.data)
-    assert.is_nil(s.stringData)
-    assert.are.same({ ["app.kubernetes.io/managed-by"] = "cozygpu", ["gpu.cozystack.io/license-class"] = CLASS },
-      s.metadata.labels)
-    assert.is_nil(s.metadata.annotations)
-    local u = users(s.metadata.namespace)
-    for i = #u, 33, -1 do u[i] = nil end -- the first 32 (decision 0029)
-    assert.are.same(u, s.metadata.ownerReferences)
-  end
-
   setup(function()
     c = E.start_cluster { n = 2 }
     d, dir = c.d, c.dir
@@ -212,6 +243,7 @@ describe("the leader's license copier (two replicas against the double)", functi
     vmi("tenant-c", "vc", "Running")
   end)
   teardown(function() if c then E.stop_cluster(c) end end)
+  after_each(function() check_secret_requests() end)
 
   it("with the token Secret missing: LicenseReady False SecretNotFound naming the class and its secretRef, a Warning Event, no copy", function()
     local x = wait_cond("False", "SecretNotFound")
@@ -229,6 +261,12 @@ describe("the leader's license copier (two replicas against the double)", functi
     table.sort(types)
     assert.are.same({ "Accepted", "LicenseReady" }, types)
     assert.are.same({}, copies())
+    -- the token Secrets are watched in cozy-gpu, and nowhere else
+    local watched = false
+    for _, r in ipairs(check_secret_requests()) do
+      watched = watched or (r.method == "GET" and r.watch and r.path == "/api/v1/namespaces/cozy-gpu/secrets")
+    end
+    assert.is_true(watched, "no watch of cozy-gpu's Secrets")
   end)
 
   it("copies the token only into the entitled namespaces that use the class, and nothing of the source beyond it", function()
@@ -243,7 +281,7 @@ describe("the leader's license copier (two replicas against the double)", functi
     -- parent lacks the label) still have none, though each has a claim
     -- and, once settled, nothing is written again: no Secret and no class
     -- status write while nothing changes
-    d:reset_log()
+    check_secret_requests()
     P.sleep(3)
     assert.are.equal(set_of(w), set_of(copies()))
     for _, r in ipairs(d:log()) do
@@ -264,30 +302,39 @@ describe("the leader's license copier (two replicas against the double)", functi
     for _, s in pairs(copies()) do check_copy(s, TOKEN2) end
   end)
 
-  it("a tenant cannot change the token in place, and its edits and deletion are undone", function()
+  it("nobody changes the token in place; a copy edited or deleted behind the leader's back is put back at its pair's next write", function()
     local ns = "tenant-a-x"
     -- the data of an immutable Secret: refused by the API server
     local out, code = kubectl { "patch", "secret", COPY, "-n", ns, "--type=merge", "-p",
       '{"data":{"' .. KEY .. '":"' .. b64("forged") .. '"}}' }
     assert.are_not.equal(0, code)
     assert.truthy(out:find("field is immutable when `immutable` is set", 1, true), out)
-    -- labels and annotations: put back
+    -- labels and annotations (on a real cluster the copies' policy refuses
+    -- this to tenants): the leader does not watch the copies, so they stay
+    -- as edited until the pair needs a write
     ok { "label", "secret", COPY, "-n", ns, "--overwrite", "gpu.cozystack.io/license-class=other", "extra=1" }
     ok { "annotate", "secret", COPY, "-n", ns, "tenant.example.com/note=x" }
+    P.sleep(2)
+    assert.are.equal("1", copies()[ns].metadata.labels.extra)
+    -- a new user of the class there: the copy is written whole, as wanted
+    claim(ns, "x2")
     assert(P.wait_until(function()
       local s = copies()[ns]
-      return s and s.metadata.labels.extra == nil and s.metadata.annotations == nil
-        and s.metadata.labels["gpu.cozystack.io/license-class"] == CLASS
-    end, 20), "the copy's labels and annotations were not restored")
-    -- the managed-by label taken off (the copy leaves the label watch)
+      return s and #s.metadata.ownerReferences == 2
+    end, 20), "the copy did not get its new owner")
+    check_copy(copies()[ns], TOKEN2)
+    -- the managed-by label taken off: put back at the next write
     ok { "label", "secret", COPY, "-n", ns, "app.kubernetes.io/managed-by-" }
+    claim(ns, "x3")
     assert(P.wait_until(function()
       local s = copies()[ns]
-      return s and s.metadata.labels["app.kubernetes.io/managed-by"] == "cozygpu"
+      return s and #s.metadata.ownerReferences == 3
     end, 20), "the copy was not taken back")
-    -- deleted: created again
+    check_copy(copies()[ns], TOKEN2)
+    -- deleted: created again at the next write (a PUT answers 404)
     local uid = copies()[ns].metadata.uid
     ok { "delete", "secret", COPY, "-n", ns }
+    vmi(ns, "vx", "Running")
     assert(P.wait_until(function()
       local s = copies()[ns]
       return s and s.metadata.uid ~= uid
@@ -404,6 +451,7 @@ describe("the leader's license copier (two replicas against the double)", functi
       for k in pairs(want()) do l[#l + 1] = k end
       return l
     end)())
+    check_secret_requests()
     local holder = lease_holder()
     assert.truthy(c.replicas[holder], tostring(holder))
     P.kill(c.replicas[holder].pid, 9)
@@ -419,6 +467,17 @@ describe("the leader's license copier (two replicas against the double)", functi
       assert.are.equal(s.metadata.uid, now[ns].metadata.uid)
       assert.are.equal(s.metadata.resourceVersion, now[ns].metadata.resourceVersion)
     end
+    -- it knew none of them: each pair with a user was asserted, a wanted
+    -- copy by a PUT that changed nothing, one not wanted by a delete by
+    -- name that found none; the new pair's copy was created
+    local put, w = {}, want()
+    for _, r in ipairs(check_secret_requests()) do
+      local ns = r.path:match("^/api/v1/namespaces/([^/]+)/")
+      if r.method == "PUT" then put[ns] = true end
+      if r.method == "POST" then assert.are.equal("tenant-g", ns) end
+      if r.method == "DELETE" then assert.is_nil(w[ns], "deleted a wanted copy in " .. ns) end
+    end
+    for ns in pairs(before) do assert.is_true(put[ns], "not asserted: " .. ns) end
     -- one copy per namespace: the labelled Secrets are exactly the copies
     local n = 0
     for _, s in ipairs(d:state("secrets").items) do
@@ -431,21 +490,125 @@ describe("the leader's license copier (two replicas against the double)", functi
     end)(), n)
   end)
 
-  it("removes every copy and the condition when the class drops its license; reads a source elsewhere by GET", function()
+  it("removes every copy and the condition when the class drops its license; never reads a source outside cozy-gpu", function()
     ok { "patch", "gpuclass", CLASS, "--type=json", "-p", '[{"op":"remove","path":"/spec/license"}]' }
     wait_copies({})
     wait_cond(nil)
-    -- a source in another namespace than the controller's
+    -- a source in another namespace than the controller's (the deploy/
+    -- policy refuses such a class; the double has no admission)
     ok({ "apply" }, { apiVersion = "v1", kind = "Namespace", metadata = { name = "hoster-tokens" } })
-    ok { "patch", "gpuclass", CLASS, "--type=merge", "-p",
-      '{"spec":{"license":{"secretRef":{"name":"tok","namespace":"hoster-tokens"},"featureType":1}}}' }
-    wait_cond("False", "SecretNotFound")
     ok({ "apply" }, { apiVersion = "v1", kind = "Secret", type = "Opaque",
       metadata = { name = "tok", namespace = "hoster-tokens" }, data = { [KEY] = b64(TOKEN2) } })
+    ok { "patch", "gpuclass", CLASS, "--type=merge", "-p",
+      '{"spec":{"license":{"secretRef":{"name":"tok","namespace":"hoster-tokens"},"featureType":1}}}' }
+    local x = wait_cond("False", "SecretNamespaceNotAllowed")
+    assert.truthy(x.message:find(CLASS, 1, true), x.message)
+    assert.truthy(x.message:find("hoster-tokens/tok", 1, true), x.message)
+    assert.truthy(x.message:find("cozy-gpu", 1, true), x.message)
+    assert(P.wait_until(function() return #events("SecretNamespaceNotAllowed") > 0 end, 10),
+      "no SecretNamespaceNotAllowed Event")
+    P.sleep(2)
+    assert.are.same({}, copies())
+    for _, r in ipairs(d:log()) do
+      if (r.userAgent or ""):find("^cozygpu/") then
+        assert.is_nil(r.path:find("/namespaces/hoster-tokens/", 1, true), r.method .. " " .. r.path)
+      end
+    end
+    -- back in cozy-gpu: copied again
+    source({ [KEY] = TOKEN2 })
+    ok { "patch", "gpuclass", CLASS, "--type=merge", "-p",
+      '{"spec":{"license":{"secretRef":{"name":"nvidia-vgpu-license","namespace":"cozy-gpu"}}}}' }
     wait_cond("True", "TokenFound")
     local l = {}
     for k in pairs(want()) do l[#l + 1] = k end
     local got = wait_copies(l)
     for _, s in pairs(got) do check_copy(s, TOKEN2) end
+  end)
+end)
+
+-- One replica with --resync 2s: what the leader does without a watch of
+-- its copies (decision 0035) — every --resync it PUTs what it remembers,
+-- so a copy deleted or changed behind its back comes back without an
+-- event; a replica that takes the lead knows nothing and asserts every
+-- pair: it deletes by name the copies of a class whose license went while
+-- none led (the class's LicenseReady condition says it may have some).
+describe("the license copier without a watch of its copies (one replica, --resync 2s)", function()
+  setup(function()
+    c = E.start_cluster { n = 1, extra = { "--resync", "2s" } }
+    d, dir = c.d, c.dir
+    namespace("tenant-c", {}, true)
+    claim("tenant-a", "a1")
+    claim("tenant-c", "c1")
+    source({ [KEY] = TOKEN1 })
+  end)
+  teardown(function() if c then E.stop_cluster(c) end end)
+  after_each(function() check_secret_requests() end)
+
+  it("re-asserts every --resync: a deleted or edited copy comes back, an untouched one is not rewritten", function()
+    wait_copies { "tenant-a", "tenant-c" }
+    local untouched = copies()["tenant-a"]
+    local uid = copies()["tenant-c"].metadata.uid
+    ok { "delete", "secret", COPY, "-n", "tenant-c" }
+    assert(P.wait_until(function()
+      local s = copies()["tenant-c"]
+      return s and s.metadata.uid ~= uid
+    end, 15), "the deleted copy did not come back")
+    check_copy(copies()["tenant-c"], TOKEN1)
+    ok { "annotate", "secret", COPY, "-n", "tenant-c", "tenant.example.com/note=x" }
+    ok { "label", "secret", COPY, "-n", "tenant-c", "app.kubernetes.io/managed-by-" }
+    assert(P.wait_until(function()
+      local s = copies()["tenant-c"]
+      return s and s.metadata.annotations == nil and s.metadata.labels["app.kubernetes.io/managed-by"] == "cozygpu"
+    end, 15), "the edited copy was not put back")
+    check_copy(copies()["tenant-c"], TOKEN1)
+    -- several resyncs went by: the untouched copy was PUT as it is, which
+    -- changes nothing
+    local now = copies()["tenant-a"]
+    assert.are.equal(untouched.metadata.uid, now.metadata.uid)
+    assert.are.equal(untouched.metadata.resourceVersion, now.metadata.resourceVersion)
+    local puts = 0
+    for _, r in ipairs(check_secret_requests()) do
+      if r.method == "PUT" and r.path:find("/namespaces/tenant-a/", 1, true) then puts = puts + 1 end
+    end
+    assert.is_true(puts >= 1, "tenant-a's copy was never re-asserted")
+  end)
+
+  local function restart(id)
+    for old, r in pairs(c.replicas) do
+      P.kill(r.pid, 9)
+      c.replicas[old] = nil
+    end
+    return function()
+      c.replicas[id] = E.start_controller { double = d, dir = dir, certs = c.certs, identity = id,
+        extra = { "--resync", "2s" } }
+    end
+  end
+
+  it("a new leader puts the rotated token into copies it never saw, and one deleted while none led back", function()
+    wait_copies { "tenant-a", "tenant-c" }
+    local start = restart("replica-y")
+    source({ [KEY] = TOKEN2 })
+    ok { "delete", "secret", COPY, "-n", "tenant-a" }
+    start()
+    -- tenant-c: a PUT of the new token answers 422 (immutable data), so
+    -- delete and create; tenant-a: the PUT answers 404, so create
+    assert(P.wait_until(function()
+      local s = copies()
+      return s["tenant-a"] and s["tenant-c"] and s["tenant-a"].data[KEY] == b64(TOKEN2)
+        and s["tenant-c"].data[KEY] == b64(TOKEN2)
+    end, 30), "the new leader did not assert the copies")
+    for _, s in pairs(copies()) do check_copy(s, TOKEN2) end
+  end)
+
+  it("a new leader deletes the copies of a class whose license went while none led, then its condition", function()
+    wait_copies { "tenant-a", "tenant-c" }
+    wait_cond("True", "TokenFound")
+    local start = restart("replica-z")
+    ok { "patch", "gpuclass", CLASS, "--type=json", "-p", '[{"op":"remove","path":"/spec/license"}]' }
+    P.sleep(1)
+    assert.are.equal("tenant-a,tenant-c", set_of(copies()))
+    start()
+    wait_copies({}, 30)
+    wait_cond(nil)
   end)
 end)

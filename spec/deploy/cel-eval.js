@@ -1,7 +1,9 @@
 // Evaluates webhook matchConditions with @bufbuild/cel (a conformance-tested
 // CEL evaluator; not the API server's cel-go, see docs/decisions/0006).
-// Input on stdin: JSON {cases: [{expression, object, request}]}. Output: one
-// JSON line per case: {"value": true|false} or {"error": "..."}.
+// Input on stdin: JSON {cases: [{expression, object, oldObject, request,
+// variables}]} (oldObject and variables optional: a ValidatingAdmission-
+// Policy's old object and its variables, already evaluated). Output: one
+// JSON line per case: {"value": true|false|"a string"} or {"error": "..."}.
 // Kubernetes hands CEL an unstructured object: JSON objects are maps,
 // integers int64; `object` and `oldObject` are dynamically typed, so no
 // type checking happens, as here.
@@ -28,8 +30,11 @@ process.stdin.on("end", () => {
   for (const c of cases) {
     let out;
     try {
-      const value = run(c.expression, { object: toCel(c.object), request: toCel(c.request || {}) });
-      out = typeof value === "boolean" ? { value } : { error: "not a bool: " + String(value) };
+      const bindings = { object: toCel(c.object), request: toCel(c.request || {}) };
+      if ("oldObject" in c) bindings.oldObject = toCel(c.oldObject);
+      if (c.variables) bindings.variables = toCel(c.variables);
+      const value = run(c.expression, bindings);
+      out = typeof value === "boolean" || typeof value === "string" ? { value } : { error: "not a bool: " + String(value) };
     } catch (e) {
       out = { error: String(e && e.message ? e.message : e) };
     }

@@ -240,6 +240,23 @@ describe("kubectl kustomize", function()
       assert.are.equal(was:gsub(":" .. H.pat(NS) .. ":", ":" .. OVERLAY_NS .. ":"), expr)
     end)
 
+    it("narrows the Secret writes of the controller's ServiceAccount in the new namespace (decision 0035)", function()
+      local vap = get("ValidatingAdmissionPolicy", "", "cozygpu-controller-secrets")
+      local expr = vap.spec.matchConditions[1].expression
+      assert.are.equal("request.userInfo.username == 'system:serviceaccount:" .. OVERLAY_NS .. ":cozygpu-controller'", expr)
+      -- the rest of the policy is the base's
+      local was = base["ValidatingAdmissionPolicy//cozygpu-controller-secrets"]
+      assert.are.same(was.spec.validations, vap.spec.validations)
+      assert.are.same(was.spec.variables, vap.spec.variables)
+    end)
+
+    it("requires licensed classes' token Secrets in the new namespace (decision 0035)", function()
+      local vap = get("ValidatingAdmissionPolicy", "", "cozygpu-license-source")
+      assert.are.same({ { name = "controllerNamespace", expression = "'" .. OVERLAY_NS .. "'" } }, vap.spec.variables)
+      local was = base["ValidatingAdmissionPolicy//cozygpu-license-source"]
+      assert.are.same(was.spec.validations, vap.spec.validations)
+    end)
+
     it("tells the controller its namespace through the downward API", function()
       local c = get("Deployment", OVERLAY_NS, "cozygpu-controller").spec.template.spec.containers[1]
       local ns_arg
@@ -339,6 +356,8 @@ describe("kubectl kustomize", function()
       assert.are.equal(0, code, out)
       assert.matches("namespace/" .. OVERLAY_NS .. " created", out, 1, true)
       assert.matches("validatingadmissionpolicy.admissionregistration.k8s.io/cozygpu-license-copies created", out, 1, true)
+      assert.matches("validatingadmissionpolicy.admissionregistration.k8s.io/cozygpu-controller-secrets created", out, 1, true)
+      assert.matches("validatingadmissionpolicy.admissionregistration.k8s.io/cozygpu-license-source created", out, 1, true)
       assert.matches('"image": "' .. H.pat(OVERLAY_IMAGE) .. '"', out)
     end)
   end)

@@ -210,12 +210,14 @@ describe("deploy/ RBAC", function()
       ["/namespaces"] = read,
       ["/nodes"] = read,
       ["/resourcequotas"] = read,
-      ["/secrets"] = { "create", "delete", "get", "list", "update", "watch" },
+      -- license copies, written by name, never read (decision 0035)
+      ["/secrets"] = { "create", "delete", "update" },
       ["/persistentvolumeclaims"] = read,
       ["/persistentvolumes"] = read,
       ["kubevirt.io/virtualmachineinstances"] = { "delete", "get", "list", "watch" },
       ["kubevirt.io/virtualmachines"] = read,
       ["kubevirt.io/kubevirts"] = read,
+      ["resource.k8s.io/deviceclasses"] = read,
       ["resource.k8s.io/resourceclaims"] = read,
       ["resource.k8s.io/resourceclaimtemplates"] = read,
       -- usage records (decision 0028): the leader creates, updates and
@@ -225,14 +227,39 @@ describe("deploy/ RBAC", function()
     }, grants(rules_of("ClusterRole", "cozygpu-controller")))
   end)
 
-  it("grants in cozy-gpu only the policies ConfigMap, events and the Lease, by name where RBAC allows", function()
+  it("grants in cozy-gpu only the policies ConfigMap, the token Secrets, events and the Lease, by name where RBAC allows", function()
     assert.are.same({
       ["/configmaps@cozygpu-policies"] = { "get", "list", "watch" },
+      ["/secrets"] = { "list", "watch" },
       ["/events"] = { "create", "patch" },
       ["coordination.k8s.io/leases"] = { "create" },
       ["coordination.k8s.io/leases@cozygpu-controller"] = { "get", "update" },
     }, grants(rules_of("Role", "cozygpu-controller")))
     assert.are.equal("cozygpu-policies", flags()["policies-configmap"])
+  end)
+
+  -- issue 19 item 5 (decision 0035): no read of Secrets beyond the
+  -- controller's namespace, and no verb that answers with a Secret it
+  -- could not read otherwise
+  it("reads Secrets only in cozy-gpu: no get, list or watch of them cluster-wide, no patch, no wildcard", function()
+    for _, kind in ipairs { "ClusterRole", "Role" } do
+      for _, r in ipairs(rules_of(kind, "cozygpu-controller")) do
+        local secrets = false
+        for _, res in ipairs(r.resources) do secrets = secrets or res == "secrets" or res:find("^secrets/") ~= nil end
+        if secrets then
+          assert.are.same({ "" }, r.apiGroups)
+          for _, v in ipairs(r.verbs) do
+            assert.is_true(v ~= "patch" and v ~= "deletecollection" and v ~= "*", kind .. ": " .. v)
+            if kind == "ClusterRole" then
+              assert.is_true(v ~= "get" and v ~= "list" and v ~= "watch", kind .. ": " .. v)
+            end
+          end
+        end
+      end
+    end
+    -- the Role is bound in the controller's namespace only
+    assert.are.equal(NS, get("Role", "cozygpu-controller").metadata.namespace)
+    assert.are.equal(NS, get("RoleBinding", "cozygpu-controller").metadata.namespace)
   end)
 
   it("binds both roles to the controller's ServiceAccount, which the pods run as", function()
@@ -246,14 +273,17 @@ describe("deploy/ RBAC", function()
   end)
 end)
 
-describe("deploy/ license copies policy (decision 0029)", function()
-  it("refuses writes of Secrets carrying the copies' label, on create, update and delete, failing closed", function()
+describe("deploy/ license copies policy (decisions 0029, 0035)", function()
+  it("refuses writes of Secrets carrying the copies' label or name, on create, update and delete, failing closed", function()
     local p = get("ValidatingAdmissionPolicy", "cozygpu-license-copies")
     assert.are.equal("Fail", p.spec.failurePolicy)
     assert.are.same({ { apiGroups = { "" }, apiVersions = { "v1" }, resources = { "secrets" },
       operations = { "CREATE", "UPDATE", "DELETE" } } }, p.spec.matchConstraints.resourceRules)
-    assert.are.same({ matchExpressions = { { key = "gpu.cozystack.io/license-class", operator = "Exists" } } },
-      p.spec.matchConstraints.objectSelector)
+    -- which Secrets: a matchCondition (labels and the reserved name), not
+    -- an objectSelector (it cannot select by name)
+    assert.is_nil(p.spec.matchConstraints.objectSelector)
+    assert.are.equal("a-copy-or-its-name", p.spec.matchConditions[2].name)
+    assert.truthy(p.spec.matchConditions[2].expression:find("'gpu-license-'", 1, true))
     assert.are.same({ "false" }, (function()
       local out = {}
       for i, v in ipairs(p.spec.validations) do out[i] = v.expression end
@@ -265,6 +295,52 @@ describe("deploy/ license copies policy (decision 0029)", function()
     assert.truthy(p.spec.matchConditions[1].expression:find(who, 1, true), p.spec.matchConditions[1].expression)
     local b = get("ValidatingAdmissionPolicyBinding", "cozygpu-license-copies")
     assert.are.equal("cozygpu-license-copies", b.spec.policyName)
+    assert.are.same({ "Deny" }, b.spec.validationActions)
+  end)
+end)
+
+describe("deploy/ controller Secrets policy (decision 0035)", function()
+  it("narrows the controller's Secret create, update and delete to the license copies, failing closed", function()
+    local p = get("ValidatingAdmissionPolicy", "cozygpu-controller-secrets")
+    assert.are.equal("Fail", p.spec.failurePolicy)
+    -- exactly the verbs the ClusterRole grants on Secrets
+    assert.are.same({ { apiGroups = { "" }, apiVersions = { "v1" }, resources = { "secrets" },
+      operations = { "CREATE", "UPDATE", "DELETE" } } }, p.spec.matchConstraints.resourceRules)
+    assert.is_nil(p.spec.matchConstraints.objectSelector)
+    assert.is_nil(p.spec.matchConstraints.namespaceSelector)
+    -- for the ServiceAccount the controller runs as, and no one else
+    local sa = get("ServiceAccount", deployment().spec.template.spec.serviceAccountName)
+    assert.are.same({ { name = "by-the-controller", expression = ("request.userInfo.username == 'system:serviceaccount:%s:%s'")
+      :format(sa.metadata.namespace, sa.metadata.name) } }, p.spec.matchConditions)
+    local v = {}
+    for _, x in ipairs(p.spec.variables) do v[x.name] = x.expression end
+    for _, want in ipairs { "'gpu-license-'", "'gpu.cozystack.io/license-class'", "'app.kubernetes.io/managed-by'",
+      "'Opaque'", "object.immutable", "'client_configuration_token.tok'" } do
+      assert.truthy(v.newIsCopy:find(want, 1, true), want)
+    end
+    assert.truthy(v.oldIsCopy:find("oldObject.metadata.name == 'gpu-license-'", 1, true), v.oldIsCopy)
+    local e = {}
+    for i, x in ipairs(p.spec.validations) do
+      e[i] = x.expression
+      assert.are.equal("Forbidden", x.reason)
+    end
+    assert.are.same({ "request.operation == 'DELETE' || variables.newIsCopy",
+      "request.operation == 'CREATE' || variables.oldIsCopy" }, e)
+    local b = get("ValidatingAdmissionPolicyBinding", "cozygpu-controller-secrets")
+    assert.are.equal("cozygpu-controller-secrets", b.spec.policyName)
+    assert.are.same({ "Deny" }, b.spec.validationActions)
+  end)
+
+  it("refuses a GPUClass whose license Secret is outside the controller's namespace", function()
+    local p = get("ValidatingAdmissionPolicy", "cozygpu-license-source")
+    assert.are.equal("Fail", p.spec.failurePolicy)
+    assert.are.same({ { apiGroups = { "cozystack.io" }, apiVersions = { "v1alpha1" }, resources = { "gpuclasses" },
+      operations = { "CREATE", "UPDATE" } } }, p.spec.matchConstraints.resourceRules)
+    assert.are.same({ { name = "controllerNamespace", expression = "'" .. NS .. "'" } }, p.spec.variables)
+    assert.are.equal(NS, get("ServiceAccount", deployment().spec.template.spec.serviceAccountName).metadata.namespace)
+    assert.are.equal("Invalid", p.spec.validations[1].reason)
+    local b = get("ValidatingAdmissionPolicyBinding", "cozygpu-license-source")
+    assert.are.equal("cozygpu-license-source", b.spec.policyName)
     assert.are.same({ "Deny" }, b.spec.validationActions)
   end)
 end)

@@ -189,3 +189,146 @@ describe("the license copies' ValidatingAdmissionPolicy (evaluated with @bufbuil
     end
   end)
 end)
+
+-- The license policies of decision 0035, evaluated as the API server runs a
+-- ValidatingAdmissionPolicy: its matchConditions (all true, or the policy
+-- is skipped), then its variables, then each validation (false refuses).
+-- An error anywhere would refuse the request (failurePolicy Fail), so every
+-- case also asserts that nothing errs.
+describe("the license policies of decision 0035 (evaluated with @bufbuild/cel)", function()
+  if not available() then
+    pending("node or @bufbuild/cel missing (npm install --prefix " .. H.build .. "/cel @bufbuild/cel@0.6.1)")
+    return
+  end
+
+  local function policy(file)
+    for _, d in ipairs(assert(core.manifests(file))) do
+      if d.object.kind == "ValidatingAdmissionPolicy" then return d.object.spec end
+    end
+    error("no ValidatingAdmissionPolicy in " .. file)
+  end
+
+  local function run_cases(cases)
+    local inf, outf = os.tmpname(), os.tmpname()
+    H.write(inf, json.encode({ cases = cases }))
+    local ok = os.execute(("env -u LD_PRELOAD NODE_PATH=%s node spec/deploy/cel-eval.js <%s >%s"):format(H.q(MODULES), inf, outf))
+    local res = H.json_lines(H.read(outf))
+    os.remove(inf) os.remove(outf)
+    assert(ok, "cel-eval.js failed")
+    return res
+  end
+
+  -- "skipped", "allowed", or "refused: <message>"; raises on a CEL error
+  local function admit(spec, req, what)
+    local base = { object = req.object or json.null, oldObject = req.oldObject or json.null,
+      request = { operation = req.operation, userInfo = req.userInfo or { username = "alice" } } }
+    local function one(expression, variables)
+      local c = { expression = expression, object = base.object, oldObject = base.oldObject, request = base.request,
+        variables = variables }
+      local r = run_cases(json.array { c })[1]
+      assert.is_nil(r.error, what .. ": " .. expression .. ": " .. tostring(r.error))
+      return r.value
+    end
+    for _, m in ipairs(spec.matchConditions or {}) do
+      if not one(m.expression) then return "skipped" end
+    end
+    local vars = json.object()
+    for _, v in ipairs(spec.variables or {}) do vars[v.name] = one(v.expression, vars) end
+    for _, v in ipairs(spec.validations) do
+      if not one(v.expression, vars) then
+        return "refused: " .. (v.messageExpression and one(v.messageExpression, vars) or v.message)
+      end
+    end
+    return "allowed"
+  end
+
+  local CONTROLLER = { username = "system:serviceaccount:cozy-gpu:cozygpu-controller" }
+  local function copy(o)
+    o = o or {}
+    local s = { apiVersion = "v1", kind = "Secret", type = o.type or "Opaque", immutable = o.immutable,
+      metadata = { name = o.name or "gpu-license-l40s-24c", namespace = o.namespace or "tenant-a",
+        labels = o.labels or { ["app.kubernetes.io/managed-by"] = "cozygpu", ["gpu.cozystack.io/license-class"] = "l40s-24c" },
+        ownerReferences = json.array { { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", name = "a1", uid = "u1" } } },
+      data = o.data or { ["client_configuration_token.tok"] = "dG9rZW4=" } }
+    if o.immutable == nil then s.immutable = true end
+    if o.immutable == false then s.immutable = nil end
+    return s
+  end
+  local OTHER = { apiVersion = "v1", kind = "Secret", type = "Opaque",
+    metadata = { name = "cloud-credentials", namespace = "kube-system" }, data = { key = "czNjcjN0" } }
+
+  it("lets the controller create, update and delete its copies and no other Secret", function()
+    local spec = policy("deploy/56-controller-secrets-policy.yaml")
+    local cases = {
+      { "a copy created", { operation = "CREATE", object = copy() }, "allowed" },
+      { "a copy's owners updated", { operation = "UPDATE", object = copy(), oldObject = copy() }, "allowed" },
+      { "a copy deleted", { operation = "DELETE", oldObject = copy() }, "allowed" },
+      { "a copy whose managed-by label was taken off, put back", { operation = "UPDATE", object = copy(),
+        oldObject = copy { labels = { ["gpu.cozystack.io/license-class"] = "l40s-24c" } } }, "allowed" },
+      { "another Secret created", { operation = "CREATE", object = OTHER }, "refused" },
+      { "another Secret updated into a copy's shape", { operation = "UPDATE", object = copy { namespace = "kube-system" },
+        oldObject = OTHER }, "refused" },
+      { "another Secret deleted", { operation = "DELETE", oldObject = OTHER }, "refused" },
+      { "a tenant's Secret of a copy's name, unlabelled, updated", { operation = "UPDATE", object = copy(),
+        oldObject = copy { labels = json.object() } }, "refused" },
+      { "a tenant's Secret of a copy's name, without labels, deleted", { operation = "DELETE",
+        oldObject = (function() local s = copy(); s.metadata.labels = nil; return s end)() }, "refused" },
+      { "a copy that is not immutable", { operation = "CREATE", object = copy { immutable = false } }, "refused" },
+      { "a copy of another type", { operation = "CREATE", object = copy { type = "kubernetes.io/service-account-token" } }, "refused" },
+      { "a copy with a second key", { operation = "CREATE", object = copy { data = { ["client_configuration_token.tok"] = "dA==",
+        other = "dA==" } } }, "refused" },
+      { "a copy named for another class than its label", { operation = "CREATE", object = copy { name = "gpu-license-a100" } }, "refused" },
+      { "a copy without managed-by", { operation = "CREATE",
+        object = copy { labels = { ["gpu.cozystack.io/license-class"] = "l40s-24c" } } }, "refused" },
+    }
+    for _, c in ipairs(cases) do
+      local req = c[2]
+      req.userInfo = CONTROLLER
+      local got = admit(spec, req, c[1])
+      assert.are.equal(c[3], got:match("^%a+"), c[1] .. ": " .. got)
+    end
+    -- anyone else is not this policy's business (55 and RBAC are)
+    for _, u in ipairs { { username = "alice" }, { username = "system:serviceaccount:cozy-gpu:default" } } do
+      assert.are.equal("skipped", admit(spec, { operation = "CREATE", object = OTHER, userInfo = u }, u.username))
+    end
+  end)
+
+  it("reserves the copies' label and name to the trusted writers", function()
+    local spec = policy("deploy/55-license-copies-policy.yaml")
+    local tenant = { username = "alice", groups = json.array { "system:authenticated" } }
+    local cases = {
+      { "a tenant creates a Secret of a copy's name", { operation = "CREATE", object = copy { labels = json.object() } }, "refused" },
+      { "a tenant labels its Secret as a copy", { operation = "UPDATE", object = copy { name = "mine" },
+        oldObject = copy { name = "mine", labels = json.object() } }, "refused" },
+      { "a tenant takes a copy's label off", { operation = "UPDATE",
+        object = copy { labels = { ["app.kubernetes.io/managed-by"] = "cozygpu" } }, oldObject = copy() }, "refused" },
+      { "a tenant deletes a copy", { operation = "DELETE", oldObject = copy() }, "refused" },
+      { "a tenant deletes its own Secret of a copy's name, made before", { operation = "DELETE",
+        oldObject = copy { labels = json.object() } }, "skipped" },
+      { "a tenant writes another Secret", { operation = "CREATE", object = OTHER }, "skipped" },
+      { "a tenant deletes another Secret", { operation = "DELETE", oldObject = OTHER }, "skipped" },
+      { "a Secret without a name or labels", { operation = "CREATE", object = { apiVersion = "v1", kind = "Secret",
+        metadata = { namespace = "tenant-a" } } }, "skipped" },
+    }
+    for _, c in ipairs(cases) do
+      local req = c[2]
+      req.userInfo = tenant
+      local got = admit(spec, req, c[1])
+      assert.are.equal(c[3], got:match("^%a+"), c[1] .. ": " .. got)
+    end
+    assert.are.equal("skipped", admit(spec, { operation = "CREATE", object = copy(), userInfo = CONTROLLER }, "controller"))
+  end)
+
+  it("refuses a licensed GPUClass whose token Secret is outside the controller's namespace, naming it", function()
+    local spec = policy("deploy/57-license-source-policy.yaml")
+    local class = assert(core.manifests("examples/classes/l40s-24c.yaml"))[1].object
+    assert.are.equal("allowed", admit(spec, { operation = "CREATE", object = class }, "examples' l40s-24c"))
+    local passthrough = assert(core.manifests("examples/classes/l40s.yaml"))[1].object
+    assert.are.equal("allowed", admit(spec, { operation = "UPDATE", object = passthrough, oldObject = passthrough }, "l40s"))
+    class.spec.license.secretRef.namespace = "hoster-tokens"
+    local got = admit(spec, { operation = "UPDATE", object = class, oldObject = class }, "elsewhere")
+    assert.are.equal('refused: spec.license.secretRef.namespace: Invalid value: "hoster-tokens": the license token ' ..
+      "Secret must be in cozy-gpu, the cozygpu controller namespace, the only one whose Secrets it reads " ..
+      "(docs/decisions/0035)", got)
+  end)
+end)
