@@ -724,10 +724,23 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
     if(!json_is_array(items)) {
         char sbuf[24];
         snprintf(sbuf, sizeof sbuf, "%ld", st);
+        /* a refusal's body is a metav1.Status: its message says why (e.g.
+           RBAC's "... cannot list resource ..."); a 200 without items is a
+           body this client cannot read */
+        const char *why;
+        json_t *status = NULL;
+        if(cc != CURLE_OK) {
+            why = inf->cerr[0] ? inf->cerr : curl_easy_strerror(cc);
+        } else if(st == 200) {
+            why = body ? "no items" : "invalid JSON";
+        } else {
+            status = json_loadb(inf->buf.p, inf->buf.len, 0, NULL);
+            why = json_string_value(json_object_get(status, "message"));
+            if(!why) why = "no Status in the answer";
+        }
         log_write(LOG_WARN, "watch", "list failed", "resource", inf->res->resource, LOG_NUM "status",
-                  cc == CURLE_OK ? sbuf : NULL, "error",
-                  cc == CURLE_OK ? (body ? "no items" : "invalid JSON") : (inf->cerr[0] ? inf->cerr : curl_easy_strerror(cc)),
-                  NULL);
+                  cc == CURLE_OK ? sbuf : NULL, "error", why, NULL);
+        json_decref(status);
         json_decref(body);
         set_str(&inf->cont, NULL);
         backoff(inf, 1, st == 429 ? inf->retry_after : -1);

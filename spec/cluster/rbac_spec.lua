@@ -60,9 +60,12 @@ describe("least privilege on a real API server", function()
     c:deploy { replicas = 1 }
   end)
 
+  -- the one refusal a test below causes on purpose
+  local CAUSED = 'cannot list resource \\"deviceclasses\\"'
+
   teardown(function()
     if c then
-      local f = c:forbidden()
+      local f = c:forbidden(CAUSED)
       c:stop()
       assert.are.same({}, f)
     end
@@ -91,6 +94,34 @@ describe("least privilege on a real API server", function()
     local _, err, code = c:kubectl({ "-n", "kube-system", "get", "secret", "cloud-credentials" }, { kubeconfig = kc })
     assert.are_not.equal(0, code)
     assert.matches('secrets "cloud-credentials" is forbidden: User "system:serviceaccount:cozy-gpu:cozygpu-controller" cannot get resource "secrets"', err, 1, true)
+  end)
+
+  it("a grant taken away shows in the controller's log with the API server's reason", function()
+    -- a hoster's RBAC edit drops the DeviceClass read (deploy/10-rbac.yaml)
+    local role = json.decode(c:must { "get", "clusterrole", "cozygpu-controller", "-o", "json" })
+    local kept = {}
+    for _, rule in ipairs(role.rules) do
+      local dc = false
+      for _, res in ipairs(rule.resources or {}) do dc = dc or res == "deviceclasses" end
+      if not dc then kept[#kept + 1] = rule end
+    end
+    assert.are.equal(#role.rules - 1, #kept)
+    role.rules = kept
+    c:must({ "replace", "-f", "-" }, { stdin = json.encode(role) })
+    -- a restart: the list is made again (the replica cannot become ready)
+    c:reconfigure(function(text) return text end, { wait = false })
+    local r = c.replicas["replica-a"]
+    local line = P.wait_until(function()
+      for l in (P.read(r.log) or ""):gmatch("[^\n]+") do
+        if l:find('"msg":"list failed","resource":"deviceclasses","status":403', 1, true) then return l end
+      end
+    end, 30, 0.2)
+    assert(line, P.read(r.log))
+    -- the reason is the API server's own (RBAC's message), not "invalid JSON"
+    assert.matches('User \\"system:serviceaccount:cozy-gpu:cozygpu-controller\\" ' .. CAUSED, line, 1, true)
+    -- and a replica that cannot read what admission needs is not ready
+    local st = P.http { url = ("http://127.0.0.1:%d/readyz"):format(r.probe_port), timeout = 2 }
+    assert.are.equal(503, st)
   end)
 
   it("the agent writes its node's GPUNode as its ServiceAccount, on a fake sysfs tree", function()
