@@ -16,18 +16,10 @@ end
 describe("admission through kube-apiserver", function()
   local c
 
-  setup(function()
-    c = K.start()
-    c:deploy { replicas = 1 }
-  end)
-
-  teardown(function()
-    -- the controller ran as its ServiceAccount: no request was forbidden
-    local forbidden = c and c:forbidden() or {}
-    if c then c:stop() end
-    P.stop_all()
-    assert.are.same({}, forbidden)
-  end)
+  -- the controller runs as its ServiceAccount: no request may be forbidden
+  local session = K.session { prepare = function(cl) c = cl end }
+  setup(session.setup)
+  teardown(session.teardown)
 
   it("refuses the over-budget order (examples/reviews/10) with cozygpu's message, as kubectl prints it", function()
     -- tenant-a's budget is 2 devices of any class (examples/cluster/quotas.yaml)

@@ -26,18 +26,9 @@ end
 describe("budget race through kube-apiserver (two replicas)", function()
   local c
 
-  setup(function()
-    c = K.start()
-    c:deploy { replicas = 2 }
-  end)
-
-  teardown(function()
-    -- the controller ran as its ServiceAccount: no request was forbidden
-    local forbidden = c and c:forbidden() or {}
-    if c then c:stop() end
-    P.stop_all()
-    assert.are.same({}, forbidden)
-  end)
+  local session = K.session { deploy = { replicas = 2 }, prepare = function(cl) c = cl end }
+  setup(session.setup)
+  teardown(session.teardown)
 
   it("50 concurrent orders against a budget of 10: never more than 10 Bound", function()
     -- tenant-a's total key (examples/cluster/quotas.yaml: 2) raised to 10

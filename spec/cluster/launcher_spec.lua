@@ -64,19 +64,12 @@ describe("launcher pods placed by kube-scheduler", function()
     end
   end
 
-  setup(function()
-    c = K.start()
-    c:deploy { replicas = 1 }
+  local session = K.session { prepare = function(cl)
+    c = cl
     G.add_node(c, "gpu-node-1", 1)
-  end)
-
-  teardown(function()
-    -- the controller ran as its ServiceAccount: no request was forbidden
-    local forbidden = c and c:forbidden() or {}
-    if c then c:stop() end
-    P.stop_all()
-    assert.are.same({}, forbidden)
-  end)
+  end }
+  setup(session.setup)
+  teardown(session.teardown)
 
   it("the catalog shows the node's free unit, as kubectl prints it (decision 0030)", function()
     -- the leader's merge patch of GPUClass status, through the status

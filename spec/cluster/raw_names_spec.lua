@@ -63,9 +63,8 @@ describe("raw names through kube-apiserver", function()
     return text
   end
 
-  setup(function()
-    c = K.start()
-    c:deploy { replicas = 1, config_edit = mode("Forbidden") }
+  local session = K.session { deploy = { replicas = 1, config_edit = mode("Forbidden") }, prepare = function(cl)
+    c = cl
     -- the tenant's DRA objects exist before its pods name them (as the
     -- policy reads them from the controller's caches)
     c:must({ "create", "-f", "-" }, { stdin = json.encode { apiVersion = "resource.k8s.io/v1", kind = "DeviceClass",
@@ -82,14 +81,9 @@ describe("raw names through kube-apiserver", function()
       spec = { spec = { devices = { requests = { { name = "gpu", exactly = { deviceClassName = GPU_CLASS } } } } } } } })
     -- the controller's caches hold them before the first review
     P.sleep(2)
-  end)
-
-  teardown(function()
-    local forbidden = c and c:forbidden() or {}
-    if c then c:stop() end
-    P.stop_all()
-    assert.are.same({}, forbidden)
-  end)
+  end }
+  setup(session.setup)
+  teardown(session.teardown)
 
   describe("under Forbidden", function()
     it("refuses a pod asking for a device-plugin GPU name", function()

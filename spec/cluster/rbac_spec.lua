@@ -55,22 +55,11 @@ end
 describe("least privilege on a real API server", function()
   local c
 
-  setup(function()
-    c = K.start()
-    c:deploy { replicas = 1 }
-  end)
-
   -- the one refusal a test below causes on purpose
   local CAUSED = 'cannot list resource \\"deviceclasses\\"'
-
-  teardown(function()
-    if c then
-      local f = c:forbidden(CAUSED)
-      c:stop()
-      assert.are.same({}, f)
-    end
-    P.stop_all()
-  end)
+  local session = K.session { forbidden_except = CAUSED, prepare = function(cl) c = cl end }
+  setup(session.setup)
+  teardown(session.teardown)
 
   it("each ServiceAccount may do exactly what deploy/rbac-allowlist.txt lists", function()
     local want = allowlist()

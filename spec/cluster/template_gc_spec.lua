@@ -17,18 +17,12 @@ local RECORDS = "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/workloads/"
 describe("template claims collected by the garbage collector", function()
   local c
 
-  setup(function()
-    c = K.start()
-    c:deploy { replicas = 1 }
+  local session = K.session { prepare = function(cl)
+    c = cl
     G.add_node(c, "gpu-node-1", 2)
-  end)
-
-  teardown(function()
-    local forbidden = c and c:forbidden() or {}
-    if c then c:stop() end
-    P.stop_all()
-    assert.are.same({}, forbidden)
-  end)
+  end }
+  setup(session.setup)
+  teardown(session.teardown)
 
   it("a VMI's template claim and its usage record go with the VMI", function()
     local out, err, code = c:kubectl({ "create", "-f", "-", "-o", "json" }, { stdin = json.encode {

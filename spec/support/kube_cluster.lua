@@ -46,18 +46,9 @@ end
 local Cluster = {}
 Cluster.__index = Cluster
 
-local function tmpdir()
-  local p = os.tmpname()
-  os.remove(p)
-  assert(os.execute("mkdir -p " .. P.q(p)))
-  return p
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+-- the specs' helper (spec/support/helper.lua, preloaded by busted and by
+-- cluster/up.lua): temporary folders and file writes
+local tmpdir, write = H.tmpdir, H.write
 
 local function b64file(path)
   local out = P.sh("base64 -w0 " .. P.q(path))
@@ -375,6 +366,37 @@ end
 --- The last `n` lines of a component's log (etcd, kube-apiserver, ...).
 function Cluster:log_tail(name, n)
   return P.sh(("tail -n %d %s 2>/dev/null"):format(n or 30, P.q(self.dir .. "/logs/" .. name .. ".log")))
+end
+
+--- For a describe block of a spec: a control plane with cozygpu deployed,
+--- started by the block's setup and stopped by its teardown, which then
+--- fails when a controller replica's log shows a request refused as
+--- forbidden (the controller runs as its ServiceAccount: a missing RBAC
+--- verb shows there). Use: `local s = K.session {...}; setup(s.setup);
+--- teardown(s.teardown)` (busted's setup and teardown exist only in the
+--- spec file). o = {deploy = options of Cluster:deploy (default one
+--- replica), forbidden_except = a string of a 403 a spec causes on
+--- purpose, prepare = function(c), run after the deploy}. Returns {setup,
+--- teardown, c (the cluster, once setup has run)}.
+function K.session(o)
+  o = o or {}
+  local s = {}
+  function s.setup()
+    s.c = K.start()
+    s.c:deploy(o.deploy or { replicas = 1 })
+    if o.prepare then o.prepare(s.c) end
+  end
+  function s.teardown()
+    local c = s.c
+    local forbidden = c and c:forbidden(o.forbidden_except) or {}
+    if c then c:stop() end
+    P.stop_all()
+    if #forbidden > 0 then
+      error(("the API server refused %d request(s) of the controller as forbidden:\n%s")
+        :format(#forbidden, table.concat(forbidden, "\n")), 0)
+    end
+  end
+  return s
 end
 
 return K
