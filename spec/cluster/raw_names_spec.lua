@@ -130,6 +130,12 @@ describe("raw names through kube-apiserver", function()
         gpus = { { name = "g", claimName = "gpu", requestName = "gpu" } } }), "spec.domain.devices.gpus[0].claimName: ")
     end)
 
+    it("refuses a VMI with a GPU DRA claim that no device names (its launcher pod would get it)", function()
+      local v = vmi("dra-vmi-unnamed", { claims = { { name = "gpu", resourceClaimName = "exactly-gpu" } } })
+      v.spec.domain.devices = { disks = { { name = "root", disk = { bus = "virtio" } } } }
+      refused(v, "spec.resourceClaims[0]")
+    end)
+
     it("admits a pod whose DRA claim is of a device class that is no GPU class", function()
       admitted(pod("dra-nic", { claims = { { name = "nic", resourceClaimName = "nic" } } }))
     end)

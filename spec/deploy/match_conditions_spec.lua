@@ -140,6 +140,18 @@ describe("matchConditions (evaluated with @bufbuild/cel)", function()
         v.metadata.annotations = json.object()
         return v
       end)(), false },
+      -- a DRA claim no device names still reaches the launcher pod
+      -- (KubeVirt adds every spec.resourceClaims entry to it)
+      { "DRA claims only, no devices", (function()
+        local v = H.vmi {}
+        v.spec.resourceClaims = { { name = "gpu", resourceClaimName = "a-gpu" } }
+        return v
+      end)(), true },
+      { "empty resourceClaims list", (function()
+        local v = H.vmi {}
+        v.spec.resourceClaims = json.array()
+        return v
+      end)(), false },
     })
     assert.are.equal(condition("/validate/vmi"), condition("/mutate/vmi"))
   end)
