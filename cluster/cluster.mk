@@ -23,7 +23,7 @@ CLUSTER_BINS  := $(CLUSTER_BIN)/kube-apiserver $(CLUSTER_BIN)/kube-controller-ma
 	$(CLUSTER_BIN)/kube-scheduler $(CLUSTER_BIN)/kubectl $(CLUSTER_BIN)/etcd
 # the modules come only from the Go module proxy; -trimpath and no VCS stamp
 # keep a rebuild byte-stable
-CLUSTER_GOENV := GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
+CLUSTER_GOENV := GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0
 # where `make cluster` keeps its control plane (outside the repository)
 CLUSTER_DIR ?= $(COZYGPU_CACHE)/cluster-run
 
