@@ -24,6 +24,9 @@ CLUSTER_BINS  := $(CLUSTER_BIN)/kube-apiserver $(CLUSTER_BIN)/kube-controller-ma
 # the modules come only from the Go module proxy; -trimpath and no VCS stamp
 # keep a rebuild byte-stable
 CLUSTER_GOENV := GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0
+# the shared fixtures (README): `make cluster` builds its GPU nodes' GPUNode
+# status from their PCI ID excerpt and sysfs shapes, as the specs do
+COZYGPU_FIXTURES ?= ../shared/fixtures
 # where `make cluster` keeps its control plane (outside the repository)
 CLUSTER_DIR ?= $(COZYGPU_CACHE)/cluster-run
 
@@ -61,8 +64,8 @@ $(CLUSTER_BIN)/etcd: cluster/etcd/go.mod cluster/etcd/go.sum cluster/etcd/main.g
 $(KUBEVIRT_CRDS): cluster/kubevirt-crds/go.mod cluster/kubevirt-crds/go.sum cluster/kubevirt-crds/main.go
 	@mkdir -p $(CLUSTER_CACHE)
 	cd cluster/kubevirt-crds && $(CLUSTER_GOENV) $(GO) mod download kubevirt.io/kubevirt && \
-		$(CLUSTER_GOENV) $(GO) run . "$$($(CLUSTER_GOENV) $(GO) list -m -f '{{.Dir}}' kubevirt.io/kubevirt)" >$@.tmp
-	mv $@.tmp $@
+		$(CLUSTER_GOENV) $(GO) run . "$$($(CLUSTER_GOENV) $(GO) list -m -f '{{.Dir}}' kubevirt.io/kubevirt)" >$@.tmp.$$$$ && \
+		mv $@.tmp.$$$$ $@
 
 # `make cluster`: the control plane with cozygpu deployed and the examples
 # loaded (cluster/up.lua prints what to try); `make cluster-down` stops it.
@@ -73,10 +76,10 @@ cluster: cluster-bins
 		echo "cluster: already up in $(CLUSTER_DIR) ($(CLUSTER_DIR)/env); make cluster-down first"; exit 1; fi
 	@cluster/cluster.sh down $(CLUSTER_DIR) >/dev/null 2>&1; rm -rf $(CLUSTER_DIR)
 	@COZYGPU_BUILD=$(BUILD) COZYGPU_KUBE_VERSION=$(KUBE_VERSION) COZYGPU_CLUSTER_BIN=$(CLUSTER_BIN) \
-		COZYGPU_KUBEVIRT_CRDS=$(KUBEVIRT_CRDS) lua5.4 cluster/up.lua $(CLUSTER_DIR)
+		COZYGPU_KUBEVIRT_CRDS=$(KUBEVIRT_CRDS) COZYGPU_FIXTURES=$(COZYGPU_FIXTURES) lua5.4 cluster/up.lua $(CLUSTER_DIR)
 
 cluster-down:
-	@cluster/cluster.sh down $(CLUSTER_DIR) && echo "cluster: stopped ($(CLUSTER_DIR) kept: logs, state)"
+	@cluster/cluster.sh down $(CLUSTER_DIR) && echo "cluster: stopped (its logs stay in $(CLUSTER_DIR) until the next make cluster)"
 
 # `make bench-cluster`: VMI creates through the real API server with and
 # without cozygpu's webhooks, p99 ratio per rate (bench/cluster.lua;

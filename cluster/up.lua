@@ -54,19 +54,23 @@ cozygpu runs on a local Kubernetes %s control plane (everything on 127.0.0.1).
 Three things to try (README "Against a real Kubernetes" explains each):
   1. order a GPU as alice (tenant-a's budget is 2), then one too many:
        kubectl --kubeconfig %s/alice.kubeconfig -n tenant-a create -f examples/cluster-demo/claim.yaml
-       kubectl --kubeconfig %s/alice.kubeconfig -n tenant-a get gpuclaims -w
+       kubectl --kubeconfig %s/alice.kubeconfig -n tenant-a get gpuclaims -o wide
        kubectl --kubeconfig %s/alice.kubeconfig -n tenant-a create -f examples/cluster-demo/claim-too-many.yaml
-  2. start a VM naming the claim:
-       kubectl --kubeconfig %s/alice.kubeconfig -n tenant-a create -f examples/cluster-demo/vmi.yaml
-  3. drain gpu-1, with a preview first:
-       kubectl get nodes,gpunodes,gpuclasses,gpuclaims,vms,vmis,kubevirts,namespaces,resourcequotas -A -o yaml >/tmp/snapshot.yaml
+  2. drain gpu-1, with a preview first:
+       kubectl get nodes,gpunodes,gpuclasses,gpuclaims,vms,vmis,kubevirts,namespaces,resourcequotas,pvc,pv -A -o yaml >/tmp/snapshot.yaml
        %s/bin/cozygpu simulate examples/cluster-demo/drain-gpu-1.yaml --snapshot /tmp/snapshot.yaml
-       kubectl cordon gpu-1 && kubectl get gpuclaims -A -w
+       kubectl cordon gpu-1 && kubectl get gpuclaims -A -o wide && kubectl describe gpuclaim -n tenant-a train
+  3. start a VM naming the claim:
+       kubectl --kubeconfig %s/alice.kubeconfig -n tenant-a create -f examples/cluster-demo/vmi.yaml
 Stop it all with: make cluster-down]]):format(os.getenv("COZYGPU_KUBE_VERSION") or "", c.dir, K.bin_dir, c.dir, c.dir,
-    c.replicas["replica-a"].log, c.dir, c.dir, c.dir, c.dir, build))
+    c.replicas["replica-a"].log, c.dir, c.dir, c.dir, build, c.dir))
 end)
 if not ok then
   io.stderr:write("make cluster: ", tostring(err), "\n")
+  if tostring(err):find("fixtures", 1, true) then
+    io.stderr:write("make cluster: the GPU nodes are built from the shared fixtures (README); point at them with\n"
+      .. "  make cluster COZYGPU_FIXTURES=/path/to/shared/fixtures\n")
+  end
   os.exit(1)
 end
 os.exit(0)
