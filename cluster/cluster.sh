@@ -12,8 +12,10 @@
 #                                  DIR/NAME.kubeconfig: user NAME in GROUPs,
 #                                  by a client certificate of the cluster CA
 #
-# Environment: COZYGPU_CLUSTER_BIN (the directory holding the four
-# binaries; cluster.mk sets it). Everything listens on 127.0.0.1 only. No
+# Environment: COZYGPU_CLUSTER_BIN (the directory holding the binaries;
+# cluster.mk sets it), COZYGPU_CLUSTER_CRDS (CRDs applied before the
+# controller manager starts), COZYGPU_CLUSTER_OWNER (a pid: everything is
+# stopped once that process is gone). Everything listens on 127.0.0.1 only. No
 # kubelet and no kube-proxy run: Nodes are objects a test creates (with
 # allocatable and a Ready condition), kube-scheduler binds pods to them, and
 # no container ever starts. The node-lifecycle controller runs (it takes
@@ -45,12 +47,19 @@ dir=${2:-}
 stop_all() {
     local pids=() p
     [ -f "$dir/pids" ] || return 0
-    while read -r name p; do pids+=("$p"); done < <(tac "$dir/pids")
+    # not this shell: the owner watcher runs `down` in its own process
+    while read -r name p; do [ "$p" = "$$" ] || pids+=("$p"); done < <(tac "$dir/pids")
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     local deadline=$((SECONDS + 10))
     for p in "${pids[@]}"; do
         while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
         kill -KILL "$p" 2>/dev/null || true
+    done
+    # a killed process is gone once the kernel has torn it down
+    deadline=$((SECONDS + 5))
+    for p in "${pids[@]}"; do
+        while [ -e "/proc/$p" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$p/status" 2>/dev/null \
+            && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
     done
     rm -f "$dir/pids"
 }
@@ -260,6 +269,17 @@ start kube-scheduler \
 # manager's serviceaccount controller runs) and the scheduler answers
 wait_for kube-controller-manager 60 curl_admin "$server/api/v1/namespaces/default/serviceaccounts/default"
 alive kube-scheduler || failed kube-scheduler "exited while starting"
+
+# COZYGPU_CLUSTER_OWNER=PID: the control plane lives no longer than that
+# process (a spec run killed before its teardown leaves nothing running): a
+# watcher polls it every second and runs `down` once it is gone.
+if [ -n "${COZYGPU_CLUSTER_OWNER:-}" ]; then
+    owner=$COZYGPU_CLUSTER_OWNER
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" down "$3"' \
+        cluster-owner-watch "$owner" "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" "$dir" \
+        >/dev/null 2>&1 </dev/null &
+    echo "owner-watch $!" >>"$dir/pids"
+fi
 
 cat >"$dir/env" <<EOF
 KUBECONFIG=$dir/admin.kubeconfig

@@ -23,7 +23,7 @@ local P = require "proc"
 
 local dir = assert(arg[1], "usage: lua5.4 cluster/up.lua DIR")
 local ok, err = pcall(function()
-  local c = K.start { dir = dir }
+  local c = K.start { dir = dir, keep = true }
   -- a stop of this script before the end leaves nothing running
   local done = false
   local ok2, err2 = pcall(function()

@@ -132,7 +132,8 @@ function Cluster:get(path)
   return st == 200 and v or nil, st
 end
 
---- Starts a control plane in a new directory (o.dir: that one), installs the CRDs cozygpu
+--- Starts a control plane in a new directory (o.dir: that one; it stops
+--- when this process ends unless o.keep), installs the CRDs cozygpu
 --- reads (KubeVirt's generated ones, Cozystack's substitutes, cozygpu's)
 --- and, unless o.examples == false, the examples (namespaces, classes, the
 --- KubeVirt CR, quotas). Raises with the failing component's log.
@@ -145,8 +146,10 @@ function K.start(o)
   c.kubeconfig = c.dir .. "/admin.kubeconfig"
   local crds = table.concat({ assert(K.kubevirt_crds, "COZYGPU_KUBEVIRT_CRDS is not set"), "cluster/crds/",
     "deploy/crds/" }, " ")
-  local out, code = P.sh(("COZYGPU_CLUSTER_BIN=%s COZYGPU_CLUSTER_CRDS=%s cluster/cluster.sh up %s 2>&1")
-    :format(P.q(K.bin_dir), P.q(crds), P.q(c.dir)))
+  -- tied to this process unless it is to outlive it (`make cluster`)
+  local owner = o.keep and "" or ((P.read("/proc/self/stat") or ""):match("^(%d+)") or "")
+  local out, code = P.sh(("COZYGPU_CLUSTER_BIN=%s COZYGPU_CLUSTER_CRDS=%s COZYGPU_CLUSTER_OWNER=%s cluster/cluster.sh up %s 2>&1")
+    :format(P.q(K.bin_dir), P.q(crds), owner, P.q(c.dir)))
   if code ~= 0 then
     P.sh("cluster/cluster.sh down " .. P.q(c.dir))
     error("the control plane did not start:\n" .. out, 2)
