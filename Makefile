@@ -17,14 +17,15 @@ HOST_PKGS   := libpci
 HOST_CFLAGS := $(shell pkg-config --cflags $(HOST_PKGS) 2>/dev/null)
 HOST_LIBS   := $(shell pkg-config --libs $(HOST_PKGS) 2>/dev/null)
 
-# Debian packages the build and the tests need (Debian 12). prometheus
+# Debian packages the build and the tests need (Debian 12). procps: pgrep
+# in spec/cluster (no control plane process is left running). prometheus
 # brings promtool, which spec/deploy/monitoring_spec.lua runs over the alert
 # rules (check rules, test rules); nothing uses the Prometheus server the
 # package also installs (on a systemd host its postinst starts it on :9090:
 # `systemctl disable --now prometheus` if you do not want it).
 DEB_PACKAGES := gcc make pkg-config lua5.4 liblua5.4-dev lua-busted \
 	libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev \
-	libpci-dev libgnutls28-dev uthash-dev curl openssl prometheus kubectl
+	libpci-dev libgnutls28-dev uthash-dev curl openssl procps prometheus kubectl
 # kubectl is not a Debian package; deps checks for it but does not install it.
 DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))
 
