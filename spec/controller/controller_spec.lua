@@ -771,7 +771,12 @@ cases:
     local late = D.start { args = { "--port", tostring(port) } }
     finally(function() late:stop() end)
     assert.equal(port, late.port)
-    local args = { "apply", "-f", "deploy/crds", "-f", "examples/cluster/namespaces.yaml", "-f", "deploy/00-namespace.yaml" }
+    -- the namespaces, then the ConfigMap, then the CRDs: the caches can all
+    -- list only once the CRDs are served, and by then the ConfigMap is
+    -- there (with the CRDs first, a replica whose caches listed before the
+    -- ConfigMap was created rightly started on the defaults: a race of
+    -- this spec, not of the controller)
+    local args = { "apply", "-f", "examples/cluster/namespaces.yaml", "-f", "deploy/00-namespace.yaml" }
     local out, code = E.kubectl(late, args)
     assert.equal(0, code, out .. "\ndouble alive: " .. tostring(P.alive(late.pid)) .. "\n" .. (P.read(late.log_path) or ""))
     local _, cst = E.send(late, "POST", "/api/v1/namespaces/cozy-gpu/configmaps", {
@@ -779,6 +784,8 @@ cases:
       data = { ["site-broken.lua"] = "return rule \"x\" {\n" },
     })
     assert.equal(201, cst)
+    out, code = E.kubectl(late, { "apply", "-f", "deploy/crds" })
+    assert.equal(0, code, out)
     assert.truthy(P.wait_until(function()
       return ((E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] or 0) >= 1
     end, 15), "the broken ConfigMap was never tried")
