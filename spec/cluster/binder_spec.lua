@@ -13,11 +13,7 @@ local NS = "tenant-a"
 local CLAIMS = "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/"
 local VMIS = "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/"
 
-local function ready_cond(cl)
-  for _, x in ipairs(cl.status and cl.status.conditions or {}) do
-    if x.type == "Ready" then return x end
-  end
-end
+local function ready_cond(obj) return K.condition(obj, "Ready") end
 
 describe("the leader's binder through kube-apiserver", function()
   local c

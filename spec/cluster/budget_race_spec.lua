@@ -17,11 +17,7 @@ local json = H.json
 local NS = "tenant-a"
 local LIMIT = 10
 
-local function ready_cond(c)
-  for _, x in ipairs(c.status and c.status.conditions or {}) do
-    if x.type == "Ready" then return x end
-  end
-end
+local function ready_cond(obj) return K.condition(obj, "Ready") end
 
 describe("budget race through kube-apiserver (two replicas)", function()
   local c

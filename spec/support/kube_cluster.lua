@@ -371,6 +371,14 @@ function Cluster:log_tail(name, n)
   return P.sh(("tail -n %d %s 2>/dev/null"):format(n or 30, P.q(self.dir .. "/logs/" .. name .. ".log")))
 end
 
+--- The condition of `type` in obj.status.conditions (an object as the API
+--- server returns it), or nil.
+function K.condition(obj, type)
+  for _, x in ipairs(obj and obj.status and obj.status.conditions or {}) do
+    if x.type == type then return x end
+  end
+end
+
 --- For a describe block of a spec: a control plane with cozygpu deployed,
 --- started by the block's setup and stopped by its teardown, which then
 --- fails when a controller replica's log shows a request refused as
