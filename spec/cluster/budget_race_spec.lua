@@ -6,9 +6,10 @@
 -- cache is a moment behind); the leader's serialized bind is the hard
 -- guarantee: never more than the budget Bound, at any moment.
 --
--- The webhooks call one replica (replica-a): a URL clientConfig names one
--- endpoint (no kube-proxy here to spread a Service's traffic); the Lease
--- may be held by either.
+-- The webhooks call both replicas, as a Service would: no kube-proxy runs
+-- here, so the test overlay's URL names haproxy, which passes each
+-- connection to a ready replica in turn (Cluster:service); the Lease may be
+-- held by either. Each replica must have judged some of the orders.
 local P = require "proc"
 local K = require "kube_cluster"
 local G = require "gpu_nodes"
@@ -66,6 +67,19 @@ describe("budget race through kube-apiserver (two replicas)", function()
       end
     end
     assert.are.equal(50, created + refused)
+    -- both replicas judged orders (cozygpu_admission_reviews_total{webhook="gpuclaim-validate"} of the
+    -- GPUClaim validating webhook, from each one's /metrics)
+    for id, r in pairs(c.replicas) do
+      local _, m = P.http { url = ("http://127.0.0.1:%d/metrics"):format(r.probe_port), timeout = 5 }
+      local n = 0
+      for line in (m or ""):gmatch("[^\n]+") do
+        if line:match('^cozygpu_admission_reviews_total{[^}]*webhook="gpuclaim%-validate"') then
+          n = n + tonumber(line:match("%s(%S+)$"))
+        end
+      end
+      print(("# budget race: %s judged %d orders"):format(id, n))
+      assert.is_true(n > 0, id .. " judged no order: the Service stand-in sent it nothing")
+    end
     -- a TAP comment: how many the webhook let through on its cache
     print(("# budget race: %d of 50 admitted, %d refused by the webhook"):format(created, refused))
     assert.is_true(created >= LIMIT, ("only %d orders admitted"):format(created))

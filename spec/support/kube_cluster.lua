@@ -207,20 +207,21 @@ end
 
 --- Deploys cozygpu from deploy/ and starts `o.replicas` (default 1)
 --- controller replicas as the cozygpu-controller ServiceAccount.
---- o = {replicas, target (which replica the webhooks call, default 1),
---- extra = {flags...}, config_edit = function(config.yaml text) -> text (a
---- hoster's edit of the settings ConfigMap)}. The webhooks' clientConfig becomes
---- https://127.0.0.1:<port of the target replica><path> with the test CA as
---- caBundle (a generated overlay over examples/without-cert-manager); the
---- Deployment is scaled to 0 (no kubelet runs its pods: the same binary
---- runs here). Waits until every replica is ready and one holds the Lease.
+--- o = {replicas, extra = {flags...}, config_edit = function(config.yaml
+--- text) -> text (a hoster's edit of the settings ConfigMap)}. The webhooks'
+--- clientConfig becomes https://127.0.0.1:<port><path> with the test CA as
+--- caBundle (a generated overlay over examples/without-cert-manager): with
+--- one replica, its port; with more, the port of the webhook Service's
+--- stand-in (see `service`). The Deployment is scaled to 0 (no kubelet runs
+--- its pods: the same binary runs here). Waits until every replica is ready,
+--- the Service sends to each, and one holds the Lease.
 function Cluster:deploy(o)
   o = o or {}
   local n = o.replicas or 1
   self.certs = P.certs(self.dir, { "cozygpu-webhook.cozy-gpu.svc" }, "webhook")
   local ports = {}
   for i = 1, n do ports[i] = P.free_port() end
-  local target = ports[o.target or 1]
+  local target = n > 1 and P.free_port() or ports[1]
   local ca = b64file(self.certs.ca)
   local ov = self.dir .. "/overlay"
   assert(os.execute("mkdir -p " .. P.q(ov)))
@@ -264,6 +265,7 @@ function Cluster:deploy(o)
       return P.http { url = ("http://127.0.0.1:%d/readyz"):format(r.probe_port), timeout = 2 } == 200
     end, 60, 0.2), ("controller %s is not ready after 60 s; its log:\n%s"):format(r.identity, P.read(r.log) or ""))
   end
+  if n > 1 then self:service(target) end
   assert(P.wait_until(function()
     local l = self:get("/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
     return l and l.spec and l.spec.holderIdentity
@@ -283,20 +285,60 @@ function Cluster:reconfigure(edit, o)
   self.replicas = {}
   for id, r in pairs(old) do
     P.stop(r.pid, 10)
-    local n = self:start_controller { identity = id, port = r.port, extra = r.extra }
+    local n = self:start_controller { identity = id, port = r.port, probe_port = r.probe_port, extra = r.extra }
     assert(o and o.wait == false or P.wait_until(function()
       return P.http { url = ("http://127.0.0.1:%d/readyz"):format(n.probe_port), timeout = 2 } == 200
     end, 60, 0.2), ("controller %s is not ready after 60 s; its log:\n%s"):format(id, P.read(n.log) or ""))
   end
 end
 
+--- The webhook Service's stand-in when more than one replica runs: no
+--- kube-proxy runs here, so haproxy (Debian's) listens on 127.0.0.1:`port`
+--- and passes each TCP connection (TLS untouched, as kube-proxy does) to
+--- the replicas in turn, only to those whose /readyz answers 200 (a
+--- Service's ready endpoints; checked every 500 ms). Waits until haproxy
+--- counts every replica up (its stats page, CSV). Sets self.service_port.
+function Cluster:service(port)
+  local cfg = { "global", "  maxconn 4096", "defaults", "  mode tcp", "  timeout connect 2s",
+    "  timeout client 60s", "  timeout server 60s", "frontend webhook", ("  bind 127.0.0.1:%d"):format(port),
+    "  default_backend replicas", "backend replicas", "  balance roundrobin",
+    "  option httpchk GET /readyz", "  http-check expect status 200" }
+  local ids = {}
+  for id in pairs(self.replicas) do ids[#ids + 1] = id end
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    local r = self.replicas[id]
+    cfg[#cfg + 1] = ("  server %s 127.0.0.1:%d check port %d inter 500ms fall 1 rise 1"):format(id, r.port, r.probe_port)
+  end
+  local stats = P.free_port()
+  for _, l in ipairs { "listen stats", "  mode http", ("  bind 127.0.0.1:%d"):format(stats), "  stats enable",
+    "  stats uri /stats" } do cfg[#cfg + 1] = l end
+  write(self.dir .. "/haproxy.cfg", table.concat(cfg, "\n") .. "\n")
+  local pid = P.spawn({ "haproxy", "-db", "-f", self.dir .. "/haproxy.cfg" }, self.dir .. "/haproxy.log")
+  local f = assert(io.open(self.dir .. "/pids", "a"))
+  f:write(("haproxy %d\n"):format(pid))
+  f:close()
+  self.service_pid, self.service_port = pid, port
+  local up
+  assert(P.wait_until(function()
+    local _, out = P.http { url = ("http://127.0.0.1:%d/stats;csv"):format(stats), timeout = 2 }
+    out = out or ""
+    up = 0
+    for line in out:gmatch("[^\n]+") do
+      if line:match("^replicas,replica%-") and line:match(",UP,") then up = up + 1 end
+    end
+    return up == #ids
+  end, 30, 0.2), ("haproxy counts %d of %d replicas up after 30 s; its log:\n%s"):format(up or 0, #ids,
+    P.read(self.dir .. "/haproxy.log") or ""))
+end
+
 --- Starts one controller replica as the cozygpu-controller ServiceAccount,
 --- flags as deploy/40-controller.yaml gives them (paths local). o =
---- {identity, port, extra}. Returns the replica {pid, port, probe_port,
+--- {identity, port, probe_port (default: a free one), extra}. Returns the replica {pid, port, probe_port,
 --- url, log, identity, cacert}.
 function Cluster:start_controller(o)
   local id = o.identity
-  local probe = P.free_port()
+  local probe = o.probe_port or P.free_port()
   local log = ("%s/%s.log"):format(self.dir, id)
   local args = {
     cozygpu, "controller", "--kubeconfig", self.controller_kubeconfig,
