@@ -225,6 +225,19 @@ start etcd --name default --data-dir "$dir/etcd-data" \
     --unsafe-no-fsync --log-level warn
 wait_for etcd 30 curl -sf --max-time 2 "http://127.0.0.1:$etcd_port/health"
 
+# The API server's audit log (DIR/logs/audit.log, one JSON event per line):
+# every write, at Metadata level (who, user agent, verb, object, status
+# code, when), so a spec can check who wrote what on the real server.
+cat >"$dir/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+POLICY
+
 # --endpoint-reconciler-type none: the Endpoints of the "kubernetes" Service
 # would carry 127.0.0.1, which Endpoints validation refuses (no pod here
 # talks to it: there is no kube-proxy).
@@ -237,6 +250,8 @@ start kube-apiserver \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
     --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/logs/audit.log" \
+    --audit-log-format json --audit-log-maxbackup 0 \
     --allow-privileged=true --profiling=false --v=1
 wait_for kube-apiserver 90 curl_admin "$server/readyz"
 

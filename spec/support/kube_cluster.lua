@@ -413,6 +413,24 @@ function Cluster:log_tail(name, n)
   return P.sh(("tail -n %d %s 2>/dev/null"):format(n or 30, P.q(self.dir .. "/logs/" .. name .. ".log")))
 end
 
+--- The API server's audit events of writes (cluster/cluster.sh's audit
+--- policy: create, update, patch, delete at Metadata level), oldest first,
+--- for which `keep(event)` is true (all when nil). Each is the event as
+--- kube-apiserver wrote it (audit.k8s.io/v1 Event: user.username,
+--- userAgent, verb, objectRef{resource, subresource, namespace, name},
+--- responseStatus.code, requestReceivedTimestamp).
+function Cluster:audit(keep)
+  local out = {}
+  local f = io.open(self.dir .. "/logs/audit.log", "r")
+  if not f then return out end
+  for line in f:lines() do
+    local ok, ev = pcall(json.decode, line)
+    if ok and type(ev) == "table" and (not keep or keep(ev)) then out[#out + 1] = ev end
+  end
+  f:close()
+  return out
+end
+
 --- The condition of `type` in obj.status.conditions (an object as the API
 --- server returns it), or nil.
 function K.condition(obj, type)
