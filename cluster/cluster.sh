@@ -226,13 +226,17 @@ start etcd --name default --data-dir "$dir/etcd-data" \
 wait_for etcd 30 curl -sf --max-time 2 "http://127.0.0.1:$etcd_port/health"
 
 # The API server's audit log (DIR/logs/audit.log, one JSON event per line):
-# every write, at Metadata level (who, user agent, verb, object, status
-# code, when), so a spec can check who wrote what on the real server.
+# every request of cozygpu's ServiceAccounts and every write, at Metadata
+# level (who, user agent, verb, object, status code, when), so a spec can
+# check who wrote what, and that nothing of cozygpu's was forbidden, by the
+# real server's own record.
 cat >"$dir/audit-policy.yaml" <<'POLICY'
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts:cozy-gpu", "system:serviceaccounts:cozy-gpu-agent"]
   - level: Metadata
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
   - level: None

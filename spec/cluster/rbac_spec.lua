@@ -108,6 +108,15 @@ describe("least privilege on a real API server", function()
     assert(line, P.read(r.log))
     -- the reason is the API server's own (RBAC's message), not "invalid JSON"
     assert.matches('User \\"system:serviceaccount:cozy-gpu:cozygpu-controller\\" ' .. CAUSED, line, 1, true)
+    -- the API server's audit log has the refusal too (what the sessions'
+    -- "no 403" check reads besides the replicas' logs)
+    assert(P.wait_until(function()
+      for _, l in ipairs(c:forbidden()) do
+        if l:sub(1, 7) == "audit: " and l:find("system:serviceaccount:cozy-gpu:cozygpu-controller " .. CAUSED, 1, true) then
+          return true
+        end
+      end
+    end, 10, 0.2), "no 403 of the DeviceClass list in the audit log:\n" .. table.concat(c:forbidden(), "\n"))
     -- and a replica that cannot read what admission needs is not ready
     local st = P.http { url = ("http://127.0.0.1:%d/readyz"):format(r.probe_port), timeout = 2 }
     assert.are.equal(503, st)

@@ -391,30 +391,49 @@ function Cluster:stop()
   P.sh("cluster/cluster.sh down " .. P.q(self.dir) .. " 2>&1")
 end
 
---- The requests the API server refused as forbidden (403) to a controller
---- replica, from the replicas' JSON logs: a list of log lines (empty when
---- none), leaving out lines that contain `except` (a plain string). The cluster specs run the controller as its ServiceAccount, so a
---- missing RBAC verb shows here (issue 19 item 5).
+--- The requests the API server refused as forbidden (403) to the product:
+--- a list of lines (empty when none), from two sources, leaving out lines
+--- that contain `except` (a plain string):
+---  - the replicas' JSON logs (what the controller saw);
+---  - the API server's audit log (cluster/cluster.sh logs every request of
+---    the cozy-gpu ServiceAccounts), events with code 403 whose user agent
+---    is cozygpu's (a spec probing with kubectl as a ServiceAccount is not
+---    the product), each written as `audit: USER cannot VERB resource
+---    \"RESOURCE\" ...` (quotes escaped as the JSON log has them, so one
+---    `except` matches both).
+--- The cluster specs run the controller and the agent as their
+--- ServiceAccounts, so a missing RBAC verb shows here (issue 19 item 5).
 function Cluster:forbidden(except)
   local out = {}
+  local function add(line)
+    if not (except and line:find(except, 1, true)) then out[#out + 1] = line end
+  end
   for _, r in pairs(self.replicas) do
     for line in (P.read(r.log) or ""):gmatch("[^\n]+") do
-      if (line:find('"status":403', 1, true) or line:find('"status":"403"', 1, true))
-          and not (except and line:find(except, 1, true)) then
-        out[#out + 1] = r.identity .. ": " .. line
+      if line:find('"status":403', 1, true) or line:find('"status":"403"', 1, true) then
+        add(r.identity .. ": " .. line)
       end
     end
+  end
+  for _, ev in ipairs(self:audit(function(ev)
+    return ev.responseStatus and ev.responseStatus.code == 403 and (ev.userAgent or ""):match("^cozygpu/")
+      and ev.stage ~= "ResponseStarted"
+  end)) do
+    local o = ev.objectRef or {}
+    add(('audit: %s cannot %s resource \\"%s%s\\" in %s name %s (%s)'):format(ev.user.username, ev.verb,
+      o.resource or "?", o.subresource and ("/" .. o.subresource) or "", o.namespace or "(cluster)",
+      o.name or "", ev.userAgent))
   end
   return out
 end
 
---- The last `n` lines of a component's log (etcd, kube-apiserver, ...).
 function Cluster:log_tail(name, n)
   return P.sh(("tail -n %d %s 2>/dev/null"):format(n or 30, P.q(self.dir .. "/logs/" .. name .. ".log")))
 end
 
---- The API server's audit events of writes (cluster/cluster.sh's audit
---- policy: create, update, patch, delete at Metadata level), oldest first,
+--- The API server's audit events (cluster/cluster.sh's audit policy: every
+--- request of the cozy-gpu ServiceAccounts, and every write, at Metadata
+--- level), oldest first,
 --- for which `keep(event)` is true (all when nil). Each is the event as
 --- kube-apiserver wrote it (audit.k8s.io/v1 Event: user.username,
 --- userAgent, verb, objectRef{resource, subresource, namespace, name},
