@@ -1,5 +1,13 @@
 -- `cozygpu controller` end to end: the API server double holds the
 -- examples (loaded with kubectl), controllers serve the webhooks over TLS.
+--
+-- What stays here needs no cluster semantics (the webhook server's
+-- answers, flags, TLS, probes, SIGTERM, bundle checks: the double only
+-- holds state) or a fault a real server does not make on demand (cut
+-- watches, expired resource versions, an API server that is down). Two
+-- replicas' answers against `cozygpu review`, leader election and the DRA
+-- reads run on the real control plane (spec/cluster/replicas_spec.lua,
+-- raw_names_spec.lua; docs/decisions/0034).
 local P = require "proc"
 local E = require "controller_env"
 local json = H.json
@@ -25,17 +33,6 @@ end
 local function policies_cm(data)
   return { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozygpu-policies", namespace = "cozy-gpu" },
     data = data }
-end
-
--- Writes what the double holds of the kinds the policies read as a List
--- file for `cozygpu review --cluster`; returns its path.
-local function snapshot_of(d, path)
-  local items = {}
-  for _, res in ipairs { "namespaces", "resourcequotas", "kubevirts", "gpuclasses", "gpuclaims", "virtualmachineinstances" } do
-    for _, o in ipairs(d:state(res).items) do items[#items + 1] = o end
-  end
-  H.write(path, json.encode { apiVersion = "v1", kind = "List", items = json.array(items) })
-  return path
 end
 
 local function lease(d)
@@ -204,171 +201,6 @@ describe("cozygpu controller", function()
       if k:match("^cozygpu_watch_restarts_total{") and k:match('reason="expired"') then expired = expired + v end
     end
     assert.is_true(expired >= 1, "no relist after 410 was counted")
-  end)
-
-  it("two replicas answer budget, claim and raw-name reviews as `cozygpu review` does on the same state", function()
-    -- state: a claim using part of tenant-a's budget (examples/cluster/quotas.yaml: 2 GPUs),
-    -- and a running VMI ordering by raw name under a raw key on tenant-b
-    local function post(path, obj)
-      local _, st = E.send(d, "POST", path, obj)
-      assert.equal(201, st, path)
-    end
-    post("/apis/cozystack.io/v1alpha1/namespaces/tenant-a/gpuclaims", {
-      apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", metadata = { name = "held", namespace = "tenant-a" },
-      spec = { class = "l40s", count = 1 } })
-    post("/api/v1/namespaces/tenant-b/resourcequotas", {
-      apiVersion = "v1", kind = "ResourceQuota", metadata = { name = "raw", namespace = "tenant-b" },
-      spec = { hard = { ["requests.nvidia.com/AD102GL_L40S"] = "1", ["l40s.gpuclass.cozystack.io/devices"] = "4" } } })
-    local raw = H.vmi { namespace = "tenant-b", name = "raw-vm", hostDevices = { "nvidia.com/AD102GL_L40S" } }
-    post("/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances", raw)
-    local cur = E.get(d, "/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances/raw-vm")
-    cur.status = { phase = "Running" }
-    local _, sst = E.send(d, "PUT", "/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances/raw-vm/status", cur)
-    assert.equal(200, sst)
-    finally(function()
-      E.send(d, "DELETE", "/apis/cozystack.io/v1alpha1/namespaces/tenant-a/gpuclaims/held", "")
-      E.send(d, "DELETE", "/api/v1/namespaces/tenant-b/resourcequotas/raw", "")
-      E.send(d, "DELETE", "/apis/kubevirt.io/v1/namespaces/tenant-b/virtualmachineinstances/raw-vm", "")
-    end)
-
-    local a = start { identity = "same-a" }
-    local b = start { identity = "same-b" }
-    assert.truthy(E.wait_ready(a)) assert.truthy(E.wait_ready(b))
-
-    -- the same state as a snapshot file for `cozygpu review`
-    local snap = snapshot_of(d, dir .. "/same-state.json")
-
-    local function claim_review(ns, count, uid)
-      return { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview", request = {
-        uid = uid, kind = { group = "cozystack.io", version = "v1alpha1", kind = "GPUClaim" },
-        resource = { group = "cozystack.io", version = "v1alpha1", resource = "gpuclaims" },
-        operation = "CREATE", namespace = ns, name = "new", userInfo = { username = "alice" },
-        object = { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", metadata = { name = "new", namespace = ns },
-          spec = { class = "l40s", count = count } } } }
-    end
-    local cases = {
-      { "/validate/gpuclaim", claim_review("tenant-a", 1, "5a3e0000-0000-4000-8000-000000000001"), true },  -- 1 + 1 <= 2
-      { "/validate/gpuclaim", claim_review("tenant-a", 2, "5a3e0000-0000-4000-8000-000000000002"), false }, -- 1 + 2 > 2
-      { "/validate/gpuclaim", claim_review("tenant-b", 1, "5a3e0000-0000-4000-8000-000000000003"), false }, -- raw key: the running raw VM holds it
-    }
-    for i, c in ipairs(cases) do
-      local file = ("%s/same-%d.json"):format(dir, i)
-      H.write(file, json.encode(c[2]))
-      local want_out, werr, code = H.run { "review", "--cluster", snap, "--config", "examples/config.yaml",
-        "--webhook", "validating", file }
-      assert.equal(0, code, werr)
-      local want = H.json_lines(want_out)[1]
-      assert.equal(c[3], want.response.allowed, json.encode(want.response))
-      for _, replica in ipairs { a, b } do
-        local st, got = E.review(replica, c[1], c[2])
-        assert.equal(200, st)
-        assert.same(want.response, got.response, replica.identity .. " case " .. i)
-      end
-    end
-  end)
-
-  it("two replicas under rawResourceNames: Forbidden answer pod and VMI reviews as `cozygpu review --config` does", function()
-    local cfg = dir .. "/forbidden.yaml"
-    H.write(cfg, "rawResourceNames: Forbidden\n")
-    local a = start { identity = "raw-a", config = cfg }
-    local b = start { identity = "raw-b", config = cfg }
-    assert.truthy(E.wait_ready(a)) assert.truthy(E.wait_ready(b))
-    local snap = snapshot_of(d, dir .. "/raw-state.json")
-    local tenant_pod = {
-      apiVersion = "v1", kind = "Pod", metadata = { name = "miner", namespace = "tenant-a",
-        labels = { ["kubevirt.io"] = "virt-launcher" },
-        ownerReferences = json.array { { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance", name = "x", uid = "u" } } },
-      spec = { containers = json.array { { name = "c", image = "busybox",
-        resources = { limits = { ["nvidia.com/AD102GL_L40S"] = "1" } } } } },
-    }
-    local function as_review(obj, uid, user, kind, resource, group)
-      return { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview", request = {
-        uid = uid, kind = { group = group, version = "v1", kind = kind },
-        resource = { group = group, version = "v1", resource = resource }, operation = "CREATE",
-        namespace = obj.metadata.namespace, name = obj.metadata.name, userInfo = { username = user }, object = obj } }
-    end
-    local cases = {
-      -- a tenant's pod with a forged owner reference and label: refused
-      { "/validate/pod", as_review(tenant_pod, "7a000000-0000-4000-8000-000000000001", "alice", "Pod", "pods", ""), false },
-      -- the launcher pod of example 07 from virt-controller: allowed
-      { "/validate/pod", reviews()[7].review, true },
-      -- a VMI without the class reference: refused; example 01 has it: allowed
-      { "/validate/vmi", as_review(H.vmi { namespace = "tenant-a", name = "raw", gpus = { "nvidia.com/AD102GL_L40S" } },
-        "7a000000-0000-4000-8000-000000000003", "alice", "VirtualMachineInstance", "virtualmachineinstances", "kubevirt.io"), false },
-      { "/validate/vmi", reviews()[1].review, true },
-    }
-    for i, c in ipairs(cases) do
-      local file = ("%s/raw-%d.json"):format(dir, i)
-      H.write(file, json.encode(c[2]))
-      local want_out, werr, code = H.run { "review", "--cluster", snap, "--config", cfg, "--webhook", "validating", file }
-      assert.equal(0, code, werr)
-      local want = H.json_lines(want_out)[1]
-      assert.equal(c[3], want.response.allowed, i .. ": " .. json.encode(want.response))
-      for _, replica in ipairs { a, b } do
-        local st, got = E.review(replica, c[1], c[2])
-        assert.equal(200, st)
-        assert.same(want.response, got.response, replica.identity .. " case " .. i)
-      end
-    end
-  end)
-
-  it("reads the DRA objects at resource.k8s.io/v1 for the raw-name policy: claims, templates, device classes", function()
-    -- Kubernetes 1.34+ serves DRA at v1 (k8s.io/api resource/v1 types.go);
-    -- before, the controller read v1beta1 only and saw no claim here
-    local R = "/apis/resource.k8s.io/v1"
-    local objs = {
-      { R .. "/deviceclasses", { apiVersion = "resource.k8s.io/v1", kind = "DeviceClass",
-        metadata = { name = "gpu.nvidia.com" }, spec = { extendedResourceName = "example.com/gpu" } } },
-      { R .. "/namespaces/tenant-a/resourceclaims", { apiVersion = "resource.k8s.io/v1", kind = "ResourceClaim",
-        metadata = { name = "dra-gpu", namespace = "tenant-a" },
-        spec = { devices = { requests = json.array { { name = "gpu", exactly = { deviceClassName = "gpu.nvidia.com" } } } } } } },
-      { R .. "/namespaces/tenant-a/resourceclaims", { apiVersion = "resource.k8s.io/v1", kind = "ResourceClaim",
-        metadata = { name = "dra-nic", namespace = "tenant-a" },
-        spec = { devices = { requests = json.array { { name = "nic", exactly = { deviceClassName = "nic.example.com" } } } } } } },
-      { R .. "/namespaces/tenant-a/resourceclaimtemplates", { apiVersion = "resource.k8s.io/v1", kind = "ResourceClaimTemplate",
-        metadata = { name = "dra-any", namespace = "tenant-a" },
-        spec = { spec = { devices = { requests = json.array { { name = "dev", firstAvailable = json.array {
-          { name = "nic", deviceClassName = "nic.example.com" }, { name = "mig", deviceClassName = "mig.nvidia.com" } } } } } } } } },
-    }
-    finally(function()
-      for _, o in ipairs(objs) do E.send(d, "DELETE", o[1] .. "/" .. o[2].metadata.name, "") end
-    end)
-    for _, o in ipairs(objs) do
-      local v, st = E.send(d, "POST", o[1], o[2])
-      assert.equal(201, st, json.encode(v))
-    end
-    local cfg = dir .. "/forbidden-dra.yaml"
-    H.write(cfg, "rawResourceNames: Forbidden\n")
-    local c = start { identity = "dra", config = cfg }
-    assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
-    local function pod_review(i, spec)
-      local p = { apiVersion = "v1", kind = "Pod", metadata = { name = "dra-" .. i, namespace = "tenant-a" },
-        spec = { containers = json.array { { name = "c", image = "busybox", resources = spec.resources } },
-          resourceClaims = spec.claims } }
-      return { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview", request = {
-        uid = ("7b000000-0000-4000-8000-%012d"):format(i), kind = { group = "", version = "v1", kind = "Pod" },
-        resource = { group = "", version = "v1", resource = "pods" }, operation = "CREATE", namespace = "tenant-a",
-        name = p.metadata.name, userInfo = { username = "alice" }, object = p } }
-    end
-    local cases = {
-      { { claims = json.array { { name = "g", resourceClaimName = "dra-gpu" } } }, false, "DRA device class gpu.nvidia.com" },
-      { { claims = json.array { { name = "n", resourceClaimName = "dra-nic" } } }, true },
-      { { claims = json.array { { name = "t", resourceClaimTemplateName = "dra-any" } } }, false, "DRA device class mig.nvidia.com" },
-      { { resources = { limits = { ["example.com/gpu"] = "1" } } }, false, "device class gpu.nvidia.com" },
-    }
-    for i, k in ipairs(cases) do
-      local st, got = E.review(c, "/validate/pod", pod_review(i, k[1]))
-      assert.equal(200, st)
-      assert.equal(k[2], got.response.allowed, i .. ": " .. json.encode(got.response))
-      if k[3] then assert.truthy(got.response.status.message:find(k[3], 1, true), got.response.status.message) end
-    end
-    -- listed at v1, never at an older version
-    local listed = {}
-    for _, e in ipairs(d:log()) do
-      local v, res = e.path:match("^/apis/resource%.k8s%.io/([^/]+)/([a-z]+)$")
-      if v and not e.watch and e.userAgent:find("dra", 1, true) then listed[res .. " " .. v] = true end
-    end
-    assert.same({ ["resourceclaims v1"] = true, ["resourceclaimtemplates v1"] = true, ["deviceclasses v1"] = true }, listed)
   end)
 
   -- Issue 11, defect 6: "A bundle that errors on every review is served.
