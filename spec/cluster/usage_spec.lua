@@ -57,6 +57,16 @@ local function metrics(r)
   return m
 end
 
+-- seconds since the epoch, with fractions (the host's clock, which the API
+-- server's audit timestamps use too)
+local function now() return tonumber((P.sh("date +%s.%N"))) end
+
+-- seconds since the epoch of an RFC 3339 UTC time (the audit log's)
+local function epoch(t)
+  local out = P.sh("date -d " .. P.q(t) .. " +%s.%N")
+  return assert(tonumber(out), "not a time: " .. tostring(t))
+end
+
 -- the JSON log records of a replica
 local function log_records(r)
   local out = {}
@@ -431,6 +441,7 @@ describe("usage records (two replicas through kube-apiserver)", function()
     local mon_before = assert(c:get(WM .. "/" .. mname)).metadata
     local holder = h.lease_holder()
     assert.is_truthy(c.replicas[holder], tostring(holder))
+    local killed = now()
     P.kill(c.replicas[holder].pid, 9)
     c.replicas[holder] = nil
     local other = holder == "replica-a" and "replica-b" or "replica-a"
@@ -452,13 +463,15 @@ describe("usage records (two replicas through kube-apiserver)", function()
     end
     local mon = assert(c:get(WM .. "/" .. mname))
     assert.are.same({ mon_before.uid, mon_before.resourceVersion }, { mon.metadata.uid, mon.metadata.resourceVersion })
-    -- the new leader wrote u4's record and nothing else, as the API
-    -- server's audit log has it (the replica names itself in its user agent)
+    -- since the kill, the new leader wrote u4's record and nothing else, as
+    -- the API server's audit log has it (a replica names itself in its user
+    -- agent)
     local writes_by_other = {}
     for _, ev in ipairs(c:audit(function(ev)
       local r = ev.objectRef
       return r and (r.resource == "workloads" or r.resource == "workloadmonitors")
         and (ev.userAgent or ""):find("(" .. other .. ")", 1, true) ~= nil
+        and epoch(ev.requestReceivedTimestamp) >= killed
     end)) do
       writes_by_other[#writes_by_other + 1] = { ev.verb, ev.objectRef.resource, ev.objectRef.name,
         ev.responseStatus and ev.responseStatus.code }
