@@ -136,7 +136,11 @@ end
 --- when this process ends unless o.keep), installs the CRDs cozygpu
 --- reads (KubeVirt's generated ones, Cozystack's substitutes, cozygpu's)
 --- and, unless o.examples == false, the examples (namespaces, classes, the
---- KubeVirt CR, quotas). Raises with the failing component's log.
+--- KubeVirt CR, quotas). o.cozystack_workloads == false leaves out
+--- Cozystack's Workload and WorkloadMonitor CRDs
+--- (cluster/crds/cozystack-workloads.yaml): a cluster without Cozystack's
+--- usage-record types, as a plain KubeVirt cluster is. Raises with the
+--- failing component's log.
 function K.start(o)
   o = o or {}
   local ok, why = K.available()
@@ -144,8 +148,17 @@ function K.start(o)
   local c = setmetatable({ dir = o.dir or tmpdir(), replicas = {} }, Cluster)
   c.pki = c.dir .. "/pki"
   c.kubeconfig = c.dir .. "/admin.kubeconfig"
-  local crds = table.concat({ assert(K.kubevirt_crds, "COZYGPU_KUBEVIRT_CRDS is not set"), "cluster/crds/",
-    "deploy/crds/" }, " ")
+  local crd_list = { (assert(K.kubevirt_crds, "COZYGPU_KUBEVIRT_CRDS is not set")) }
+  if o.cozystack_workloads == false then
+    -- cluster/crds/ file by file, but for Cozystack's usage-record kinds
+    for f in P.sh("ls cluster/crds"):gmatch("%S+") do
+      if f ~= "cozystack-workloads.yaml" then crd_list[#crd_list + 1] = "cluster/crds/" .. f end
+    end
+  else
+    crd_list[#crd_list + 1] = "cluster/crds/"
+  end
+  crd_list[#crd_list + 1] = "deploy/crds/"
+  local crds = table.concat(crd_list, " ")
   -- tied to this process unless it is to outlive it (`make cluster`)
   local owner = o.keep and "" or ((P.read("/proc/self/stat") or ""):match("^(%d+)") or "")
   local out, code = P.sh(("COZYGPU_CLUSTER_BIN=%s COZYGPU_CLUSTER_CRDS=%s COZYGPU_CLUSTER_OWNER=%s cluster/cluster.sh up %s 2>&1")
@@ -466,13 +479,14 @@ end
 --- teardown(s.teardown)` (busted's setup and teardown exist only in the
 --- spec file). o = {deploy = options of Cluster:deploy (default one
 --- replica), forbidden_except = a string of a 403 a spec causes on
---- purpose, prepare = function(c), run after the deploy}. Returns {setup,
---- teardown, c (the cluster, once setup has run)}.
+--- purpose, prepare = function(c), run after the deploy, start = options
+--- of K.start}. Returns {setup, teardown, c (the cluster, once setup has
+--- run)}.
 function K.session(o)
   o = o or {}
   local s = {}
   function s.setup()
-    s.c = K.start()
+    s.c = K.start(o.start)
     s.c:deploy(o.deploy or { replicas = 1 })
     if o.prepare then o.prepare(s.c) end
   end
