@@ -26,6 +26,12 @@
 -- GPUClass's resourceName is covered. A raw-name GPU (no class) has no
 -- claim and no record: the pod's Workload keeps billing it.
 --
+-- A GPU no claim covers (a raw-name GPU, or any GPU of a pod whose VMI
+-- names no claims) is billed by the pod alone, so the annotation may not
+-- override it: a key naming such a GPU resource is removed, whatever its
+-- value, and Cozystack bills the containers' requests (issue 20, defect 4:
+-- a VM that set the key to "0" on its VMI ran its GPU unbilled).
+--
 -- The annotation may be there already (KubeVirt copies the VMI's
 -- annotations to the pod, template.go filterVMIAnnotationsForPod): its
 -- other keys are kept. One Cozystack cannot read (not a JSON object of
@@ -62,31 +68,45 @@ local function parse(value)
 end
 
 return rule "gpu/launcher-billing" {
-  description = "virt-launcher pods of VMIs with GPUClaims report the claims' GPUs as 0 in workload.cozystack.io/resources (the claims' usage records bill them)",
+  description = "virt-launcher pods of VMIs with GPUClaims report the claims' GPUs as 0 in workload.cozystack.io/resources (the claims' usage records bill them); other GPUs stay billed by the pod",
   match = { kind = "Pod", group = "", operations = { "CREATE" } },
   mutate = function(req, cluster)
     local pod = req.object
     if not is_virt_launcher(pod) then return nil end
-    -- only a pod KubeVirt made: labels and owner references are the
-    -- creator's to write, so a tenant's own pod dressed as a launcher
+    -- zeroed only in a pod KubeVirt made: labels and owner references are
+    -- the creator's to write, so a tenant's own pod dressed as a launcher
     -- keeps its GPUs billed (the pod's Workload); unknown virt-controller
     -- (no setting, no KubeVirt CR): nothing is zeroed, never under-billed
     local vc = cluster:virt_controller()
-    if vc == nil or object.get(req, "userInfo", "username") ~= vc then return nil end
-    if claims.of(pod) == nil and not claims.templated(pod) then return nil end
-    local covered = {}
+    local by_kubevirt = vc ~= nil and object.get(req, "userInfo", "username") == vc
+    local with_claims = by_kubevirt and (claims.of(pod) ~= nil or claims.templated(pod))
+    local covered, uncovered = {}, {}
     for _, r in ipairs(gpu.pod_requests(pod, cluster)) do
-      if gpu.class_for(cluster, r.name) ~= nil then covered[#covered + 1] = r.name end
+      if with_claims and gpu.class_for(cluster, r.name) ~= nil then
+        covered[#covered + 1] = r.name
+      else
+        uncovered[#uncovered + 1] = r.name
+      end
     end
-    if #covered == 0 then return nil end
+    if #covered == 0 and #uncovered == 0 then return nil end
     local annotations = object.get(pod, "metadata", "annotations")
     local present = type(annotations) == "table" and annotations[RESOURCES] or nil
+    if present == nil and #covered == 0 then return nil end
     local map = parse(present)
+    -- nothing to zero and an annotation Cozystack ignores whole: it bills
+    -- the requests already
+    if map == nil and #covered == 0 then return nil end
     local changed = map == nil
     map = map or {}
     for _, name in ipairs(covered) do
       if map[name] ~= "0" then
         map[name] = "0"
+        changed = true
+      end
+    end
+    for _, name in ipairs(uncovered) do
+      if map[name] ~= nil then
+        map[name] = nil
         changed = true
       end
     end

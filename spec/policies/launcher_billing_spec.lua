@@ -97,6 +97,23 @@ describe("virt-launcher billing annotation", function()
     assert.are.equal("/metadata/annotations", ops[1].path)
   end)
 
+  -- issue 20, defect 4: a raw-name GPU has no claim and no record; an
+  -- override copied from the VMI would leave it unbilled
+  it("removes an override of a GPU no claim covers, keeping the other keys: the pod bills it", function()
+    local a = { [KEY] = '{"memory":"8Gi","' .. L40S .. '":"0"}' }
+    assert.are.same({ memory = "8Gi" }, (billed(pod({ [L40S] = "1" }, { annotations = a }))))
+    -- whoever creates the pod: nothing is zeroed for a tenant, and nothing
+    -- may be zeroed by one either
+    assert.are.same({ memory = "8Gi" }, (billed(pod({ [L40S] = "1" }, { annotations = a }), "tenant-a-admin")))
+    -- a tenant's pod naming claims: nothing zeroed, the override removed
+    local mixed = { ["gpu.cozystack.io/claims"] = "a1", [KEY] = '{"' .. A100_40C .. '":"0"}' }
+    assert.are.same({}, (billed(pod({ [L40S] = "1", [A100_40C] = "1" }, { annotations = mixed }), "tenant-a-admin")))
+  end)
+
+  it("leaves an annotation Cozystack ignores whole on a raw-name pod (it bills the requests already)", function()
+    assert.is_nil(billed(pod({ [L40S] = "1" }, { annotations = { [KEY] = '{"' .. L40S .. '":0}' } })))
+  end)
+
   it("leaves raw-name pods and pods no VMI owns alone", function()
     assert.is_nil(billed(pod({ [L40S] = "1" }, {})))
     local p = pod({ [L40S] = "1" }, { annotations = claims })

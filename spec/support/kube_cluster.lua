@@ -444,6 +444,57 @@ function Cluster:log_tail(name, n)
   return P.sh(("tail -n %d %s 2>/dev/null"):format(n or 30, P.q(self.dir .. "/logs/" .. name .. ".log")))
 end
 
+--- A user of tenant namespace `ns` with Cozystack's tenant role at `level`
+--- (view, use, admin or super-admin; default super-admin, the broadest a
+--- tenant gets): cluster/cozystack-tenant-roles.yaml (Cozystack's
+--- ClusterRoles, which aggregate cozygpu's deploy/15-tenant-roles.yaml)
+--- and the RoleBindings Cozystack's tenant chart makes in `ns` (each level
+--- bound to the groups <tenant>-<level or above> of `ns` and its
+--- ancestors). The user is in group <ns>-<level>. Returns {name,
+--- kubeconfig, kubectl = function(args, o) -> out, err, code}.
+function Cluster:tenant_user(name, ns, level)
+  level = level or "super-admin"
+  self:must { "apply", "-f", "cluster/cozystack-tenant-roles.yaml" }
+  local nsobj = json.decode(self:must { "get", "namespace", ns, "-o", "json" })
+  local tenants = {}
+  for l in pairs(nsobj.metadata.labels or {}) do
+    local t = l:match("^tenant%.cozystack%.io/(.+)$")
+    if t then tenants[#tenants + 1] = t end
+  end
+  table.sort(tenants)
+  local levels = { "view", "use", "admin", "super-admin" }
+  local docs = {}
+  for i, l in ipairs(levels) do
+    local subjects = {}
+    for _, t in ipairs(tenants) do
+      for j = i, #levels do
+        subjects[#subjects + 1] = { kind = "Group", apiGroup = "rbac.authorization.k8s.io", name = t .. "-" .. levels[j] }
+      end
+    end
+    docs[#docs + 1] = { apiVersion = "rbac.authorization.k8s.io/v1", kind = "RoleBinding",
+      metadata = { name = "cozy:tenant:" .. l, namespace = ns }, subjects = subjects,
+      roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = "cozy:tenant:" .. l } }
+  end
+  self:must({ "apply", "-f", "-" }, { stdin = json.encode { apiVersion = "v1", kind = "List", items = docs } })
+  local out = P.sh(("cluster/cluster.sh user %s %s %s 2>&1"):format(P.q(self.dir), P.q(name), P.q(ns .. "-" .. level)))
+  local kc = out:match("(%S+%.kubeconfig)%s*$")
+  assert(kc, "cluster.sh user: " .. out)
+  local c = self
+  local u = { name = name, kubeconfig = kc }
+  function u.kubectl(args, o)
+    o = o or {}
+    o.kubeconfig = kc
+    return c:kubectl(args, o)
+  end
+  -- the aggregated roles are filled in by the controller manager: wait
+  -- until the user may order a claim
+  assert(P.wait_until(function()
+    local _, _, code = u.kubectl { "auth", "can-i", "get", "gpuclaims", "-n", ns }
+    return code == 0
+  end, 30, 0.2), ("user %s of %s: Cozystack's %s role did not aggregate cozygpu's within 30 s"):format(name, ns, level))
+  return u
+end
+
 --- The API server's audit events (cluster/cluster.sh's audit policy: every
 --- request of the cozy-gpu ServiceAccounts, and every write, at Metadata
 --- level), oldest first,
