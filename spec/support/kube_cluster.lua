@@ -115,6 +115,8 @@ local LISTS = {
   secrets = "/api/v1/secrets",
   virtualmachineinstances = "/apis/kubevirt.io/v1/virtualmachineinstances",
   virtualmachines = "/apis/kubevirt.io/v1/virtualmachines",
+  resourcequotas = "/api/v1/resourcequotas",
+  namespaces = "/api/v1/namespaces",
 }
 
 --- Every object of `resource` (a plural name above) in every namespace, as
