@@ -516,6 +516,57 @@ function Cluster:audit(keep)
   return out
 end
 
+--- The /metrics of controller replica `r` (a replica of self.replicas, or
+--- its identity), parsed into {["name{labels}"] = number}; nil when the
+--- replica does not answer 200.
+function Cluster:metrics(r)
+  if type(r) == "string" then r = self.replicas[r] end
+  if not r then return nil end
+  local st, body = P.http { url = r.url .. "/metrics", cacert = r.cacert, timeout = 5 }
+  if st ~= 200 then return nil end
+  local m = {}
+  for line in body:gmatch("[^\n]+") do
+    if not line:match("^#") then
+      local key, val = line:match("^(%S+%b{})%s+(%S+)$")
+      if not key then key, val = line:match("^(%S+)%s+(%S+)$") end
+      if key then m[key] = tonumber(val) end
+    end
+  end
+  return m
+end
+
+--- The identity of the controller replica holding the Lease (nil: none),
+--- and that replica (nil when it is not one of self.replicas).
+function Cluster:leader()
+  local l = self:get("/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
+  local id = l and l.spec and l.spec.holderIdentity
+  return id, id and self.replicas[id]
+end
+
+--- The requests kube-apiserver has served, as its own metrics count them
+--- (apiserver_request_total, read as the admin from /metrics): the sum
+--- over the series whose labels equal every key of `labels` (e.g.
+--- {group = "cozystack.io", resource = "gpuclasses"}); `verbs`, when given,
+--- is a set of verbs to count ({PATCH = true, UPDATE = true}: kube-apiserver
+--- names a PUT UPDATE, a server-side apply APPLY). The real server's
+--- counterpart of the double's request log, no-op writes included.
+function Cluster:apiserver_requests(labels, verbs)
+  local st, text = self:request("GET", "/metrics", nil, nil, { timeout = 30 })
+  assert(st == 200, ("GET /metrics -> %s"):format(tostring(st)))
+  if type(text) ~= "string" then text = json.encode(text) end
+  local n = 0
+  for lb, val in text:gmatch("\napiserver_request_total(%b{})%s+(%S+)") do
+    local l = {}
+    for k, v in lb:gmatch('([%w_]+)="([^"]*)"') do l[k] = v end
+    local ok = not verbs or verbs[l.verb]
+    for k, v in pairs(labels or {}) do
+      if l[k] ~= v then ok = false end
+    end
+    if ok then n = n + (tonumber(val) or 0) end
+  end
+  return n
+end
+
 --- The condition of `type` in obj.status.conditions (an object as the API
 --- server returns it), or nil.
 function K.condition(obj, type)
