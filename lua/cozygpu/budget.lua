@@ -17,7 +17,8 @@
 ---      resource name together with the raw-name VMIs it covers;
 ---   R6 usage: every GPUClaim that exists counts (ordered claims in every
 ---      phase, Lost included, and template claims); raw-name VMIs (without
----      the class-reference label) count while Running.
+---      the class-reference label) count while Running: their GPU entries
+---      that no claim they name covers.
 --- Several ResourceQuotas on one namespace each cap it (Kubernetes checks
 --- each quota), so the smallest value of a key wins.
 local object = require "cozygpu.object"
@@ -95,13 +96,21 @@ local function usage(cluster, t, want, rn, claims)
     end
   end
   local gpu = require "cozygpu.gpu"
+  local claims_of = require("cozygpu.claims").of
   for _, v in ipairs(cluster:list("VirtualMachineInstance")) do
     local ns = object.get(v, "metadata", "namespace")
     if object.get(v, "status", "phase") == "Running" and object.label(v, M.CLASS_REFERENCE) ~= "true"
       and in_subtree(cluster, ns, t) then
+      -- a VMI naming claims (gpu.cozystack.io/claims) runs its class GPUs
+      -- on them, and the claims count already: only its entries no class
+      -- carries are its own (issue 20, defect 7: counted twice)
+      local named = claims_of(v)
+      local by_claims = type(named) == "table" and #named > 0
       local n = 0
       for _, e in ipairs(gpu.entries(object.get(v, "spec") or {}, cluster)) do
-        if rn then
+        if by_claims and e.class then
+          -- the claims' units
+        elseif rn then
           if e.name == rn then n = add(n, e.count or 0) end
         elseif e.class and want(object.get(e.class, "metadata", "name")) then
           n = add(n, e.count or 0)
@@ -116,21 +125,37 @@ local function usage(cluster, t, want, rn, claims)
   return total, users
 end
 
-local function describe_users(users)
+local function describe_users(users, elsewhere)
   local parts = {}
   for i, u in ipairs(users) do
     if i > 5 then parts[#parts + 1] = ("and %d more"):format(#users - 5) break end
     parts[#parts + 1] = ("%s %s (%d)"):format(u.what, u.name, u.count)
   end
-  return table.concat(parts, ", ")
+  local text = table.concat(parts, ", ")
+  if elsewhere > 0 then text = ("%s, and %d elsewhere in the tenant tree"):format(text, elsewhere) end
+  return text
 end
 
 -- "none in use", "2 in use" (users not known), or "2 in use by GPUClaim
--- tenant-a/held (2)": never "0 in use by nothing".
-local function in_use(used, users)
+-- tenant-a/held (2)": never "0 in use by nothing". The message goes to a
+-- user of namespace `viewer`, who may read its own namespace and those
+-- below it (Cozystack binds a tenant's roles in every descendant): users
+-- elsewhere (an ancestor's or a sibling's objects, under a budget they
+-- share) are counted, not named (issue 20, defect 6 and invariant 4).
+local function in_use(cluster, viewer, used, users)
   if used == 0 then return "none in use" end
   if #users == 0 then return ("%d in use"):format(used) end
-  return ("%d in use by %s"):format(used, describe_users(users))
+  local shown, elsewhere = {}, 0
+  for _, u in ipairs(users) do
+    local uns = u.name:match("^([^/]+)/")
+    if uns == viewer or (uns and in_subtree(cluster, uns, viewer)) then
+      shown[#shown + 1] = u
+    else
+      elsewhere = add(elsewhere, u.count)
+    end
+  end
+  if #shown == 0 then return ("%d in use elsewhere in the tenant tree"):format(used) end
+  return ("%d in use by %s"):format(used, describe_users(shown, elsewhere))
 end
 
 --- Checks an order — a set of `{class = GPUClass object, count = n}` (or
@@ -196,7 +221,7 @@ function M.check_set(cluster, ns_name, set, opts)
           out[#out + 1] = {
             tenant = t, key = key, rule = rule, limit = lim, used = used, short = short,
             message = ("tenant %q: %s is %d, %s; %d more is short by %d"):format(
-              t, key, lim, in_use(used, users), count, short),
+              t, key, lim, in_use(cluster, ns_name, used, users), count, short),
           }
         end
       end

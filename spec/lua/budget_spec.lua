@@ -310,7 +310,14 @@ describe("cozygpu.budget (DESIGN.md §5) over root > child > grandchild", functi
     local ok, shorts = budget.check_set(view, "tenant-a-b", { { rn = H100, count = 1 } }, { raw = true })
     assert.is_false(ok)
     assert.equal("requests." .. H100, shorts[1].key)
-    assert.truthy(shorts[1].message:find("VirtualMachineInstance tenant-b/raw-tenant-b-1 (1)", 1, true), shorts[1].message)
+    -- the VM using it is tenant-b's, which tenant-a-b's users cannot read:
+    -- counted, not named (issue 20, defect 6)
+    assert.truthy(shorts[1].message:find("is 1, 1 in use elsewhere in the tenant tree; 1 more is short by 1", 1, true), shorts[1].message)
+    assert.is_nil(shorts[1].message:find("tenant-b/", 1, true), shorts[1].message)
+    -- and named to tenant-b's own users
+    local ok_b, shorts_b = budget.check_set(view, "tenant-b", { { rn = H100, count = 1 } }, { raw = true })
+    assert.is_false(ok_b)
+    assert.truthy(shorts_b[1].message:find("VirtualMachineInstance tenant-b/raw-tenant-b-1 (1)", 1, true), shorts_b[1].message)
   end)
 
   it("a namespace with a tenant label but outside the root's tree is not a tenant", function()

@@ -135,7 +135,10 @@ describe("the invariant checker", function()
     s.claims[1].status.conditions = { { type = "Ready", message = "2 in use by GPUClaim tenant-b/other (2)" } }
     assert.matches("GPUClaim tenant-a/c1 condition Ready names an object of namespace tenant-b", only(I.check(s), 4).message, 1, true)
     s = base()
+    -- a parent's users read its children: tenant-a may name tenant-a-b's objects
+    s.namespaces[#s.namespaces + 1] = ns("tenant-a-b", { "tenant-root", "tenant-a", "tenant-a-b" })
     s.events = { { metadata = { namespace = "cozy-gpu", name = "e1" }, message = "moved tenant-a/c1" },
+      { metadata = { namespace = "tenant-a", name = "e0" }, message = "2 in use by GPUClaim tenant-a-b/x (2)" },
       { metadata = { namespace = "tenant-a", name = "e2" }, message = "names tenant-a/c1 and tenant-root/x" } }
     assert.matches("Event tenant-a/e2 names an object of namespace tenant-root", only(I.check(s), 4).message, 1, true)
   end)

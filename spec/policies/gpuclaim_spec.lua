@@ -84,6 +84,41 @@ describe("GPUClaim admission", function()
       r.status.message)
   end)
 
+  -- issue 20, defect 6: a budget shared with an ancestor or a sibling
+  -- names only what the ordering namespace's users may read (their own
+  -- namespace and those below it)
+  it("names no object of an ancestor or a sibling in a refusal: counts them", function()
+    local mine = claim("tenant-a-b", "l40s", 1, "mine")
+    mine.status = { phase = "Bound" }
+    local theirs = claim("tenant-a", "l40s", 2, "theirs")
+    theirs.status = { phase = "Bound" }
+    local r = review({ quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "3" }), mine, theirs }, claim("tenant-a-b", "l40s", 1))
+    assert.is_false(r.allowed)
+    assert.equal('spec.count: tenant "tenant-a": gpuclass.cozystack.io/devices is 3, 3 in use by GPUClaim tenant-a-b/mine (1), and 2 elsewhere in the tenant tree; 1 more is short by 1',
+      r.status.message)
+    r = review({ quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "2" }), theirs }, claim("tenant-a-b", "l40s", 1))
+    assert.equal('spec.count: tenant "tenant-a": gpuclass.cozystack.io/devices is 2, 2 in use elsewhere in the tenant tree; 1 more is short by 1',
+      r.status.message)
+  end)
+
+  -- issue 20, defect 7: a running VMI's class GPUs are its claims' units
+  it("counts a running VMI's GPUs once: the claims it names, not the VMI beside them", function()
+    local held = claim("tenant-a", "l40s", 1, "held")
+    held.status = { phase = "Attached", node = "gpu-1" }
+    local vmi = H.vmi { gpus = { "nvidia.com/AD102GL_L40S" } }
+    vmi.metadata.annotations = { ["gpu.cozystack.io/claims"] = "held" }
+    vmi.status = { phase = "Running", nodeName = "gpu-1" }
+    local q = quota("tenant-a", { ["gpuclass.cozystack.io/devices"] = "2" })
+    assert.is_true(review({ q, held, vmi }, claim("tenant-a", "l40s", 1)).allowed)
+    local r = review({ q, held, vmi }, claim("tenant-a", "l40s", 2))
+    assert.equal('spec.count: tenant "tenant-a": gpuclass.cozystack.io/devices is 2, 1 in use by GPUClaim tenant-a/held (1); 2 more is short by 1',
+      r.status.message)
+    -- the same VMI without the annotation runs a raw-name GPU: it counts
+    vmi.metadata.annotations = nil
+    r = review({ q, held, vmi }, claim("tenant-a", "l40s", 1))
+    assert.is_false(r.allowed)
+  end)
+
   it("refuses a change of spec on update, and allows status and label changes", function()
     local old = claim("tenant-a", "l40s", 1)
     local new = json.decode(json.encode(old))

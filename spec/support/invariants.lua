@@ -22,7 +22,8 @@
 ---     Attached or Lost on it) than its allocatable for the resource name
 ---     (DESIGN.md §3 GPUNode: capacity is capped at allocatable);
 ---  4. nothing of another tenant shows: no claim condition or Event in a
----     namespace names `<other namespace>/<name>`.
+---     tenant namespace names `<namespace>/<name>` of a namespace its users
+---     cannot read (anything but itself and the namespaces below it).
 local json = require "cozygpu.json"
 
 local I = {}
@@ -309,20 +310,26 @@ function I.check(s)
   end
 
   -- 4. nothing of another tenant shows
-  -- tenants read their own namespace (a tenant namespace carries
-  -- tenant.cozystack.io/ labels); the controller's own is not theirs
-  local namespaces, tenant_ns = {}, {}
+  -- a tenant's users read their namespace and those below it (Cozystack
+  -- binds a tenant's roles in every descendant; a tenant namespace carries
+  -- tenant.cozystack.io/<t> for itself and each ancestor t); the
+  -- controller's own namespace is not a tenant's
+  local namespaces, labels_of = {}, {}
   for _, n in ipairs(s.namespaces) do
     namespaces[n.metadata.name] = true
-    for l in pairs(n.metadata.labels or {}) do
-      if l:match("^tenant%.cozystack%.io/") then tenant_ns[n.metadata.name] = true end
+    labels_of[n.metadata.name] = n.metadata.labels or {}
+  end
+  local function tenant_ns(ns)
+    for l in pairs(labels_of[ns] or {}) do
+      if l:match("^tenant%.cozystack%.io/") then return true end
     end
   end
   local function leaks(ns, text)
-    if not tenant_ns[ns] then return nil end
+    if not tenant_ns(ns) then return nil end
     for other in pairs(namespaces) do
+      local readable = other == ns or (labels_of[other] or {})["tenant.cozystack.io/" .. ns] ~= nil
       -- "<other>/" starting a word: "tenant-a-b/x" does not name "a-b"
-      if other ~= ns and text:find("%f[%w%.%-]" .. other:gsub("%p", "%%%0") .. "/") then return other end
+      if not readable and text:find("%f[%w%.%-]" .. other:gsub("%p", "%%%0") .. "/") then return other end
     end
   end
   for _, cl in ipairs(s.claims) do
