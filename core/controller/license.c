@@ -1123,6 +1123,15 @@ static void class_event(const json_t *obj, const char *reason, const char *messa
     cozy_err err;
     if(kube_create(ctl_proc->client, &KUBE_EVENTS, ctl_proc->f.ns, ev, &code, &res, &err) != COZY_OK)
         log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error", err.msg, NULL);
+    else if(code / 100 != 2) {
+        /* refused (a missing grant, an invalid Event): said, as event.c
+         * does, not dropped in silence */
+        char cs[16];
+        snprintf(cs, sizeof cs, "%ld", code);
+        const char *msg = json_string_value(json_object_get(res, "message"));
+        log_write(LOG_WARN, "events", "event refused", "reason", reason, LOG_NUM "status", cs, "error", msg ? msg : "",
+                  NULL);
+    }
     json_decref(res);
     json_decref(ev);
 }
