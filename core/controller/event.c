@@ -5,7 +5,8 @@
  * "<object>.<hex nanoseconds>" in the object's namespace, with
  * involvedObject, reason, message, source and the first and last
  * timestamps); the Kubernetes API conventions on Events. Used by bundle.c
- * (the policies ConfigMap) and usage.c (the Lease).
+ * (the policies ConfigMap), usage.c (the Lease) and license.c (GPUClasses,
+ * cluster-scoped: their Events go to "default").
  */
 #include "controller/internal.h"
 
@@ -22,9 +23,12 @@ void ctl_event_record(const json_t *obj, const char *api_version, const char *ki
 {
     const json_t *md = json_object_get(obj, "metadata");
     const char *name = json_string_value(json_object_get(md, "name"));
-    const char *ns = json_string_value(json_object_get(md, "namespace"));
-    if(!ns)
-        ns = ctl_proc->f.ns;
+    /* a cluster-scoped object's Event goes to "default", with no
+     * involvedObject.namespace: kube-apiserver refuses any other namespace
+     * for a core/v1 Event without eventTime (pkg/apis/core/validation/
+     * events.go, ValidateEventCreate), and client-go's recorder does so */
+    const char *obj_ns = json_string_value(json_object_get(md, "namespace"));
+    const char *ns = obj_ns ? obj_ns : "default";
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     char ev_name[300], stamp[40];
@@ -43,9 +47,9 @@ void ctl_event_record(const json_t *obj, const char *api_version, const char *ki
         return;
     }
     json_t *ev = json_pack(
-        "{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:s, s:s, s:i}",
+        "{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s?, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:s, s:s, s:i}",
         "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ns, "involvedObject",
-        "apiVersion", api_version, "kind", kind, "namespace", ns, "name", name ? name : "", "uid",
+        "apiVersion", api_version, "kind", kind, "namespace", obj_ns, "name", name ? name : "", "uid",
         json_string_value(json_object_get(md, "uid")), "resourceVersion",
         json_string_value(json_object_get(md, "resourceVersion")), "type", type, "reason", reason, "message", msg,
         "source", "component", "cozygpu-controller", "reportingComponent", "cozygpu-controller",
@@ -63,9 +67,13 @@ void ctl_event_record(const json_t *obj, const char *api_version, const char *ki
     if(!path || kube_request(ctl_proc->client, "POST", path, NULL, ev, &status, &res, &err) != COZY_OK)
         log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error", err.msg, NULL);
     else if(status != 201 && status != 200) {
+        /* refused (a missing grant, an invalid Event): said with the API
+         * server's reason, not dropped in silence */
         char code[16];
         snprintf(code, sizeof code, "%ld", status);
-        log_write(LOG_WARN, "events", "event refused", "reason", reason, LOG_NUM "status", code, NULL);
+        const char *why = json_string_value(json_object_get(res, "message"));
+        log_write(LOG_WARN, "events", "event refused", "reason", reason, LOG_NUM "status", code, "error",
+                  why ? why : "", NULL);
     }
     free(path);
     json_decref(res);

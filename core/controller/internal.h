@@ -300,8 +300,9 @@ void ctl_bind_on_leader_change(void *ctx, int leading);
 /* ---- event.c ---- */
 
 /* Records a core/v1 Event about `obj` (borrowed; its metadata name,
- * namespace — f.ns when it has none —, uid and resourceVersion become the
- * involvedObject, with `api_version` and `kind`): type "Normal" or
+ * namespace, uid and resourceVersion become the involvedObject, with
+ * `api_version` and `kind`; the Event is in the object's namespace, or in
+ * "default" for a cluster-scoped object, as kube-apiserver requires): type "Normal" or
  * "Warning", a CamelCase reason, a message cut near 1 KiB (invalid UTF-8
  * becomes U+FFFD). Shape: client-go tools/record's EventRecorder (name
  * "<object>.<hex nanoseconds>", source.component cozygpu-controller,

@@ -1093,47 +1093,11 @@ static int set_cond(json_t *obj, void *ctx)
     return leading() ? 0 : -1; /* last check before the write */
 }
 
-/* Records a Warning Event on GPUClass `cls` (in the controller's
- * namespace: a cluster-scoped object's Events go to a namespace of the
- * recorder's choosing, and `kubectl describe` lists them from all). */
+/* Records a Warning Event on GPUClass `obj` (event.c: a cluster-scoped
+ * object's Events go to "default", decision 0029 item 7). */
 static void class_event(const json_t *obj, const char *reason, const char *message)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    const char *name = md_str(obj, "name");
-    char ev_name[400], stamp[40];
-    snprintf(ev_name, sizeof ev_name, "%s.%llx", name ? name : "gpuclass",
-             (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s?, s:s?}, s:s, s:s, s:s, s:{s:s}, s:s, "
-                           "s:s, s:s, s:s, s:i}",
-                           "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace",
-                           ctl_proc->f.ns, "involvedObject", "apiVersion", "cozystack.io/v1alpha1", "kind", "GPUClass",
-                           "name", name ? name : "", "uid", md_str(obj, "uid"), "resourceVersion",
-                           md_str(obj, "resourceVersion"), "type", "Warning", "reason", reason, "message", message,
-                           "source", "component", "cozygpu-controller", "reportingComponent", "cozygpu-controller",
-                           "reportingInstance", ctl_proc->f.identity, "firstTimestamp", stamp, "lastTimestamp", stamp,
-                           "count", 1);
-    if(!ev)
-        return;
-    long code = 0;
-    json_t *res = NULL;
-    cozy_err err;
-    if(kube_create(ctl_proc->client, &KUBE_EVENTS, ctl_proc->f.ns, ev, &code, &res, &err) != COZY_OK)
-        log_write(LOG_WARN, "events", "cannot record an event", "reason", reason, "error", err.msg, NULL);
-    else if(code / 100 != 2) {
-        /* refused (a missing grant, an invalid Event): said, as event.c
-         * does, not dropped in silence */
-        char cs[16];
-        snprintf(cs, sizeof cs, "%ld", code);
-        const char *msg = json_string_value(json_object_get(res, "message"));
-        log_write(LOG_WARN, "events", "event refused", "reason", reason, LOG_NUM "status", cs, "error", msg ? msg : "",
-                  NULL);
-    }
-    json_decref(res);
-    json_decref(ev);
+    ctl_event_record(obj, "cozystack.io/v1alpha1", "GPUClass", "Warning", reason, message);
 }
 
 /* Whether the cached class already shows the wanted condition. */

@@ -624,7 +624,6 @@ describe("the leader's license copier through kube-apiserver (two replicas)", fu
     -- controller has no grant to create Events there (deploy/10-rbac.yaml:
     -- a Role in cozy-gpu). The double stored them. The replicas' logs
     -- show each refusal ("event refused", status 422).
-    pending("license.c posts a GPUClass Event in cozy-gpu; kube-apiserver accepts it only in default, where RBAC grants nothing (422)")
     for _, reason in ipairs { "SecretNotFound", "KeyNotFound", "NotAToken", "SecretNamespaceNotAllowed" } do
       local ev = events(reason)[1]
       assert.truthy(ev, "no " .. reason .. " Event")

@@ -12,7 +12,7 @@ local S = require "sysfs"
 local json = H.json
 
 local SAS = {
-  controller = { ns = "cozy-gpu", name = "cozygpu-controller", in_ns = { "cozy-gpu", "tenant-a", "kube-system" } },
+  controller = { ns = "cozy-gpu", name = "cozygpu-controller", in_ns = { "cozy-gpu", "tenant-a", "kube-system", "default" } },
   agent = { ns = "cozy-gpu-agent", name = "cozygpu-agent", in_ns = { "cozy-gpu-agent", "kube-system" } },
 }
 

@@ -53,6 +53,11 @@ describe("kubectl apply -k deploy/ against the API server double", function()
   end
 
   it("creates the served objects, then finds them unchanged on a second apply", function()
+    -- kube-apiserver makes the namespace "default" itself (its system
+    -- namespaces controller); the double starts empty
+    H.write(dir .. "/default-ns.json", '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"default"}}')
+    local nout, ncode = kubectl("create -f " .. H.q(dir .. "/default-ns.json"))
+    assert.are.equal(0, ncode, nout)
     local out, code = kubectl("apply " .. SERVED)
     assert.are.equal(0, code, out)
     assert.matches("customresourcedefinition.apiextensions.k8s.io/gpuclasses.cozystack.io created", out, 1, true)

@@ -168,10 +168,17 @@ describe("kubectl kustomize", function()
     end)
 
     it("puts every namespaced object in the new namespace, the agent's in cozy-gpu-agent", function()
-      local agent = 0
+      local agent, default = 0, 0
       for k, o in pairs(over) do
         if CLUSTER_SCOPED[o.kind] then
           assert.is_nil(o.metadata.namespace, k)
+        elseif o.metadata.name == "cozygpu-controller-events" then
+          -- the Events of cluster-scoped GPUClasses can only be in
+          -- "default" (decision 0029): the grant stays there, for the
+          -- controller's ServiceAccount in the new namespace
+          default = default + 1
+          assert.are.equal("default", o.metadata.namespace, k)
+          if o.kind == "RoleBinding" then assert.are.equal(OVERLAY_NS, o.subjects[1].namespace, k) end
         elseif (o.metadata.labels or {})["app.kubernetes.io/component"] == "agent" then
           agent = agent + 1
           assert.are.equal(AGENT_NS, o.metadata.namespace, k)
@@ -180,6 +187,7 @@ describe("kubectl kustomize", function()
         end
       end
       assert.are.equal(4, agent) -- ServiceAccount, Role, RoleBinding, DaemonSet
+      assert.are.equal(2, default) -- Role, RoleBinding
       assert.are.equal("restricted", get("Namespace", "", OVERLAY_NS).metadata.labels["pod-security.kubernetes.io/enforce"])
       assert.are.equal("privileged", get("Namespace", "", AGENT_NS).metadata.labels["pod-security.kubernetes.io/enforce"])
     end)
@@ -290,7 +298,9 @@ describe("kubectl kustomize", function()
       for _, o in pairs(objs) do
         local ns = o.metadata.namespace
         if ns then
-          assert.is_true(ns == "hoster-gpu" or ns == AGENT_NS, id(o) .. " in " .. ns)
+          -- the Events grant stays in "default" (decision 0029)
+          local events_grant = ns == "default" and o.metadata.name == "cozygpu-controller-events"
+          assert.is_true(ns == "hoster-gpu" or ns == AGENT_NS or events_grant, id(o) .. " in " .. ns)
         end
         seen[o.kind] = seen[o.kind] or o
       end
@@ -331,6 +341,10 @@ describe("kubectl kustomize", function()
         assert(port, "kube-double did not write its port")
         local kubectl = ("KUBECONFIG=/dev/null kubectl --cache-dir %s --server http://127.0.0.1:%d "):format(
           H.q(d .. "/kube-cache"), port)
+        -- kube-apiserver makes the namespace "default" itself; the double starts empty
+        H.write(d .. "/default-ns.json", '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"default"}}')
+        local no, nc = P.sh(kubectl .. "create -f " .. H.q(d .. "/default-ns.json") .. " 2>&1")
+        if nc ~= 0 then return no, nc end
         local o, c = P.sh(kubectl .. "apply -k " .. H.q(what) .. " 2>&1")
         if c ~= 0 then return o, c end
         local o2, c2 = P.sh(kubectl .. "get -n " .. (what == "deploy/" and NS or OVERLAY_NS) ..

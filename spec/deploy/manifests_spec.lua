@@ -92,7 +92,10 @@ describe("deploy/ manifests", function()
         assert.is_nil(o.metadata.namespace, o.__file .. ": " .. o.kind)
       else
         -- the node agent runs in its own namespace (deploy/60-agent.yaml)
-        local want = o.__file:match("60%-agent%.yaml$") and "cozy-gpu-agent" or NS
+        -- and the Events of cluster-scoped GPUClasses can only be in
+        -- "default" (decision 0029): the controller's grant there
+        local want = o.__file:match("60%-agent%.yaml$") and "cozy-gpu-agent"
+          or o.metadata.name == "cozygpu-controller-events" and "default" or NS
         assert.are.equal(want, o.metadata.namespace, o.__file .. ": " .. o.kind .. " " .. o.metadata.name)
       end
     end

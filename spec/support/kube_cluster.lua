@@ -414,8 +414,9 @@ end
 ---    the cozy-gpu ServiceAccounts), events with code 403 whose user agent
 ---    is cozygpu's (a spec probing with kubectl as a ServiceAccount is not
 ---    the product), each written as `audit: USER cannot VERB resource
----    \"RESOURCE\" ...` (quotes escaped as the JSON log has them, so one
----    `except` matches both).
+---    \"RESOURCE\" ...` (quotes escaped as the JSON log has them) and
+---    ending with the objectRef as JSON, so one `except` ("cannot list
+---    resource \"x\"", "\"namespace\":\"ns\"") matches both sources.
 --- The cluster specs run the controller and the agent as their
 --- ServiceAccounts, so a missing RBAC verb shows here (issue 19 item 5).
 function Cluster:forbidden(except)
@@ -435,9 +436,9 @@ function Cluster:forbidden(except)
       and ev.stage ~= "ResponseStarted"
   end)) do
     local o = ev.objectRef or {}
-    add(('audit: %s cannot %s resource \\"%s%s\\" in %s name %s (%s)'):format(ev.user.username, ev.verb,
+    add(('audit: %s cannot %s resource \\"%s%s\\" in %s name %s (%s) %s'):format(ev.user.username, ev.verb,
       o.resource or "?", o.subresource and ("/" .. o.subresource) or "", o.namespace or "(cluster)",
-      o.name or "", ev.userAgent))
+      o.name or "", ev.userAgent, json.encode(o)))
   end
   return out
 end
