@@ -169,20 +169,19 @@ cel:
 # the cluster specs (spec/cluster) find the control plane here
 CLUSTER_ENV = COZYGPU_CLUSTER_BIN=$(CLUSTER_BIN) COZYGPU_KUBEVIRT_CRDS=$(KUBEVIRT_CRDS)
 
+# the suite runs as two busted processes at once: spec/cluster (waits on
+# real control planes) beside everything else (spec/support/run-suites.sh)
 test: deps cel cluster-bins
 	@$(MAKE) --no-print-directory all
-	@rm -rf $(BUILD)/spectmp && mkdir -p $(BUILD)/spectmp
-	COZYGPU_BUILD=$(BUILD) COZYGPU_CEL_MODULES=$(CEL_MODULES) COZYGPU_SCRATCH=$(CURDIR)/$(BUILD)/spectmp $(CLUSTER_ENV) \
-		$(BUSTED) --output=TAP spec; st=$$?; rm -rf $(BUILD)/spectmp; exit $$st
+	COZYGPU_BUILD=$(BUILD) COZYGPU_CEL_MODULES=$(CEL_MODULES) $(CLUSTER_ENV) \
+		spec/support/run-suites.sh $(CURDIR)/$(BUILD)/spectmp $(BUSTED)
 
 test-asan: deps cel cluster-bins
 	@$(MAKE) --no-print-directory all BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(SAN_FLAGS) -O1"
-	@rm -rf $(ASAN_BUILD)/spectmp && mkdir -p $(ASAN_BUILD)/spectmp
 	COZYGPU_BUILD=$(ASAN_BUILD) COZYGPU_ASAN=1 COZYGPU_CEL_MODULES=$(CEL_MODULES) $(CLUSTER_ENV) \
-	COZYGPU_SCRATCH=$(CURDIR)/$(ASAN_BUILD)/spectmp \
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	$(BUSTED) --output=TAP spec; st=$$?; rm -rf $(ASAN_BUILD)/spectmp; exit $$st
+	spec/support/run-suites.sh $(CURDIR)/$(ASAN_BUILD)/spectmp $(BUSTED)
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -17,9 +17,10 @@ describe("admission through kube-apiserver", function()
   local c
 
   -- the controller runs as its ServiceAccount: no request may be forbidden
-  local session = K.session { prepare = function(cl) c = cl end }
+  local session = K.session { invariants = true, prepare = function(cl) c = cl end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   it("refuses the over-budget order (examples/reviews/10) with cozygpu's message, as kubectl prints it", function()
     -- tenant-a's budget is 2 devices of any class (examples/cluster/quotas.yaml)

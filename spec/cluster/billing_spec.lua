@@ -20,7 +20,7 @@ local RESOURCES_ANN = "workload.cozystack.io/resources"
 describe("billing against a hostile tenant (Cozystack's tenant roles)", function()
   local c, mallory
 
-  local session = K.session { deploy = { replicas = 1 }, prepare = function(cl)
+  local session = K.session { invariants = true, deploy = { replicas = 1 }, prepare = function(cl)
     c = cl
     G.add_node(c, "gpu-1", 2)
     G.add_node(c, "gpu-2", 2)
@@ -39,6 +39,7 @@ describe("billing against a hostile tenant (Cozystack's tenant roles)", function
   end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   -- the invariants hold once the leader has caught up (a deadline, then
   -- the violations with the objects involved)

@@ -23,9 +23,10 @@ local function ready_cond(obj) return K.condition(obj, "Ready") end
 describe("budget race through kube-apiserver (two replicas)", function()
   local c
 
-  local session = K.session { deploy = { replicas = 2 }, prepare = function(cl) c = cl end }
+  local session = K.session { invariants = true, deploy = { replicas = 2 }, prepare = function(cl) c = cl end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   it("50 concurrent orders against a budget of 10: never more than 10 Bound", function()
     -- tenant-a's total key (examples/cluster/quotas.yaml: 2) raised to 10

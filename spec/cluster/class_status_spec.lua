@@ -29,9 +29,10 @@ describe("GPUClass status (two replicas on a real control plane)", function()
   local c
   local nodes = {} -- name -> {units, alloc, ready, cordoned}
 
-  local session = K.session { deploy = { replicas = 2 }, prepare = function(cl) c = cl end }
+  local session = K.session { invariants = true, deploy = { replicas = 2 }, prepare = function(cl) c = cl end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   local function must(method, path, body)
     local st, v = c:request(method, path, body)

@@ -93,7 +93,7 @@ describe("launcher pods placed by kube-scheduler", function()
     end
   end
 
-  local session = K.session { prepare = function(cl)
+  local session = K.session { invariants = true, prepare = function(cl)
     c = cl
     -- what KubeVirt's ClusterRole grants virt-controller of pods, enough
     -- for the spec to create launcher pods as it
@@ -104,6 +104,7 @@ describe("launcher pods placed by kube-scheduler", function()
   end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   it("the catalog shows the node's free unit, as kubectl prints it (decision 0030)", function()
     -- the leader's merge patch of GPUClass status, through the status

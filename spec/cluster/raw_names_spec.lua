@@ -63,7 +63,7 @@ describe("raw names through kube-apiserver", function()
     return text
   end
 
-  local session = K.session { deploy = { replicas = 1, config_edit = mode("Forbidden") }, prepare = function(cl)
+  local session = K.session { invariants = true, deploy = { replicas = 1, config_edit = mode("Forbidden") }, prepare = function(cl)
     c = cl
     -- the tenant's DRA objects exist before its pods name them (as the
     -- policy reads them from the controller's caches)
@@ -84,6 +84,7 @@ describe("raw names through kube-apiserver", function()
   end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   describe("under Forbidden", function()
     it("refuses a pod asking for a device-plugin GPU name", function()

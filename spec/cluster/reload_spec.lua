@@ -20,9 +20,10 @@ end
 
 describe("policy reload through the ConfigMap", function()
   local c
-  local session = K.session { prepare = function(cl) c = cl end }
+  local session = K.session { invariants = true, prepare = function(cl) c = cl end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   local function add_key(key, text)
     c:must { "-n", "cozy-gpu", "patch", "configmap", "cozygpu-policies", "--type", "merge", "-p",

@@ -17,12 +17,13 @@ local RECORDS = "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/workloads/"
 describe("template claims collected by the garbage collector", function()
   local c
 
-  local session = K.session { prepare = function(cl)
+  local session = K.session { invariants = true, prepare = function(cl)
     c = cl
     G.add_node(c, "gpu-node-1", 2)
   end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   it("a VMI's template claim and its usage record go with the VMI", function()
     local out, err, code = c:kubectl({ "create", "-f", "-", "-o", "json" }, { stdin = json.encode {

@@ -261,7 +261,7 @@ describe("usage records (two replicas through kube-apiserver)", function()
   local c
   local env = {}
   local h = helpers(env)
-  local session = K.session { deploy = { replicas = 2 }, prepare = function(cl)
+  local session = K.session { invariants = true, deploy = { replicas = 2 }, prepare = function(cl)
     c, env.c = cl, cl
     c:must({ "apply", "-f", "-" }, { stdin = H.read("cluster/tenant-users.yaml") })
     c:must({ "apply", "-f", "-" }, { stdin = TENANT_RBAC })
@@ -271,6 +271,7 @@ describe("usage records (two replicas through kube-apiserver)", function()
   end }
   setup(session.setup)
   teardown(session.teardown)
+  after_each(session.after_each)
 
   it("a Bound claim has one record: gpu-device, its class and count, not operational, owned by the claim, under a monitor the controller owns", function()
     G.add_node(c, "gpu-1", 2)

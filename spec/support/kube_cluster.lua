@@ -595,6 +595,21 @@ function K.session(o)
     s.c:deploy(o.deploy or { replicas = 1 })
     if o.prepare then o.prepare(s.c) end
   end
+  --- After each case (`after_each(session.after_each)`): with
+  --- o.invariants, the billing, budget, one-user and no-leak invariants
+  --- (spec/support/invariants.lua) hold over everything the API server
+  --- holds once the leader has caught up (20 s), else the case fails with
+  --- the violations and the objects involved (issue 20).
+  function s.after_each()
+    if not (o.invariants and s.c) then return end
+    local I = require "invariants"
+    local bad
+    local ok = P.wait_until(function()
+      bad = I.check(I.gather(s.c))
+      return #bad == 0
+    end, 20, 0.5)
+    if not ok then error("invariants broken:\n" .. I.report(bad or {}), 0) end
+  end
   function s.teardown()
     local c = s.c
     local forbidden = c and c:forbidden(o.forbidden_except) or {}
