@@ -31,6 +31,7 @@ struct ctl_bundle {
     char (*modules)[256];           /* module names of lib.* keys */
     size_t n_sources;
     char *source_rv;                /* the ConfigMap's resourceVersion, or NULL */
+    cozy_buf ignored;               /* keys neither a policy file nor a policy test, ", "-separated */
     int refs;                       /* ctl_proc->mu */
 };
 
@@ -47,6 +48,7 @@ static void bundle_free(ctl_bundle *b)
     free(b->sources);
     free(b->modules);
     free(b->source_rv);
+    cozy_buf_free(&b->ignored);
     free(b);
 }
 
@@ -355,6 +357,9 @@ static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
             if(krc == COZY_ERR_INPUT) {
                 log_write(LOG_WARN, "reload", "ignoring a key that is neither a policy file (NAME.lua of letters, digits, - _ .) nor a policy test (NAME.test.yaml)", "configmap", cm_name,
                           "key", k, NULL);
+                /* said in a Warning Event too once the bundle serves
+                 * (issue 20, defect 11: a typo was reported as added) */
+                cozy_buf_printf(&b->ignored, "%s%s", b->ignored.len ? ", " : "", k);
                 continue;
             }
             if(krc != COZY_OK) {
@@ -577,9 +582,20 @@ void *ctl_bundle_reloader_main(void *arg)
                     }
                 if(have_diff && !any)
                     cozy_buf_printf(&msg, "; no data key changed");
+                if(b->ignored.len)
+                    cozy_buf_printf(&msg, "; ignored (neither NAME.lua nor NAME.test.yaml): %s", b->ignored.p);
                 record_event(src, "Normal", "PolicyReloaded",
                              msg.p ? msg.p : "policy bundle compiled, self-checked and serving");
                 cozy_buf_free(&msg);
+                if(b->ignored.len) {
+                    cozy_buf w = {0};
+                    cozy_buf_printf(&w,
+                                    "ConfigMap key(s) %s ignored: a policy file is NAME.lua (letters, digits, - _ .), "
+                                    "a policy test NAME.test.yaml; nothing of them is serving",
+                                    b->ignored.p);
+                    record_event(src, "Warning", "PolicyKeyIgnored", w.p ? w.p : "a ConfigMap key was ignored");
+                    cozy_buf_free(&w);
+                }
             }
             for(int i = 0; have_diff && i < 3; i++)
                 free(diff[i]);

@@ -70,4 +70,20 @@ return rule "site/no-vms-today" {
     assert.matches('admission webhook "vmi.validate.gpu.cozystack.io" denied the request: no VMs with host devices today',
       err, 1, true)
   end)
+
+  -- issue 20, defect 11: a key with a typo was ignored while the Event
+  -- said it was added
+  it("a key that is no policy file is named in a Warning Event, and the reload says it is ignored", function()
+    add_key("site-typo.lau", 'return rule "site/typo" { match = { kind = "Pod" }, validate = function() return deny("x") end }')
+    local warn = P.wait_until(function() return events("PolicyKeyIgnored")[1] end, 30, 0.2)
+    assert(warn, c:must { "-n", "cozy-gpu", "get", "events" })
+    assert.are.equal("Warning", warn.type)
+    assert.matches("ConfigMap key(s) site-typo.lau ignored", warn.message, 1, true)
+    local reloaded
+    for _, ev in ipairs(events("PolicyReloaded")) do
+      if ev.message:find("site-typo.lau", 1, true) then reloaded = ev.message end
+    end
+    assert.is_truthy(reloaded)
+    assert.matches("ignored (neither NAME.lua nor NAME.test.yaml): site-typo.lau", reloaded, 1, true)
+  end)
 end)
