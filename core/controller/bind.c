@@ -118,6 +118,8 @@ typedef struct loop {
     ctl_bundle *peb;    /* the bundle pe was built on (a reference) */
     bindpolicy bp;      /* the hooks over pe and st, and the usage table */
     int view_dirty;     /* pe's cluster view (namespaces, quotas, classes, raw-name VMIs) is stale */
+    int full_pending;   /* the state was built and has had no full pass yet (waiting for a bundle) */
+    int policy_waiting; /* the last wake found no bundle to check budgets with (logged once) */
     dirty *writes;      /* claims whose status must be written ("ns/name") */
     dirty *deletes;     /* VMIs to delete ("ns/name") */
     dirty *gated;       /* launcher pods carrying the gate ("ns/name") */
@@ -1975,6 +1977,7 @@ void *ctl_bind_main(void *arg)
             ctl_key_free(&batch);
             continue;
         }
+        int had_batch = batch != NULL;
         if(!L.st) {
             ctl_key_free(&batch); /* the caches hold all of it */
             if(build(&L) != 0)
@@ -1983,23 +1986,33 @@ void *ctl_bind_main(void *arg)
             L.peb = NULL;
             engine_close(L.pe);
             L.pe = NULL;
-            if(policy_ready(&L) != 0) {
-                loop_drop(&L); /* no bind without the budget check */
-                continue;
-            }
-            binder_reconcile_all(L.st, &hooks);
-            bindpolicy_settle(&L.bp);
-            metrics_counter_add("cozygpu_binder_passes_total", "kind=\"full\"", 1);
+            L.full_pending = 1;
         } else if(batch) {
             apply_dirty(&L, batch);
             ctl_key_free(&batch);
-            if(policy_ready(&L) != 0)
-                continue; /* the batch is in the state; the next wake passes */
+        }
+        if(policy_ready(&L) != 0) {
+            /* no bind without the budget check: the state stays and follows
+             * the caches until a bundle serves, then gets its full pass
+             * (dropping it here rebuilt it from the caches on every wake,
+             * about 20 times a second with a broken ConfigMap at start-up:
+             * issue 20, defect 12) */
+            if(!L.policy_waiting)
+                log_write(LOG_WARN, "binder", "no policy bundle serves: nothing is bound until one does", NULL);
+            L.policy_waiting = 1;
+            continue;
+        }
+        L.policy_waiting = 0;
+        if(L.full_pending) {
+            binder_reconcile_all(L.st, &hooks);
+            bindpolicy_settle(&L.bp);
+            L.full_pending = 0;
+            metrics_counter_add("cozygpu_binder_passes_total", "kind=\"full\"", 1);
+        } else if(had_batch) {
             binder_reconcile(L.st, &hooks);
             bindpolicy_settle(&L.bp);
             metrics_counter_add("cozygpu_binder_passes_total", "kind=\"incremental\"", 1);
-        } else if(policy_ready(&L) != 0)
-            continue;
+        }
         /* a pass whose transitions need another (room freed by a move is
          * retried by the next pass, decision 0023), or whose claims no
          * longer cover (or now cover) a VMI's devices */

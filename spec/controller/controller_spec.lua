@@ -491,6 +491,21 @@ cases:
     assert.equal(200, st)
     assert.is_false(r.response.allowed)
     assert.equal(500, r.response.status.code)
+    -- the leader's binder waits for a bundle with the state it built once
+    -- (issue 20, defect 12: it rebuilt it from the caches on every wake,
+    -- about 20 times a second); the wait is logged once
+    local function count(msg)
+      local n = 0
+      for line in (P.read(c.log) or ""):gmatch("[^\n]+") do
+        if line:find(msg, 1, true) then n = n + 1 end
+      end
+      return n
+    end
+    assert.truthy(P.wait_until(function() return count("no policy bundle serves") >= 1 end, 15),
+      "the binder never said it waits for a bundle:\n" .. (P.read(c.log) or ""))
+    P.sleep(2) -- a window in which the old loop rebuilt at least twice (once per wake, a wake a second at most)
+    assert.equal(1, count("rebuilt the binder's state from the caches"))
+    assert.equal(1, count("no policy bundle serves"))
     local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
     local msg
     for _, ev in ipairs(events.items) do
@@ -506,6 +521,11 @@ cases:
     assert.truthy(E.wait_ready(c, 10))
     st, r = E.review(c, "/validate/vmi", reviews()[1].review)
     assert.is_true(r.response.allowed)
+    -- the state built while waiting gets its full pass, not a rebuild
+    assert.truthy(P.wait_until(function()
+      return ((E.metrics(c) or {})['cozygpu_binder_passes_total{kind="full"}'] or 0) >= 1
+    end, 10), "no full binder pass once the bundle served")
+    assert.equal(1, count("rebuilt the binder's state from the caches"))
   end)
 
   it("listens at once when the API server is down, and stays unready until it has loaded the policies", function()
