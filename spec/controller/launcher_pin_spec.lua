@@ -101,7 +101,7 @@ describe("launcher pod gate and pin through the webhook and the API server doubl
     vmi("later", "later")
     -- no leader election: this replica never runs the binder, so the claim
     -- statuses the spec writes stay as written (the leader's own pins are
-    -- spec/controller/binder_spec.lua)
+    -- spec/cluster/binder_spec.lua)
     c = E.start_controller { double = d, dir = dir, certs = certs, identity = "launcher-pin",
       extra = { "--leader-elect", "false" } }
     assert.truthy(E.wait_ready(c), "not ready; log:\n" .. (P.read(c.log) or ""))
