@@ -944,6 +944,16 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       local c3 = wait_reason("a3", "OverBudget", A)
       assert.are.equal("Pending", c3.status.phase)
       assert.are.equal(2, held()["gpu-2"])
+      -- the condition names the tenant, the key and its limit, nothing else's
+      local r = ready_cond(c3)
+      assert.are.equal("False", r.status)
+      assert.matches('tenant "tenant-a"', r.message, 1, true)
+      assert.matches("gpuclass.cozystack.io/devices is 2", r.message, 1, true)
+      -- room in the budget returns: a Bound claim deleted (unused: its
+      -- protection finalizer is released), the waiting one binds
+      must("DELETE", claims_path(A) .. "/a1")
+      wait_gone(claims_path(A) .. "/a1", "the unused deleted claim was kept")
+      wait_claim("a3", "Bound", "gpu-2", A)
     end)
   end)
 end)
