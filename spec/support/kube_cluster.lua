@@ -377,6 +377,27 @@ function Cluster:start_controller(o)
   return r
 end
 
+--- Points every cozygpu webhook's clientConfig URL at replica `identity`
+--- (a JSON patch of both webhook configurations), as a Service sends the
+--- API server's calls to the replicas still ready when one stops (no
+--- kube-proxy runs here: a URL names one endpoint). The API server takes
+--- the change from its watch a moment later, so a call made at once may
+--- still go to the old endpoint.
+function Cluster:target_webhooks(identity)
+  local r = assert(self.replicas[identity], "target_webhooks: no replica " .. tostring(identity))
+  for _, kind in ipairs { "mutatingwebhookconfiguration", "validatingwebhookconfiguration" } do
+    local urls = self:must { "get", kind, "cozygpu", "-o", "jsonpath={range .webhooks[*]}{.clientConfig.url}{\"\\n\"}{end}" }
+    local ops, i = {}, 0
+    for url in urls:gmatch("[^\n]+") do
+      ops[#ops + 1] = { op = "replace", path = ("/webhooks/%d/clientConfig/url"):format(i),
+        value = (url:gsub("^https://127%.0%.0%.1:%d+", "https://127.0.0.1:" .. r.port)) }
+      i = i + 1
+    end
+    assert(#ops > 0, "target_webhooks: " .. kind .. " cozygpu has no webhook URL")
+    self:must { "patch", kind, "cozygpu", "--type=json", "-p", json.encode(ops) }
+  end
+end
+
 --- Adds a Node named `name` that kube-scheduler can place pods on (no
 --- kubelet: status set through the status subresource), with `labels`,
 --- `taints` and `allocatable` (name -> quantity; cpu, memory and pods are
