@@ -57,6 +57,26 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
   end
   local function merge_patch(path, body) return must("PATCH", path, body, "application/merge-patch+json") end
 
+  -- A VMI's claims annotation edited after creation: deploy/58's policy
+  -- refuses it (shown first); the leader's own check is what a cluster
+  -- without that policy relies on, so the policy's binding is taken away
+  -- for the edit and put back (each once the API server applies it).
+  local function edit_claims_annotation(name, value)
+    local path = vmis_path(NS) .. "/" .. name
+    local MP = "application/merge-patch+json"
+    local function body(v) return { metadata = { annotations = { [GATE] = v } } } end
+    local st, v = c:request("PATCH", path, body(value), MP)
+    assert.are.equal(403, st, enc(v))
+    assert.matches("cozygpu-vmi-claims-fixed", enc(v), 1, true)
+    c:must { "delete", "validatingadmissionpolicybinding", "cozygpu-vmi-claims-fixed" }
+    assert(P.wait_until(function() return c:request("PATCH", path .. "?dryRun=All", body(value), MP) == 200 end, 20, 0.2),
+      "policy cozygpu-vmi-claims-fixed still refused after its binding went")
+    merge_patch(path, body(value))
+    c:must { "apply", "-f", "deploy/58-tenant-edits-policy.yaml" }
+    assert(P.wait_until(function() return c:request("PATCH", path .. "?dryRun=All", body(value .. "-x"), MP) == 403 end, 20, 0.2),
+      "policy cozygpu-vmi-claims-fixed not back in force")
+  end
+
   local function add_claim(name, count, class, ns)
     return must("POST", claims_path(ns or NS), { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim",
       metadata = { name = name, namespace = ns or NS }, spec = { class = class or "l40s", count = count or 1 } })
@@ -568,9 +588,10 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
           resources = { requests = { memory = "1Gi" } } } } })
       assert.are.equal(409, st, enc(body))
       -- the annotation edited in after creation (no webhook judges an
-      -- update): the leader still does not pin it
+      -- update; deploy/58's policy refuses it, edit_claims_annotation): the
+      -- leader still does not pin it
       local v2 = vmi("vm-o2", nil, "Pending")
-      merge_patch(vmis_path(NS) .. "/vm-o2", { metadata = { annotations = { [GATE] = "o1" } } })
+      edit_claims_annotation("vm-o2", "o1")
       launcher("virt-launcher-vm-o2-x", v2, { annotations = { [GATE] = "o1" }, gates = { GATE } })
       -- nothing to wait for: the pod must stay as it is
       P.sleep(2)
@@ -604,7 +625,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       add_claim("w1")
       wait_reason("w1", "NoNodeWithRoom")
       -- the tenant annotates the running VMI with claims that do not exist
-      merge_patch(vmis_path(NS) .. "/raw", { metadata = { annotations = { [GATE] = "nothing" } } })
+      edit_claims_annotation("raw", "nothing")
       P.sleep(2) -- nothing to wait for: the claim must keep waiting
       local cl = claim("w1")
       assert.are.equal("Pending", cl.status.phase)
