@@ -127,7 +127,13 @@ describe("the invariant checker", function()
     local s = base()
     s.claims[#s.claims + 1] = claim("tenant-b", "big", "Bound", 2)
     s.records[#s.records + 1] = record("tenant-b", "gpu-big", 2)
-    assert.are.equal("node gpu-1: 3 units of " .. R .. " promised, 2 allocatable", only(I.check(s), 3).message)
+    assert.are.equal("node gpu-1: 3 units of " .. R .. " promised (2 Bound, 1 Attached), 2 allocatable", only(I.check(s), 3).message)
+  end)
+
+  it("3: capacity that dropped under a running VM is no double promise", function()
+    local s = base()
+    s.nodes[1].status.allocatable[R] = "0"
+    assert.are.same({}, I.check(s))
   end)
 
   it("4: a claim condition or Event naming another tenant's object; the controller's namespace is not a tenant's", function()

@@ -18,9 +18,10 @@
 ---     node (Bound, Attached, Lost claims) plus the uncovered units of
 ---     running VMIs, over the tenant's subtree, are within the limit;
 ---  3. one unit, one user: no claim is named by two live VMIs that run or
----     are scheduled, and no node has more units promised (claims Bound,
----     Attached or Lost on it) than its allocatable for the resource name
----     (DESIGN.md §3 GPUNode: capacity is capped at allocatable);
+---     are scheduled, and no node has Bound claims beyond the units its
+---     allocatable for the resource name leaves after its Attached claims
+---     (DESIGN.md §3 GPUNode: capacity is capped at allocatable; §6:
+---     Attached claims stay with their VM when capacity drops);
 ---  4. nothing of another tenant shows: no claim condition or Event in a
 ---     tenant namespace names `<namespace>/<name>` of a namespace its users
 ---     cannot read (anything but itself and the namespaces below it).
@@ -290,21 +291,26 @@ function I.check(s)
       violation(3, ("GPUClaim %s serves %d live VMIs: %s"):format(k, #users, table.concat(users, ", ")), users)
     end
   end
-  local on_node = {}
+  -- a node's capacity may drop under running VMs (a GPU falls off the
+  -- bus): Attached claims stay with their VM (DESIGN.md §6), so only the
+  -- Bound holds beyond what the Attached ones leave are promised twice
+  local bound_on, attached_on = {}, {}
   for _, cl in ipairs(s.claims) do
     local ph, node, r = claim_phase(cl), cl.status and cl.status.node, class_res[cl.spec and cl.spec.class]
-    if node and r and (ph == "Bound" or ph == "Attached" or ph == "Lost") then
-      on_node[node] = on_node[node] or {}
-      on_node[node][r] = (on_node[node][r] or 0) + (units(cl.spec.count) or 0)
+    local t = ph == "Bound" and bound_on or ph == "Attached" and attached_on or nil
+    if node and r and t then
+      t[node] = t[node] or {}
+      t[node][r] = (t[node][r] or 0) + (units(cl.spec.count) or 0)
     end
   end
   for _, n in ipairs(s.nodes) do
     local alloc = n.status and n.status.allocatable or {}
-    for r, promised in pairs(on_node[n.metadata.name] or {}) do
+    for r, bound in pairs(bound_on[n.metadata.name] or {}) do
       local cap = units(alloc[r]) or 0
-      if promised > cap then
-        violation(3, ("node %s: %d units of %s promised, %d allocatable"):format(n.metadata.name, promised, r, cap),
-          { "Node " .. n.metadata.name })
+      local attached = (attached_on[n.metadata.name] or {})[r] or 0
+      if bound > math.max(0, cap - attached) then
+        violation(3, ("node %s: %d units of %s promised (%d Bound, %d Attached), %d allocatable"):format(
+          n.metadata.name, bound + attached, r, bound, attached, cap), { "Node " .. n.metadata.name })
       end
     end
   end
