@@ -328,7 +328,11 @@ void ctl_event_record(const json_t *obj, const char *api_version, const char *ki
  * monitor only; on taking the lead (and when the Workload types become
  * served) every cached claim and record is compared once. Writes only
  * what differs (create; 409 AlreadyExists: read and update; a record of
- * another claim uid: deleted with a uid precondition and created again);
+ * an earlier claim of the same name: deleted with a uid precondition and
+ * created again; a record pointed at another claim: its owner reference,
+ * labels and status put back, since the record name decides whose it is;
+ * a record under the name of a claim that holds nothing or of no claim:
+ * deleted whoever it names as owner);
  * a failed write is tried again a second later. When the cluster does not
  * serve the Workload types (404) it writes nothing, probes once a minute,
  * and reports it (log and Warning Event UsageRecordsUnavailable on the
@@ -337,9 +341,9 @@ void *ctl_usage_main(void *arg);
 
 /* kube_event_fn of the GPUClaim, Workload and WorkloadMonitor informers:
  * `ctx` is the kind letter ('l' claim, 'w' record, 'o' monitor) cast to a
- * pointer. Queues the claim (a record's through its GPUClaim owner
- * reference, else its name) or the namespace (a monitor) and wakes the
- * thread. Runs on the watcher thread; takes mu; never blocks on the API. */
+ * pointer. Queues the claim (a record's: the claim its name is made
+ * from, mapped by the thread, and also its GPUClaim owner if any) or the
+ * namespace (a monitor) and wakes the thread. Runs on the watcher thread; takes mu; never blocks on the API. */
 void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj);
 
 /* lease_options.on_change (through ctl_bind_on_leader_change): wakes the

@@ -14,8 +14,12 @@
  * Workloads of the objects its selector matches).
  *
  * One thread. The watcher thread's callbacks queue keys under ctl.mu:
- * "l:ns/claim" (a claim, or a record's owner), "w:ns/record" (a record
- * without a GPUClaim owner reference: mapped here), "o:ns" (a monitor).
+ * "l:ns/claim" (a claim, or a record's owner), "w:ns/record" (a record:
+ * mapped here to the claim its name is made from, whatever owner
+ * reference it carries), "p:ns/record" (a record gone from the watch),
+ * "o:ns" (a monitor). The record named for a claim is that claim's
+ * (ctl_usage_record_name is one-to-one; decision 0028 item 5): its owner
+ * reference, labels and status are restored whoever someone pointed it at.
  * While this replica leads and every cache has listed, the thread takes
  * the queue and reconciles each key against the caches: the API is
  * written only when the cache differs from what the claim asks for, and
@@ -113,11 +117,14 @@ void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const j
     if(kind == 'o')
         snprintf(key, sizeof key, "o:%s", ns);
     else if(kind == 'w') {
+        /* the claim the name is made from (mapped by the thread), and the
+         * owner it names, if another (its own record is compared too) */
         const char *owner = claim_owner(obj, NULL);
-        if(owner)
+        if(owner) {
             snprintf(key, sizeof key, "l:%s/%s", ns, owner);
-        else
-            snprintf(key, sizeof key, "w:%s/%s", ns, name);
+            queue(key);
+        }
+        snprintf(key, sizeof key, "w:%s/%s", ns, name);
         if(type && strcmp(type, "DELETED") == 0) {
             /* gone from the selected watch: deleted, or relabelled by
              * someone (then it still exists, unseen): read it by name */
@@ -596,7 +603,12 @@ static json_t *known_record(usage *U, const char *rkey, json_t *cached)
 }
 
 /* Makes `have` (the record of the claim's record name as known, or NULL)
- * what `want` says; `have` is owned by the caller. */
+ * what `want` says; `have` is owned by the caller. The object under the
+ * claim's record name is the claim's whatever owner reference it carries
+ * (names are one-to-one, decision 0028 item 5): an owner reference to
+ * another claim, live or not, is replaced in place; one to an earlier
+ * claim of the same name (another uid) has the record deleted and made
+ * again. */
 static int write_record(usage *U, const char *ns, const json_t *want, const json_t *have)
 {
     const char *rname = md_str(want, "name");
@@ -604,7 +616,9 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
     char rkey[600];
     if(join_key(rkey, sizeof rkey, "", ns, rname) != 0)
         return W_OK;
-    claim_owner(want, &want_uid);
+    const char *claim = claim_owner(want, &want_uid);
+    if(!claim)
+        return W_OK;
     json_t *existing = have ? json_deep_copy(have) : NULL;
     /* the versions the cache may show until our write's event arrives */
     json_t *behind = json_array();
@@ -628,20 +642,7 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
         }
         have_uid = NULL;
         const char *owner = claim_owner(existing, &have_uid);
-        if(owner && have_uid && want_uid && strcmp(have_uid, want_uid) != 0) {
-            json_t *other = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, owner);
-            const char *ouid = other ? md_str(other, "uid") : NULL;
-            int live = ouid && strcmp(ouid, have_uid) == 0;
-            json_decref(other);
-            if(live) {
-                /* the record of another claim that exists: names never
-                 * collide (ctl_usage_record_name), so only a record made
-                 * by hand can say so; never fight over it */
-                log_write(LOG_WARN, "usage", "a usage record name is taken by the record of another claim",
-                          "namespace", ns, "workload", rname, "owner", owner, NULL);
-                rc = W_OK;
-                break;
-            }
+        if(owner && strcmp(owner, claim) == 0 && have_uid && want_uid && strcmp(have_uid, want_uid) != 0) {
             /* the record of an earlier claim of the same name */
             rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, md_str(existing, "uid"));
             json_decref(existing);
@@ -651,6 +652,11 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
                           "namespace", ns, "workload", rname, NULL);
             continue; /* created in the next round */
         }
+        if(owner && strcmp(owner, claim) != 0)
+            /* pointed at another claim (which has its own record under
+             * its own name): this name is this claim's, taken back */
+            log_write(LOG_WARN, "usage", "a usage record named another claim as its owner: restored to its own claim",
+                      "namespace", ns, "workload", rname, "owner", owner, "claim", claim, NULL);
         if(!record_matches(existing, want)) {
             fix_record(existing, want);
             json_t *made = NULL;
@@ -709,9 +715,11 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
             }
         }
         const json_t *gone = have ? have : api;
-        const char *owner = gone ? claim_owner(gone, NULL) : NULL;
-        /* only a record of this claim name: another object of the name is not ours */
-        if(gone && owner && strcmp(owner, name) == 0) {
+        /* the object under this claim's record name is this claim's record
+         * whatever claim it names as owner (the owner's record has its own
+         * name); one that carries none of our marks is not ours */
+        if(gone && (claim_owner(gone, NULL) || label_is(gone, MANAGED_BY, MANAGER) ||
+                    label_is(gone, MONITOR_LABEL, MONITOR_NAME))) {
             rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, md_str(gone, "uid"));
             json_object_del(U->written, rkey);
             if(rc == W_OK)
@@ -744,11 +752,8 @@ static void queue_all(usage *U)
     all = kube_informer_list(ctl_proc->workloads_inf);
     json_array_foreach(all, i, o)
     {
-        const char *owner = claim_owner(o, NULL);
-        if(owner)
-            snprintf(key, sizeof key, "l:%s/%s", md_str(o, "namespace"), owner);
-        else
-            snprintf(key, sizeof key, "w:%s/%s", md_str(o, "namespace"), md_str(o, "name"));
+        /* mapped by name in the round (the owner is a claim listed above) */
+        snprintf(key, sizeof key, "w:%s/%s", md_str(o, "namespace"), md_str(o, "name"));
         ctl_key_add(&U->work, key);
     }
     json_decref(all);
@@ -774,6 +779,50 @@ static void drop(usage *U)
     U->next_probe = 0;
 }
 
+/* The claim whose record name (ctl_usage_record_name, one-to-one) is
+ * `rname` in `ns`, into out (size n): "gpu-<claim>"; a cut name this lead
+ * remembered; the owner `obj` (the record, or NULL) names, when its record
+ * name is `rname`; a cached claim of the namespace whose record name it is.
+ * Returns 0, or -1 when no claim, existing or not, can be named. */
+static int record_claim(usage *U, const char *ns, const char *rname, const json_t *obj, char *out, size_t n)
+{
+    char rkey[600], mine[NAME_MAX_LEN + 1];
+    const char *claim = NULL;
+    if(strncmp(rname, "gpu-", 4) == 0)
+        claim = rname + 4;
+    else if(join_key(rkey, sizeof rkey, "", ns, rname) == 0)
+        claim = json_string_value(json_object_get(U->names, rkey));
+    if(!claim && obj) {
+        const char *owner = claim_owner(obj, NULL);
+        if(owner && ctl_usage_record_name(owner, mine, sizeof mine) == 0 && strcmp(mine, rname) == 0)
+            claim = owner;
+    }
+    if(claim) {
+        if(strlen(claim) + 1 > n)
+            return -1;
+        memcpy(out, claim, strlen(claim) + 1);
+        return 0;
+    }
+    if(strncmp(rname, "gpuh-", 5) != 0)
+        return -1;
+    json_t *all = kube_informer_list(ctl_cluster_informer(&KUBE_GPUCLAIMS));
+    size_t i;
+    json_t *o;
+    int rc = -1;
+    json_array_foreach(all, i, o)
+    {
+        const char *cns = md_str(o, "namespace"), *cname = md_str(o, "name");
+        if(cns && cname && strcmp(cns, ns) == 0 && strlen(cname) + 1 <= n &&
+           ctl_usage_record_name(cname, mine, sizeof mine) == 0 && strcmp(mine, rname) == 0) {
+            memcpy(out, cname, strlen(cname) + 1);
+            rc = 0;
+            break;
+        }
+    }
+    json_decref(all);
+    return rc;
+}
+
 /* One round over the work set: claims first (they create monitors as
  * needed), then monitors. Returns W_MISSING when a write found the types
  * unserved. */
@@ -792,11 +841,9 @@ static int round_work(usage *U)
         char rkey[600];
         join_key(rkey, sizeof rkey, "", ns, rname);
         json_object_del(U->written, rkey); /* gone from the watch: what we wrote is no guide */
-        const char *claim = json_string_value(json_object_get(U->names, rkey));
-        char ck[600];
-        if(!claim && strncmp(rname, "gpu-", 4) == 0)
-            claim = rname + 4;
-        if(!claim || join_key(ck, sizeof ck, "l:", ns, claim) != 0) {
+        char claim[NAME_MAX_LEN + 1], ck[600];
+        if(record_claim(U, ns, rname, NULL, claim, sizeof claim) != 0 ||
+           join_key(ck, sizeof ck, "l:", ns, claim) != 0) {
             ctl_key_drop(&U->work, k);
             continue;
         }
@@ -811,17 +858,30 @@ static int round_work(usage *U)
         char buf[600];
         const char *ns, *name;
         if(k->key[0] == 'w') {
-            /* a record without a GPUClaim owner reference: its claim by name */
+            /* a record: the claim its name is made from, whatever owner
+             * reference it carries */
             ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &name);
-            char rkey[600], ck[600];
-            join_key(rkey, sizeof rkey, "", ns, name);
-            const char *claim = json_string_value(json_object_get(U->names, rkey));
-            if(!claim && strncmp(name, "gpu-", 4) == 0)
-                claim = name + 4;
-            if(!claim || join_key(ck, sizeof ck, "", ns, claim) != 0) {
-                ctl_key_drop(&U->work, k);
+            char claim[NAME_MAX_LEN + 1], ck[600];
+            json_t *rec = kube_informer_get(ctl_proc->workloads_inf, ns, name);
+            int mapped = record_claim(U, ns, name, rec, claim, sizeof claim) == 0 &&
+                         join_key(ck, sizeof ck, "", ns, claim) == 0;
+            if(!mapped) {
+                int rc = W_OK;
+                /* a cut name of no claim (ours: the cache holds only our
+                 * label), kept alive by an owner reference to another
+                 * claim: nobody's record */
+                if(rec && strncmp(name, "gpuh-", 5) == 0) {
+                    rc = delete_uid(&KUBE_WORKLOADS, "record", ns, name, md_str(rec, "uid"));
+                    if(rc == W_OK)
+                        log_write(LOG_INFO, "usage", "removed a usage record named for no claim", "namespace", ns,
+                                  "workload", name, NULL);
+                }
+                json_decref(rec);
+                if(rc == W_OK)
+                    ctl_key_drop(&U->work, k);
                 continue;
             }
+            json_decref(rec);
             ctl_key_split(ck, buf, sizeof buf, &ns, &name);
         } else if(k->key[0] == 'l')
             ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &name);

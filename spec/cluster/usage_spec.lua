@@ -39,6 +39,8 @@ local CLAIMS = "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims"
 local VMIS = "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances"
 local LEASE = "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller"
 
+local WRITE_VERBS = { create = true, update = true, patch = true, delete = true, deletecollection = true }
+
 -- deadlines: the machine runs several control planes at once
 local T = 60
 
@@ -470,7 +472,11 @@ describe("usage records (two replicas through kube-apiserver)", function()
     local writes_by_other = {}
     for _, ev in ipairs(c:audit(function(ev)
       local r = ev.objectRef
+      -- writes only: the audit policy logs every request of the controller's
+      -- ServiceAccount, and a new leader lists both types once (whether
+      -- they are served)
       return r and (r.resource == "workloads" or r.resource == "workloadmonitors")
+        and WRITE_VERBS[ev.verb]
         and (ev.userAgent or ""):find("(" .. other .. ")", 1, true) ~= nil
         and epoch(ev.requestReceivedTimestamp) >= killed
     end)) do
@@ -560,6 +566,101 @@ describe("usage records (two replicas through kube-apiserver)", function()
       { again1.metadata.uid, again1.metadata.resourceVersion })
     assert.are.same({ second.metadata.uid, second.metadata.resourceVersion },
       { again2.metadata.uid, again2.metadata.resourceVersion })
+  end)
+
+  it("records re-pointed at each other's claims and zeroed go back to their own claims and counts, also under a new leader (issue 20 defect 1)", function()
+    -- write access beyond Cozystack's tenant roles (see the top)
+    c:must({ "apply", "-f", "-" }, { stdin = USAGE_WRITE })
+    local I = require "invariants"
+    local function invariants_hold(what)
+      local bad
+      assert(P.wait_until(function()
+        bad = I.check(I.gather(c))
+        return #bad == 0
+      end, T, 0.5), what .. ": " .. I.report(bad or {}))
+    end
+    -- two replicas: one an earlier test killed starts again on its port
+    -- (the webhook Service's stand-in lists it there)
+    local cfg = P.read(c.dir .. "/haproxy.cfg") or ""
+    for id, port, probe in cfg:gmatch("server (replica%-%a) 127%.0%.0%.1:(%d+) check port (%d+)") do
+      if not c.replicas[id] then
+        local r = c:start_controller { identity = id, port = tonumber(port), probe_port = tonumber(probe) }
+        assert(P.wait_until(function()
+          return P.http { url = ("http://127.0.0.1:%d/readyz"):format(r.probe_port), timeout = 2 } == 200
+        end, 60, 0.3), ("%s is not ready after 60 s; its log:\n%s"):format(id, P.read(r.log) or ""))
+      end
+    end
+    local n = 0
+    for _ in pairs(c.replicas) do n = n + 1 end
+    assert.are.equal(2, n)
+
+    G.add_node(c, "gpu-6", 5)
+    h.add_claim("ra", 2)
+    h.add_claim("rb", 3)
+    local counts = { ra = 2, rb = 3 }
+    local cl = {}
+    for name in pairs(counts) do cl[name] = h.wait_claim(name, "Bound") end
+    -- each claim: one record, its own name, its own count, owned by it alone
+    local function wait_restored(what)
+      local got
+      assert(P.wait_until(function()
+        got = {}
+        for name, count in pairs(counts) do
+          local w = c:get(WL .. "/gpu-" .. name)
+          local refs = w and w.metadata.ownerReferences or {}
+          if not (w and #refs == 1 and refs[1].uid == cl[name].metadata.uid and refs[1].name == name
+              and w.status and tonumber(w.status.resources[KEY]) == count
+              and #h.records_of(cl[name]) == 1) then
+            got[#got + 1] = w or ("no gpu-" .. name)
+          end
+        end
+        return #got == 0
+      end, T, 0.3), what .. ": " .. json.encode(got))
+      invariants_hold(what)
+    end
+    wait_restored("the records of ra and rb")
+    -- the tenant points each record at the other claim and zeroes it: 5
+    -- devices billed as 0
+    local function swap_and_zero()
+      for name, other in pairs { ra = "rb", rb = "ra" } do
+        local o = cl[other].metadata
+        local w = h.tenant_patch("workload", "gpu-" .. name, {
+          metadata = { ownerReferences = { { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim", name = o.name,
+            uid = o.uid, controller = true } } },
+          status = { resources = { [KEY] = "0" } } })
+        assert.are.equal(o.uid, w.metadata.ownerReferences[1].uid)
+      end
+    end
+    local before = c:get(WL .. "/gpu-ra").metadata.uid
+    swap_and_zero()
+    wait_restored("the leader restores the swapped records")
+    assert.are.equal(before, c:get(WL .. "/gpu-ra").metadata.uid) -- the same object, put right in place
+
+    -- the same while no replica leads (the leader killed): the next leader
+    -- puts them right in its first comparison
+    local holder = h.lease_holder()
+    assert.is_truthy(c.replicas[holder], tostring(holder))
+    P.kill(c.replicas[holder].pid, "KILL")
+    assert(P.wait_exit(c.replicas[holder].pid, 10), "the leader did not exit")
+    c.replicas[holder] = nil
+    swap_and_zero()
+    local other = next(c.replicas)
+    assert(P.wait_until(function() return h.lease_holder() == other end, 90, 0.5),
+      "the Lease did not move to " .. other .. ": " .. json.encode(c:get(LEASE)))
+    wait_restored("the new leader restores the swapped records")
+
+    -- a record pointed at the other claim, then its own claim deleted: it
+    -- goes (it is ra's, not rb's), and rb keeps exactly one record
+    local ro = cl.rb.metadata
+    h.tenant_patch("workload", "gpu-ra", { metadata = { ownerReferences = { { apiVersion = "cozystack.io/v1alpha1",
+      kind = "GPUClaim", name = ro.name, uid = ro.uid, controller = true } } } })
+    h.must_tenant { "-n", NS, "delete", "gpuclaim", "ra", "--wait=false" }
+    counts.ra = nil
+    assert(P.wait_until(function() return h.claim("ra") == nil end, T, 0.3),
+      "claim ra stays: " .. json.encode(h.claim("ra") or {}))
+    assert(P.wait_until(function() return c:get(WL .. "/gpu-ra") == nil end, T, 0.3),
+      "gpu-ra stays: " .. json.encode(c:get(WL .. "/gpu-ra") or {}))
+    wait_restored("rb after ra is deleted")
   end)
 end)
 
