@@ -19,21 +19,7 @@ local deepcompare = require("luassert.util").deepcompare
 local LEASE = "/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller"
 local SA = "system:serviceaccount:cozy-gpu:cozygpu-controller"
 
--- seconds since the epoch, with fractions (the host's clock, which the API
--- server's audit timestamps use too)
-local function now() return tonumber((P.sh("date +%s.%N"))) end
-
--- seconds since the epoch of an RFC 3339 UTC time (the audit log's)
-local function epoch(s)
-  local y, mo, da, h, mi, se = s:match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):([%d%.]+)Z$")
-  y, mo, da = tonumber(y), tonumber(mo), tonumber(da)
-  y = mo <= 2 and y - 1 or y -- days from civil (H. Hinnant)
-  local era = (y >= 0 and y or y - 399) // 400
-  local yoe = y - era * 400
-  local doy = (153 * (mo + (mo > 2 and -3 or 9)) + 2) // 5 + da - 1
-  local days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-  return days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(se)
-end
+local now, epoch = K.now, K.epoch
 
 -- the cozygpu_leader gauge of a replica (1 leading, 0 not), nil if unreadable
 local function leading(r)

@@ -44,30 +44,7 @@ local WRITE_VERBS = { create = true, update = true, patch = true, delete = true,
 -- deadlines: the machine runs several control planes at once
 local T = 60
 
--- the controller replica's /metrics (name{labels} -> number), or nil
-local function metrics(r)
-  local st, body = P.http { url = r.url .. "/metrics", cacert = r.cacert, timeout = 5 }
-  if st ~= 200 then return nil end
-  local m = {}
-  for line in body:gmatch("[^\n]+") do
-    if not line:match("^#") then
-      local key, val = line:match("^(%S+%b{})%s+(%S+)$")
-      if not key then key, val = line:match("^(%S+)%s+(%S+)$") end
-      if key then m[key] = tonumber(val) end
-    end
-  end
-  return m
-end
-
--- seconds since the epoch, with fractions (the host's clock, which the API
--- server's audit timestamps use too)
-local function now() return tonumber((P.sh("date +%s.%N"))) end
-
--- seconds since the epoch of an RFC 3339 UTC time (the audit log's)
-local function epoch(t)
-  local out = P.sh("date -d " .. P.q(t) .. " +%s.%N")
-  return assert(tonumber(out), "not a time: " .. tostring(t))
-end
+local now, epoch = K.now, K.epoch
 
 -- the JSON log records of a replica
 local function log_records(r)
@@ -485,7 +462,7 @@ describe("usage records (two replicas through kube-apiserver)", function()
     end
     assert.are.same({ { "create", "workloads", "gpu-u4", 201 } }, writes_by_other)
     -- and counts it so
-    local m = metrics(c.replicas[other])
+    local m = c:metrics(c.replicas[other])
     assert(m, "no metrics from " .. other)
     local writes = {}
     for k, v in pairs(m) do
@@ -711,7 +688,7 @@ describe("usage records on a cluster without Cozystack's Workload types", functi
       end
     end
     assert.is_true(warned, P.read(r.log))
-    local m = metrics(r)
+    local m = c:metrics(r)
     assert(m, "no metrics from " .. r.identity)
     assert.are.equal(0, m["cozygpu_usage_records_available"])
     for id, x in pairs(c.replicas) do assert.is_true(P.alive(x.pid), id .. " died") end

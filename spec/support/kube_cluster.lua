@@ -589,6 +589,17 @@ function Cluster:apiserver_requests(labels, verbs)
   return n
 end
 
+--- Seconds since the epoch, with fractions, by the host's clock (the one
+--- the API server's audit timestamps use).
+function K.now() return tonumber((P.sh("date +%s.%N"))) end
+
+--- Seconds since the epoch of an RFC 3339 time (an audit event's
+--- requestReceivedTimestamp, a metadata timestamp); raises on anything else.
+function K.epoch(t)
+  local out = P.sh("date -d " .. P.q(t) .. " +%s.%N 2>/dev/null")
+  return assert(tonumber(out), "not a time: " .. tostring(t))
+end
+
 --- The condition of `type` in obj.status.conditions (an object as the API
 --- server returns it), or nil.
 function K.condition(obj, type)
