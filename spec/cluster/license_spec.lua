@@ -253,7 +253,7 @@ describe("the leader's license copier through kube-apiserver (two replicas)", fu
   -- the one refusal a test below causes on purpose: the leader's write of
   -- a copy that system:masters relabelled to another class (tenant-h)
   local CAUSED = '"namespace":"tenant-h"'
-  local session = K.session { invariants = true, deploy = { replicas = 2, extra = flags() },
+  local session = K.session { deploy = { replicas = 2, extra = flags() },
     forbidden_except = CAUSED, prepare = function(cl)
     c = cl
     -- alice, a tenant of tenant-a (cluster/tenant-users.yaml); a hoster's
@@ -285,7 +285,6 @@ describe("the leader's license copier through kube-apiserver (two replicas)", fu
   end }
   setup(session.setup)
   teardown(session.teardown)
-  after_each(session.after_each)
 
   it("with the token Secret missing: LicenseReady False SecretNotFound naming the class and its secretRef, no copy", function()
     local x = wait_cond("False", "SecretNotFound")
@@ -646,7 +645,7 @@ end)
 -- their port (their failurePolicy is Fail: a class change needs them).
 describe("the license copier without a watch of its copies (one leader, --resync 2s)", function()
   local RESYNC = { "--resync", "2s" }
-  local session = K.session { invariants = true, deploy = { replicas = 1, extra = flags(RESYNC) }, prepare = function(cl)
+  local session = K.session { deploy = { replicas = 1, extra = flags(RESYNC) }, prepare = function(cl)
     c = cl
     namespace("tenant-c", {}, true)
     claim("tenant-a", "a1")
@@ -655,7 +654,6 @@ describe("the license copier without a watch of its copies (one leader, --resync
   end }
   setup(session.setup)
   teardown(session.teardown)
-  after_each(session.after_each)
 
   it("re-asserts every --resync: a deleted or edited copy comes back, an untouched one is not rewritten", function()
     wait_copies { "tenant-a", "tenant-c" }
