@@ -404,14 +404,18 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     wait_gone(d, "/apis/kubevirt.io/v1/namespaces/" .. NS .. "/virtualmachineinstances/vm-p", 15, "the pending VMI was not deleted")
   end)
 
-  it("a class being deleted keeps its Bound claim and leaves a new order waiting with a reason", function()
+  -- the class stays through the leader's own finalizer (decision 0037);
+  -- the order d2 reaches the double without the webhook, so it waits
+  it("a class being deleted keeps its Bound claim and leaves a new order waiting with a reason, and goes with its last claim", function()
+    local CLASS = "/apis/cozystack.io/v1alpha1/gpuclasses/l40s"
     add_node(d, "gpu-1", 2)
     add_claim(d, "d1", 1)
     wait_claim(d, "d1", "Bound", "gpu-1")
-    local out, code = E.kubectl(d, { "patch", "gpuclass", "l40s", "--type=merge", "-p",
-      '{"metadata":{"finalizers":["example.com/keep"]}}' })
-    assert.are.equal(0, code, out)
-    out, code = E.kubectl(d, { "delete", "gpuclass", "l40s", "--wait=false" })
+    assert(P.wait_until(function()
+      local k = E.get(d, CLASS)
+      return k and table.concat(k.metadata.finalizers or {}, ","):find("gpu.cozystack.io/class-protection", 1, true)
+    end, 15, 0.1), "no class-protection finalizer on l40s")
+    local out, code = E.kubectl(d, { "delete", "gpuclass", "l40s", "--wait=false" })
     assert.are.equal(0, code, out)
     add_claim(d, "d2", 1)
     local c = wait_reason("d2", "ClassBeingDeleted")
@@ -419,6 +423,12 @@ describe("the leader's binder, rule by rule (DESIGN.md §6)", function()
     c = claim(d, "d1")
     assert.are.equal("Bound", c.status.phase)
     assert.are.equal("gpu-1", c.status.node)
+    assert.is_string((E.get(d, CLASS)).metadata.deletionTimestamp)
+    for _, n in ipairs { "d1", "d2" } do
+      out, code = E.kubectl(d, { "delete", "gpuclaim", n, "-n", NS, "--wait=false" })
+      assert.are.equal(0, code, out)
+    end
+    wait_gone(d, CLASS, 15, "the class stayed after its last claim went")
   end)
 
   it("an ungated launcher pod pinned where its claims are not (a stale cache at creation) has its Pending VMI deleted", function()
