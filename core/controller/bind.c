@@ -134,6 +134,7 @@ typedef struct loop {
     json_t *claim_class;  /* "ns/name" -> spec.class of every claim the leader knows (any phase) */
     json_t *class_claims; /* class -> number of claims naming it (claim_class counted; 0: absent) */
     dirty *class_fin;     /* classes whose protection finalizer is looked at in the next flush */
+    json_t *class_fin_failed; /* class -> true: its finalizer write failed and was logged (once until it works) */
     json_t *creates;    /* "ns/name" -> template claim to create (decision 0027) */
     json_t *tdeletes;   /* "ns/name" -> 1: template claims of a final VMI, to delete */
     json_t *refused;    /* "ns/vm" -> {node: true}: nodes a template VMI of the VM failed on (DESIGN.md §6) */
@@ -677,6 +678,7 @@ static void loop_drop(loop *L)
     ctl_key_free(&L->class_fin);
     json_object_clear(L->claim_class);
     json_object_clear(L->class_claims);
+    json_object_clear(L->class_fin_failed);
     json_object_clear(L->creates);
     json_object_clear(L->tdeletes);
     json_object_clear(L->pvc_sets);
@@ -1859,7 +1861,8 @@ static int fin_mutate(json_t *obj, void *ctx)
  * class not being deleted, removed from a class being deleted once no
  * claim of it is known (L->class_claims; any phase, template claims
  * included). A class that needs nothing, or is gone, leaves the queue; a
- * failed write stays queued for the next flush (at most a second away). */
+ * failed write stays queued for the next flush (at most a second away),
+ * its first failure logged (decision 0037). */
 static void flush_class_protection(loop *L)
 {
     dirty *d, *t;
@@ -1884,10 +1887,14 @@ static void flush_class_protection(loop *L)
             if(deleting)
                 log_write(LOG_INFO, "binder", "released a deleted GPUClass no claim names any more", "gpuclass", d->key,
                           NULL);
+            json_object_del(L->class_fin_failed, d->key);
             ctl_key_drop(&L->class_fin, d);
-        } else
+        } else if(!json_object_get(L->class_fin_failed, d->key)) {
+            /* tried again at every flush (a webhook down, a conflict); logged once */
             log_write(LOG_WARN, "binder", "cannot write the GPUClass protection finalizer; trying again", "gpuclass",
                       d->key, "error", err.msg, NULL);
+            json_object_set_new(L->class_fin_failed, d->key, json_true());
+        }
     }
 }
 
@@ -2038,6 +2045,7 @@ void *ctl_bind_main(void *arg)
     L.class_names = json_object();
     L.claim_class = json_object();
     L.class_claims = json_object();
+    L.class_fin_failed = json_object();
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
     cozy_err err;
@@ -2128,6 +2136,7 @@ void *ctl_bind_main(void *arg)
     json_decref(L.class_names);
     json_decref(L.claim_class);
     json_decref(L.class_claims);
+    json_decref(L.class_fin_failed);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);
     ctl_key_free(&g_dirty);
