@@ -49,6 +49,10 @@
  * its GPUs keeps its hold until the VMI ends (as kubernetes.io/pvc-protection
  * keeps a PVC a pod uses; decision 0026). */
 #define PROTECTION "gpu.cozystack.io/claim-protection"
+/* On every GPUClass, so that a class deleted while claims of it exist stays
+ * (being deleted) and keeps serving them until the last one is gone, as
+ * kubernetes.io/pvc-protection keeps a PVC (DESIGN.md §6, decision 0037). */
+#define CLASS_PROTECTION "gpu.cozystack.io/class-protection"
 #define CLAIMS_ANNOTATION "gpu.cozystack.io/claims"
 #define TEMPLATE_LABEL BINDREAD_TEMPLATE_LABEL
 
@@ -129,6 +133,10 @@ typedef struct loop {
     dirty *recheck;     /* VMIs ("ns/name") whose claims changed in a pass: raw use looked at again */
     dirty *protect;     /* claims ("ns/name") that lack the protection finalizer */
     dirty *deleting;    /* claims ("ns/name") being deleted: the finalizer goes once nothing uses them */
+    json_t *claim_class;  /* "ns/name" -> spec.class of every claim the leader knows (any phase) */
+    json_t *class_claims; /* class -> number of claims naming it (claim_class counted; 0: absent) */
+    dirty *class_fin;     /* classes whose protection finalizer is looked at in the next flush */
+    json_t *class_fin_failed; /* class -> true: its finalizer write failed and was logged (once until it works) */
     json_t *creates;    /* "ns/name" -> template claim to create (decision 0027) */
     json_t *tdeletes;   /* "ns/name" -> 1: template claims of a final VMI, to delete */
     json_t *refused;    /* "ns/vm" -> {node: true}: nodes a template VMI of the VM failed on (DESIGN.md §6) */
@@ -220,6 +228,7 @@ static void apply_class(loop *L, const char *name)
         binder_state_class_delete(L->st, name, NULL);
         return;
     }
+    ctl_key_add(&L->class_fin, name); /* its protection finalizer looked at (decision 0037) */
     const json_t *spec = json_object_get(c, "spec");
     const char *oc = json_string_value(json_object_get(spec, "onCordon"));
     binder_toleration tols[32];
@@ -245,16 +254,50 @@ static void apply_class(loop *L, const char *name)
 
 /* --- claims --- */
 
-static int has_protection(const json_t *obj)
+/* Whether `obj` carries finalizer `fin`. */
+static int has_finalizer(const json_t *obj, const char *fin)
 {
     size_t i;
     json_t *f;
     json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "finalizers"), i, f)
     {
-        if(json_is_string(f) && strcmp(json_string_value(f), PROTECTION) == 0)
+        if(json_is_string(f) && strcmp(json_string_value(f), fin) == 0)
             return 1;
     }
     return 0;
+}
+
+static int has_protection(const json_t *obj)
+{
+    return has_finalizer(obj, PROTECTION);
+}
+
+/* Counts claim `key` ("ns/name") under the class `obj` names (obj: the
+ * cached or listed claim; NULL when it is gone): L->claim_class and
+ * L->class_claims follow it, one claim at a time (no walk of the claims).
+ * A class whose count falls to 0 is queued for its protection finalizer
+ * (decision 0037). A claim without a string spec.class counts nowhere. */
+static void count_claim(loop *L, const char *key, const json_t *obj)
+{
+    const char *had = json_string_value(json_object_get(L->claim_class, key));
+    const char *now = obj ? json_string_value(json_object_get(json_object_get(obj, "spec"), "class")) : NULL;
+    if(had && now && strcmp(had, now) == 0)
+        return;
+    if(had) {
+        json_int_t n = json_integer_value(json_object_get(L->class_claims, had)) - 1;
+        if(n > 0)
+            json_object_set_new(L->class_claims, had, json_integer(n));
+        else {
+            json_object_del(L->class_claims, had);
+            ctl_key_add(&L->class_fin, had);
+        }
+        json_object_del(L->claim_class, key); /* `had` is freed here */
+    }
+    if(now && *now) {
+        json_object_set_new(L->class_claims, now,
+                            json_integer(json_integer_value(json_object_get(L->class_claims, now)) + 1));
+        json_object_set_new(L->claim_class, key, json_string(now));
+    }
 }
 
 /* Queues what the protection finalizer of claim `obj` needs: added while
@@ -634,6 +677,10 @@ static void loop_drop(loop *L)
     ctl_key_free(&L->recheck);
     ctl_key_free(&L->protect);
     ctl_key_free(&L->deleting);
+    ctl_key_free(&L->class_fin);
+    json_object_clear(L->claim_class);
+    json_object_clear(L->class_claims);
+    json_object_clear(L->class_fin_failed);
     json_object_clear(L->creates);
     json_object_clear(L->tdeletes);
     json_object_clear(L->pvc_sets);
@@ -688,6 +735,11 @@ static int build(loop *L)
     json_array_foreach(json_object_get(list, "items"), i, o)
     {
         take_claim(L, o, 1);
+        if(md_str(o, "namespace") && md_str(o, "name")) {
+            char key[600];
+            snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
+            count_claim(L, key, o);
+        }
         /* every claim is compared with what the API holds once (a status
          * no binder wrote, or the last leader's write that failed, is put
          * right even when this pass changes nothing for it) */
@@ -1550,6 +1602,7 @@ static void apply_dirty(loop *L, dirty *batch)
         const char *ns, *name;
         ctl_key_split(d->key + 2, buf, sizeof buf, &ns, &name);
         json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
+        count_claim(L, d->key + 2, obj);
         binder_claim_status s;
         int known = binder_state_claim_get(L->st, ns, name, &s) == BINDER_OK;
         const char *uid = obj ? md_str(obj, "uid") : NULL;
@@ -1776,32 +1829,75 @@ static void flush_status(loop *L)
 }
 
 typedef struct fin_ctx {
-    int add; /* 1: add the finalizer (claim not being deleted); 0: remove it */
+    int add;         /* 1: add the finalizer (object not being deleted); 0: remove it */
+    const char *fin; /* NULL: PROTECTION */
 } fin_ctx;
 
-/* kube_update_retry's mutate for the protection finalizer. */
+/* kube_update_retry's mutate for a protection finalizer (fc->fin). */
 static int fin_mutate(json_t *obj, void *ctx)
 {
     fin_ctx *fc = ctx;
+    const char *fin = fc->fin ? fc->fin : PROTECTION;
     json_t *meta = json_object_get(obj, "metadata");
     json_t *fins = json_object_get(meta, "finalizers");
     if(fc->add) {
-        if(md_str(obj, "deletionTimestamp") || has_protection(obj))
+        if(md_str(obj, "deletionTimestamp") || has_finalizer(obj, fin))
             return 1; /* an object being deleted takes no new finalizer */
         if(!json_is_array(fins)) {
             fins = json_array();
             json_object_set_new(meta, "finalizers", fins);
         }
-        json_array_append_new(fins, json_string(PROTECTION));
+        json_array_append_new(fins, json_string(fin));
     } else {
-        if(!has_protection(obj))
+        if(!has_finalizer(obj, fin))
             return 1;
         for(size_t i = json_array_size(fins); i-- > 0;)
             if(strcmp(json_string_value(json_array_get(fins, i)) ? json_string_value(json_array_get(fins, i)) : "",
-                      PROTECTION) == 0)
+                      fin) == 0)
                 json_array_remove(fins, i);
     }
     return leading() ? 0 : -1;
+}
+
+/* The class protection finalizer (decision 0037): added to each queued
+ * class not being deleted, removed from a class being deleted once no
+ * claim of it is known (L->class_claims; any phase, template claims
+ * included). A class that needs nothing, or is gone, leaves the queue; a
+ * failed write stays queued for the next flush (at most a second away),
+ * its first failure logged (decision 0037). */
+static void flush_class_protection(loop *L)
+{
+    dirty *d, *t;
+    HASH_ITER(hh, L->class_fin, d, t)
+    {
+        if(!leading())
+            return;
+        json_t *c = kube_informer_get(ctl_proc->classes_inf, NULL, d->key);
+        int exists = c != NULL;
+        int deleting = c && md_str(c, "deletionTimestamp") != NULL;
+        int has = c && has_finalizer(c, CLASS_PROTECTION);
+        json_decref(c);
+        fin_ctx fc = {!deleting, CLASS_PROTECTION};
+        if(!exists || (deleting ? !has || json_integer_value(json_object_get(L->class_claims, d->key)) > 0 : has)) {
+            ctl_key_drop(&L->class_fin, d); /* gone, in use, or as it should be: a later event queues it again */
+            continue;
+        }
+        cozy_err err;
+        if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLASSES, NULL, d->key, 0, fin_mutate, &fc, NULL, &err) ==
+               COZY_OK ||
+           strstr(err.msg, "NotFound") || strstr(err.msg, "404")) {
+            if(deleting)
+                log_write(LOG_INFO, "binder", "released a deleted GPUClass no claim names any more", "gpuclass", d->key,
+                          NULL);
+            json_object_del(L->class_fin_failed, d->key);
+            ctl_key_drop(&L->class_fin, d);
+        } else if(!json_object_get(L->class_fin_failed, d->key)) {
+            /* tried again at every flush (a webhook down, a conflict); logged once */
+            log_write(LOG_WARN, "binder", "cannot write the GPUClass protection finalizer; trying again", "gpuclass",
+                      d->key, "error", err.msg, NULL);
+            json_object_set_new(L->class_fin_failed, d->key, json_true());
+        }
+    }
 }
 
 /* Whether claim ns/name is in use, so that its deletion waits: Attached,
@@ -1825,7 +1921,7 @@ static void flush_protection(loop *L)
         char buf[600];
         const char *ns, *name;
         ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
-        fin_ctx fc = {1};
+        fin_ctx fc = {1, NULL};
         cozy_err err;
         if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
                COZY_OK ||
@@ -1841,7 +1937,7 @@ static void flush_protection(loop *L)
         ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
         if(claim_in_use(L, ns, name))
             continue; /* its VMI still runs: the hold stays until it ends */
-        fin_ctx fc = {0};
+        fin_ctx fc = {0, NULL};
         cozy_err err;
         if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
                COZY_OK ||
@@ -1913,6 +2009,7 @@ static void flush(loop *L)
     flush_status(L);
     flush_classes(L);
     flush_protection(L);
+    flush_class_protection(L);
     flush_templates(L);
     HASH_ITER(hh, L->deletes, d, t)
     {
@@ -1948,6 +2045,9 @@ void *ctl_bind_main(void *arg)
     L.tdeletes = json_object();
     L.class_sent = json_object();
     L.class_names = json_object();
+    L.claim_class = json_object();
+    L.class_claims = json_object();
+    L.class_fin_failed = json_object();
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
     cozy_err err;
@@ -2047,6 +2147,9 @@ void *ctl_bind_main(void *arg)
     json_decref(L.tdeletes);
     json_decref(L.class_sent);
     json_decref(L.class_names);
+    json_decref(L.claim_class);
+    json_decref(L.class_claims);
+    json_decref(L.class_fin_failed);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);
     ctl_key_free(&g_dirty);

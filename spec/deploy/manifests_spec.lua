@@ -204,7 +204,8 @@ describe("deploy/ RBAC", function()
   it("grants the controller exactly what it reads and writes, cluster-wide", function()
     local read = { "get", "list", "watch" }
     assert.are.same({
-      ["cozystack.io/gpuclasses"] = read,
+      -- update: the class protection finalizer (decision 0037)
+      ["cozystack.io/gpuclasses"] = { "get", "list", "update", "watch" },
       ["cozystack.io/gpuclaims"] = { "create", "delete", "get", "list", "update", "watch" },
       ["cozystack.io/gpunodes"] = read,
       ["cozystack.io/gpuclasses/status"] = { "patch", "update" },
