@@ -522,7 +522,14 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       -- webhook refuses a new order of a class being deleted (below)
       add_claim("d2")
       wait_reason("d2", "NoNodeWithRoom")
-      merge_patch(CLASS, { metadata = { finalizers = { "example.com/keep" } } })
+      -- the leader's finalizer keeps the class while claims of it exist
+      -- (decision 0037)
+      assert(P.wait_until(function()
+        local cls = c:get(CLASS)
+        for _, f in ipairs(cls and cls.metadata.finalizers or {}) do
+          if f == "gpu.cozystack.io/class-protection" then return true end
+        end
+      end, 30, 0.2), "the leader put no class-protection finalizer on l40s")
       must("DELETE", CLASS)
       G.add_node(c, "gpu-2", 1) -- room for d2, which must not take it
       local cl = wait_reason("d2", "ClassBeingDeleted")
