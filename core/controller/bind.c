@@ -632,13 +632,20 @@ static void apply_set(loop *L, const char *ns, const char *name)
             /* A live VMI names claims a stopped VM's template names too
              * (admission checks only live VMIs, decision 0019): the claims
              * go with the VMI that runs, the stopped VM's set waits until
-             * they are free again. A live owner keeps them. */
+             * they are free again. A live owner keeps them. A stopped VM
+             * whose last VMI ended (Succeeded or Failed) and is still
+             * there, as KubeVirt keeps it, is as stopped as one with no
+             * VMI: its set carries the final phase (decision 0021 §6), so
+             * it gives them up too (issue 20 item 10; before, the live
+             * VMI's claims went Lost, and a new leader kept its launcher
+             * pod gated). One lookup per claim the VMI names. */
             int moved = 0;
             for(size_t i = 0; i < n; i++) {
                 const char *owner = binder_state_claim_set(L->st, ns, names[i]);
                 binder_vmi_phase oph;
                 if(owner && strcmp(owner, name) != 0 &&
-                   binder_state_set_get(L->st, ns, owner, &oph, NULL) == BINDER_OK && oph == BINDER_VMI_NONE) {
+                   binder_state_set_get(L->st, ns, owner, &oph, NULL) == BINDER_OK &&
+                   (oph == BINDER_VMI_NONE || oph == BINDER_VMI_SUCCEEDED || oph == BINDER_VMI_FAILED)) {
                     char ok[600];
                     snprintf(ok, sizeof ok, "%s/%s", ns, owner);
                     binder_state_set_delete(L->st, ns, owner, NULL);

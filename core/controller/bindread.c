@@ -248,10 +248,14 @@ int bindread_claim_in_use(const binder_state *st, const char *ns, const char *na
 /* Whether the claims VMI `vmi` names cover its GPU entries on `node`:
  * the VMI's own set (the binder took the annotation for this VMI, not for
  * another VM naming the same claims) exists, and every claim of it is
- * Bound or Attached on `node`, attached to nobody else, with at least as
- * many units as the VMI has entries. Otherwise its devices are in use on
- * the node with no claim booked for them (an annotation naming nothing,
- * changed after start, or claims held elsewhere: issue 12 item 5). */
+ * Bound or Attached on `node`, or Lost waiting for this VMI to end there
+ * (WaitingForVMIEnd on a NotReady node: decision 0021 §1 keeps its units
+ * booked on `node`), attached to nobody else, with at least as many units
+ * as the VMI has entries. Otherwise its devices are in use on the node
+ * with no claim booked for them (an annotation naming nothing, changed
+ * after start, or claims held elsewhere: issue 12 item 5). Counting the
+ * units of a Lost-but-booked claim as raw use too would count them twice
+ * and shrink the node's offer under its other holds (issue 20 item 9). */
 static int claims_cover(const binder_state *st, const json_t *vmi, const json_t *classes, const char *node,
                         long entries)
 {
@@ -266,7 +270,9 @@ static int claims_cover(const binder_state *st, const json_t *vmi, const json_t 
         binder_claim_status c;
         const char *owner = binder_state_claim_set(st, ns, names[i]);
         if(binder_state_claim_get(st, ns, names[i], &c) != BINDER_OK || !owner || strcmp(owner, name) != 0 ||
-           (c.phase != BINDER_BOUND && c.phase != BINDER_ATTACHED) || !c.node || strcmp(c.node, node) != 0 ||
+           (c.phase != BINDER_BOUND && c.phase != BINDER_ATTACHED &&
+            !(c.phase == BINDER_LOST && c.reason == BINDER_R_WAITING_FOR_VMI_END)) ||
+           !c.node || strcmp(c.node, node) != 0 ||
            (c.attached_to && strcmp(c.attached_to, name) != 0))
             return 0;
         units += c.count;

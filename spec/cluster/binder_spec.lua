@@ -406,6 +406,21 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
     end)
   end)
 
+  -- the invariants (spec/support/invariants.lua) hold once the leader has
+  -- caught up; the spec plays virt-handler without launcher pods for most
+  -- running VMIs, so billing (invariant 1) is left to billing_spec
+  local function invariants_hold()
+    local I = require "invariants"
+    local bad
+    assert(P.wait_until(function()
+      bad = {}
+      for _, v in ipairs(I.check(I.gather(c))) do
+        if v.invariant ~= 1 then bad[#bad + 1] = v end
+      end
+      return #bad == 0
+    end, 30, 0.5), "invariants broken:\n" .. I.report(bad or {}))
+  end
+
   describe("rule by rule (DESIGN.md §6), each from an empty cluster", function()
     before_each(reset)
 
@@ -982,6 +997,106 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       must("DELETE", claims_path(A) .. "/a1")
       wait_gone(claims_path(A) .. "/a1", "the unused deleted claim was kept")
       wait_claim("a3", "Bound", "gpu-2", A)
+    end)
+
+    it("a node going NotReady keeps a stopped VM's hold when a running VMI's claim there goes Lost (decision 0021 §2)", function()
+      -- issue 20 item 9: gpu-1 offers 2; nr-a attached to a running VMI, nr-b
+      -- held for a stopped VM; no other node
+      G.add_node(c, "gpu-1", 2)
+      add_claim("nr-a")
+      wait_claim("nr-a", "Bound", "gpu-1")
+      vm("vm-nr-b", "Halted", { metadata = { annotations = { [GATE] = "nr-b" } },
+        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+      add_claim("nr-b")
+      wait_claim("nr-b", "Bound", "gpu-1")
+      vmi("vm-nr-a", "nr-a", "Running", "gpu-1")
+      wait_claim("nr-a", "Attached", "gpu-1")
+      invariants_hold()
+      set_ready("gpu-1", "False")
+      local cl = wait_claim("nr-a", "Lost", "gpu-1")
+      assert.are.equal("WaitingForVMIEnd", ready_cond(cl).reason)
+      -- nothing to wait for: nr-b must keep its hold (the running VMI's unit
+      -- is its Lost claim's, not raw use on top of it)
+      P.sleep(3)
+      cl = claim("nr-b")
+      assert.are.same({ "Bound", "gpu-1" }, { cl.status.phase, cl.status.node }, enc(cl.status))
+      invariants_hold()
+      -- the node returns: nr-a Attached again, nr-b still there
+      set_ready("gpu-1", "True")
+      wait_claim("nr-a", "Attached", "gpu-1")
+      assert.are.equal("gpu-1", claim("nr-b").status.node)
+      invariants_hold()
+    end)
+
+    -- a stopped VM (Halted) naming claim `x` whose last VMI `vm` ended
+    -- (Succeeded) and is still there, as KubeVirt keeps it; returns the node
+    local function stopped_vm_with_final_vmi(vmname, x)
+      add_claim(x)
+      vm(vmname, "Halted", { metadata = { annotations = { [GATE] = x } },
+        spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } } } } })
+      local n = wait_claim(x, "Bound").status.node
+      vmi(vmname, x, "Running", n)
+      wait_claim(x, "Attached", n)
+      vmi_phase(vmname, "Succeeded", n)
+      wait_claim(x, "Bound", n)
+      return n
+    end
+
+    it("a live VMI takes its claim from a stopped VM whose final VMI still exists (decision 0026 §6)", function()
+      -- issue 20 item 10
+      G.add_node(c, "gpu-1", 1)
+      local n = stopped_vm_with_final_vmi("vm-fs", "fs1")
+      vmi("vm-fs-live", "fs1", "Running", n)
+      local cl = wait_claim("fs1", "Attached", n)
+      assert.are.equal("vm-fs-live", cl.status.attachedTo)
+      invariants_hold()
+      -- the live VMI ends: the claim is Bound again and the stopped VM's set can have it
+      vmi_phase("vm-fs-live", "Succeeded", n)
+      wait_claim("fs1", "Bound", n)
+      invariants_hold()
+    end)
+
+    it("the launcher pod of a live VMI naming a stopped VM's claim (final VMI kept) is ungated by a new leader", function()
+      -- issue 20 item 10, the variant: the new leader rebuilds with both there
+      G.add_node(c, "gpu-1", 1)
+      local n = stopped_vm_with_final_vmi("vm-fl", "fl1")
+      local holder = lease_holder()
+      assert.is_truthy(c.replicas[holder], tostring(holder))
+      local other = holder == "replica-a" and "replica-b" or "replica-a"
+      c:target_webhooks(other)
+      local dead = c.replicas[holder]
+      P.kill(dead.pid, 9)
+      c.replicas[holder] = nil
+      -- created while the lead is vacant: the new leader finds them at take-over
+      local v
+      assert(P.wait_until(function()
+        local st, body = c:request("POST", vmis_path(NS), { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+          metadata = { name = "vm-fl-live", namespace = NS, labels = { ["gpu.cozystack.io/class-reference"] = "true" },
+            annotations = { [GATE] = "fl1" } },
+          spec = { domain = { devices = { gpus = { { name = "gpu0", deviceName = L40S } } },
+            resources = { requests = { memory = "1Gi" } } } } })
+        if st == 201 then v = body end
+        return st == 201
+      end, 60, 0.5), "the live VMI was not admitted")
+      dirty[vmis_path(NS)] = true
+      launcher("virt-launcher-vm-fl-live-x", v, { annotations = { [GATE] = "fl1" }, gates = { GATE } })
+      assert(P.wait_until(function() return lease_holder() == other end, 60, 0.2), "the Lease did not move")
+      local p
+      assert(P.wait_until(function()
+        p = pod("virt-launcher-vm-fl-live-x")
+        return p and p.spec.schedulingGates == nil
+      end, 60, 0.2), "the launcher pod stays gated: " .. enc(p and p.spec))
+      assert.are.same({ { matchFields = { { key = "metadata.name", operator = "In", values = { n } } } } },
+        p.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
+      vmi_phase("vm-fl-live", "Running", n)
+      local cl = wait_claim("fl1", "Attached", n)
+      assert.are.equal("vm-fl-live", cl.status.attachedTo)
+      invariants_hold()
+      -- the killed replica comes back (a new pod of the Deployment)
+      local r = c:start_controller { identity = holder, port = dead.port, extra = dead.extra }
+      assert(P.wait_until(function()
+        return P.http { url = ("http://127.0.0.1:%d/readyz"):format(r.probe_port), timeout = 2 } == 200
+      end, 60, 0.2), "the restarted replica is not ready:\n" .. (P.read(r.log) or ""):sub(-3000))
     end)
   end)
 end)
