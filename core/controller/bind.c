@@ -1837,14 +1837,14 @@ static void flush_status(loop *L)
 
 typedef struct fin_ctx {
     int add;         /* 1: add the finalizer (object not being deleted); 0: remove it */
-    const char *fin; /* NULL: PROTECTION */
+    const char *fin; /* which: PROTECTION or CLASS_PROTECTION */
 } fin_ctx;
 
 /* kube_update_retry's mutate for a protection finalizer (fc->fin). */
 static int fin_mutate(json_t *obj, void *ctx)
 {
     fin_ctx *fc = ctx;
-    const char *fin = fc->fin ? fc->fin : PROTECTION;
+    const char *fin = fc->fin;
     json_t *meta = json_object_get(obj, "metadata");
     json_t *fins = json_object_get(meta, "finalizers");
     if(fc->add) {
@@ -1928,7 +1928,7 @@ static void flush_protection(loop *L)
         char buf[600];
         const char *ns, *name;
         ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
-        fin_ctx fc = {1, NULL};
+        fin_ctx fc = {1, PROTECTION};
         cozy_err err;
         if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
                COZY_OK ||
@@ -1944,7 +1944,7 @@ static void flush_protection(loop *L)
         ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
         if(claim_in_use(L, ns, name))
             continue; /* its VMI still runs: the hold stays until it ends */
-        fin_ctx fc = {0, NULL};
+        fin_ctx fc = {0, PROTECTION};
         cozy_err err;
         if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
                COZY_OK ||

@@ -43,13 +43,7 @@ describe("billing against a hostile tenant (Cozystack's tenant roles)", function
 
   -- the invariants hold once the leader has caught up (a deadline, then
   -- the violations with the objects involved)
-  local function invariants_hold()
-    local bad
-    assert(P.wait_until(function()
-      bad = I.check(I.gather(c))
-      return #bad == 0
-    end, 20, 0.5), "invariants broken:\n" .. I.report(bad or {}))
-  end
+  local function invariants_hold() I.hold(c) end
 
   local function as_kubevirt(args, stdin)
     local a = { "--as", VC }

@@ -28,13 +28,7 @@ describe("GPUClass protection through kube-apiserver", function()
   setup(session.setup)
   teardown(session.teardown)
 
-  local function invariants_hold()
-    local bad
-    assert(P.wait_until(function()
-      bad = I.check(I.gather(c))
-      return #bad == 0
-    end, 20, 0.5), "invariants broken:\n" .. I.report(bad or {}))
-  end
+  local function invariants_hold() I.hold(c) end
   local function has_fin(obj)
     for _, f in ipairs(obj and obj.metadata.finalizers or {}) do
       if f == FIN then return true end

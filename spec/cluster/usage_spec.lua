@@ -549,13 +549,7 @@ describe("usage records (two replicas through kube-apiserver)", function()
     -- write access beyond Cozystack's tenant roles (see the top)
     c:must({ "apply", "-f", "-" }, { stdin = USAGE_WRITE })
     local I = require "invariants"
-    local function invariants_hold(what)
-      local bad
-      assert(P.wait_until(function()
-        bad = I.check(I.gather(c))
-        return #bad == 0
-      end, T, 0.5), what .. ": " .. I.report(bad or {}))
-    end
+    local function invariants_hold(what) I.hold(c, { timeout = T, what = what }) end
     -- two replicas: one an earlier test killed starts again on its port
     -- (the webhook Service's stand-in lists it there)
     local cfg = P.read(c.dir .. "/haproxy.cfg") or ""

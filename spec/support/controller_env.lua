@@ -139,15 +139,7 @@ end
 function E.metrics(c)
   local st, body = P.http { url = c.url .. "/metrics", cacert = c.cacert, timeout = 5 }
   if st ~= 200 then return nil end
-  local m = {}
-  for line in body:gmatch("[^\n]+") do
-    if not line:match("^#") then
-      local key, val = line:match("^(%S+%b{})%s+(%S+)$")
-      if not key then key, val = line:match("^(%S+)%s+(%S+)$") end
-      if key then m[key] = tonumber(val) end
-    end
-  end
-  return m
+  return P.parse_metrics(body)
 end
 
 --- The JSON log records of a replica (lines that decode).

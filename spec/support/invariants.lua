@@ -133,12 +133,15 @@ function I.pod_billed(pod)
   return out
 end
 
---- Checks the four invariants over `s` (I.gather's shape). Returns a list
---- of violations {invariant = 1..4, message, objects = {"kind ns/name"...}}
---- (empty when all hold).
-function I.check(s)
+--- Checks the four invariants over `s` (I.gather's shape), but those
+--- `skip` names ({[n] = true}, optional). Returns a list of violations
+--- {invariant = 1..4, message, objects = {"kind ns/name"...}} (empty when
+--- all hold).
+function I.check(s, skip)
   local bad = {}
-  local function violation(n, msg, objs) bad[#bad + 1] = { invariant = n, message = msg, objects = objs or {} } end
+  local function violation(n, msg, objs)
+    if not (skip and skip[n]) then bad[#bad + 1] = { invariant = n, message = msg, objects = objs or {} } end
+  end
 
   local class_res, res_classes = {}, {}
   for _, cl in ipairs(s.classes) do
@@ -359,6 +362,21 @@ function I.check(s)
     return a.message < b.message
   end)
   return bad
+end
+
+--- Waits until the invariants hold over what `c` holds (I.gather's
+--- source) once the leader has caught up. o = {timeout (seconds, default
+--- 20), skip (as I.check), what (the failure's first words)}. Raises with
+--- the violations and the objects involved when they still fail at the
+--- deadline.
+function I.hold(c, o)
+  o = o or {}
+  local bad
+  local ok = require("proc").wait_until(function()
+    bad = I.check(I.gather(c), o.skip)
+    return #bad == 0
+  end, o.timeout or 20, 0.5)
+  if not ok then error((o.what or "invariants broken") .. ":\n" .. I.report(bad or {}), 2) end
 end
 
 --- The violations as text for a failing assertion: one per line with the

@@ -546,15 +546,7 @@ function Cluster:metrics(r)
   if not r then return nil end
   local st, body = P.http { url = r.url .. "/metrics", cacert = r.cacert, timeout = 5 }
   if st ~= 200 then return nil end
-  local m = {}
-  for line in body:gmatch("[^\n]+") do
-    if not line:match("^#") then
-      local key, val = line:match("^(%S+%b{})%s+(%S+)$")
-      if not key then key, val = line:match("^(%S+)%s+(%S+)$") end
-      if key then m[key] = tonumber(val) end
-    end
-  end
-  return m
+  return P.parse_metrics(body)
 end
 
 --- The identity of the controller replica holding the Lease (nil: none),
@@ -634,13 +626,7 @@ function K.session(o)
   --- the violations and the objects involved (issue 20).
   function s.after_each()
     if not (o.invariants and s.c) then return end
-    local I = require "invariants"
-    local bad
-    local ok = P.wait_until(function()
-      bad = I.check(I.gather(s.c))
-      return #bad == 0
-    end, 20, 0.5)
-    if not ok then error("invariants broken:\n" .. I.report(bad or {}), 0) end
+    require("invariants").hold(s.c)
   end
   function s.teardown()
     local c = s.c

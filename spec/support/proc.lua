@@ -113,6 +113,20 @@ function P.free_port()
   return math.random(20000, 60000)
 end
 
+--- Prometheus text exposition (a /metrics body) as {["name{labels}"] =
+--- number}; comment lines are left out.
+function P.parse_metrics(body)
+  local m = {}
+  for line in body:gmatch("[^\n]+") do
+    if not line:match("^#") then
+      local key, val = line:match("^(%S+%b{})%s+(%S+)$")
+      if not key then key, val = line:match("^(%S+)%s+(%S+)$") end
+      if key then m[key] = tonumber(val) end
+    end
+  end
+  return m
+end
+
 --- HTTP(S) with curl. o = {method, url, body (string), headers = {..},
 --- cacert, cert, key, insecure, timeout}. Returns status (number), body
 --- (string), headers text.
