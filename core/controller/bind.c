@@ -146,6 +146,7 @@ typedef struct loop {
     json_t *raw_by_node; /* node -> {resource name: units} */
     json_t *class_sent;  /* class -> {free, maxFreePerNode} written, until the cache shows it */
     json_t *class_names; /* class -> true: the classes the per-class gauges were last set for */
+    json_t *class_specs; /* class -> {spec, deleting} as last applied (apply_class) */
     long long class_next_ms; /* monotonic ms: no GPUClass status write before then */
     int class_pending;   /* a class status differs and waits for class_next_ms */
     long long class_log_ms; /* a failing class_status call was last logged then */
@@ -220,14 +221,26 @@ static void apply_all_nodes(loop *L, const json_t *classes)
 
 /* --- classes --- */
 
-static void apply_class(loop *L, const char *name)
+/* Class `name` (cached) into the state, or deleted when the cache has no
+ * such class. Returns 1 when what nodes offer may have changed (the class
+ * came, went, or its spec or deletionTimestamp changed), 0 when only its
+ * status or other metadata did: the leader's own status writes come back
+ * through the watch, and each must not cost a walk of every node and claim. */
+static int apply_class(loop *L, const char *name)
 {
     json_t *c = kube_informer_get(ctl_proc->classes_inf, NULL, name);
     cozy_err err;
     if(!c) {
         binder_state_class_delete(L->st, name, NULL);
-        return;
+        int had = json_object_get(L->class_specs, name) != NULL;
+        json_object_del(L->class_specs, name);
+        return had;
     }
+    json_t *seen = json_pack("{s:O?, s:b}", "spec", json_object_get(c, "spec"), "deleting",
+                             md_str(c, "deletionTimestamp") != NULL);
+    int changed = !seen || !json_equal(seen, json_object_get(L->class_specs, name));
+    if(seen)
+        json_object_set_new(L->class_specs, name, seen);
     ctl_key_add(&L->class_fin, name); /* its protection finalizer looked at (decision 0037) */
     const json_t *spec = json_object_get(c, "spec");
     const char *oc = json_string_value(json_object_get(spec, "onCordon"));
@@ -250,6 +263,7 @@ static void apply_class(loop *L, const char *name)
                               deleting, tols, n, &err) != BINDER_OK)
         log_write(LOG_WARN, "binder", "cannot take the class", "gpuclass", name, "error", err.msg, NULL);
     json_decref(c);
+    return changed;
 }
 
 /* --- claims --- */
@@ -704,6 +718,7 @@ static void loop_drop(loop *L)
     json_object_clear(L->raw_by_node);
     json_object_clear(L->class_sent);
     json_object_clear(L->class_names);
+    json_object_clear(L->class_specs);
     L->class_pending = 0;
     /* only the leader's view of capacity is exported (a follower's would
      * be stale and double any sum across replicas) */
@@ -1583,9 +1598,10 @@ static void apply_dirty(loop *L, dirty *batch)
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_CLASS) {
-            apply_class(L, d->key + 3);
-            json_object_set_new(changed, d->key + 3, json_true());
-            classes_changed = 1;
+            if(apply_class(L, d->key + 3)) {
+                json_object_set_new(changed, d->key + 3, json_true());
+                classes_changed = 1;
+            }
             L->view_dirty = 1;
         } else if(d->key[0] == K_KUBEVIRT)
             kubevirt_changed = 1;
@@ -1696,9 +1712,18 @@ static void apply_dirty(loop *L, dirty *batch)
     }
     recheck_raw(L, &nodes);
     json_t *classes = kube_informer_list(ctl_proc->classes_inf);
-    if(classes_changed || kubevirt_changed)
+    if(classes_changed || kubevirt_changed) {
         apply_all_nodes(L, classes);
-    else {
+        /* the walk sees only the nodes the cache holds: a node deleted in
+         * this batch leaves the state here (the cache has no such Node) */
+        HASH_ITER(hh, nodes, d, t)
+        {
+            json_t *n = node_inf_get(d->key);
+            if(!n)
+                binder_state_node_delete(L->st, d->key, NULL);
+            json_decref(n);
+        }
+    } else {
         json_t *kv = first_kubevirt();
         HASH_ITER(hh, nodes, d, t) apply_node(L, d->key, classes, kv);
         json_decref(kv);
@@ -2052,6 +2077,7 @@ void *ctl_bind_main(void *arg)
     L.tdeletes = json_object();
     L.class_sent = json_object();
     L.class_names = json_object();
+    L.class_specs = json_object();
     L.claim_class = json_object();
     L.class_claims = json_object();
     L.class_fin_failed = json_object();
@@ -2154,6 +2180,7 @@ void *ctl_bind_main(void *arg)
     json_decref(L.tdeletes);
     json_decref(L.class_sent);
     json_decref(L.class_names);
+    json_decref(L.class_specs);
     json_decref(L.claim_class);
     json_decref(L.class_claims);
     json_decref(L.class_fin_failed);

@@ -1,12 +1,13 @@
--- On the API server double by design (docs/decisions/0034 item 2): this
--- case needs a slow write injected on demand (the double's latency), which
+-- On the API server double by design (docs/decisions/0034 item 2): these
+-- cases need a slow write injected on demand (the double's latency), which
 -- a real server cannot make. Every other case of the leader's binder runs
 -- on the real control plane: spec/cluster/binder_spec.lua.
 --
 -- The leader's binder against the API server double, two replicas
 -- (DESIGN.md §6; docs/decisions/0020, 0026): a claim deleted and created
 -- again under its name reaches the leader in one batch with the old one's
--- deletion, and is judged as the new claim it is.
+-- deletion, and is judged as the new claim it is; a node deleted in one
+-- batch with a class change leaves the state.
 local P = require "proc"
 local E = require "controller_env"
 local G = require "gpu_nodes"
@@ -89,5 +90,32 @@ describe("the leader's binder against the double (an injected slow write)", func
     assert.are.equal("Pending", c.status.phase)
     assert.is_nil(c.status.node)
     assert.are.equal(1, held(d)["gpu-1"]) -- busy alone
+  end)
+
+  it("a node deleted in one batch with a class change leaves the class's capacity", function()
+    -- A class change re-reads every node the cache holds; the node deleted
+    -- in the same batch is not among them and must leave the state all the
+    -- same. It stayed, offering its unit, until a leader change (GPUClass
+    -- status kept free 1 with no node: seen on the real control plane under
+    -- load, spec/cluster/binder_spec.lua's reset).
+    local path = "/apis/cozystack.io/v1alpha1/gpuclasses/l40s"
+    local function free()
+      local c = E.get(d, path)
+      return c and c.status and c.status.free
+    end
+    G.add_node(d, "gpu-1", 1)
+    G.add_node(d, "gpu-2", 1)
+    assert(P.wait_until(function() return free() == 2 end, 15), "free: " .. tostring(free()))
+    -- the leader's next class status write (free 1, once gpu-2 is gone)
+    -- takes 1.5 s; meanwhile gpu-1 goes and the class's spec changes, so
+    -- the three reach the leader in one batch
+    d:latency { method = "PATCH", path = path, ms = 1500, count = 1 }
+    -- (each GPUNode goes with its Node: the double's garbage collector)
+    must(d, "DELETE", "/api/v1/nodes/gpu-2")
+    P.sleep(0.3)
+    must(d, "DELETE", "/api/v1/nodes/gpu-1")
+    must(d, "PATCH", path, { spec = { displayName = "NVIDIA L40S, no node left" } }, "application/merge-patch+json")
+    assert(P.wait_until(function() return free() == 0 end, 15),
+      "the leader still counts a deleted node: free " .. tostring(free()))
   end)
 end)
