@@ -106,6 +106,29 @@ static void queue(const char *key)
     ctl_key_queue(&g_queue, key);
 }
 
+/* "ns/record" -> claim name, for every cached claim whose record name is
+ * cut (a claim name too long for "gpu-<claim>", decision 0028 item 5):
+ * kept by the claim watch's callback, so a record's claim is found by name
+ * without walking the cluster's claims (kept on every replica, led or not). */
+static json_t *g_cut;
+static pthread_mutex_t g_cut_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void cut_name_event(const char *type, const char *ns, const char *claim)
+{
+    char rname[NAME_MAX_LEN + 1], rkey[600];
+    if(ctl_usage_record_name(claim, rname, sizeof rname) != 0 || strncmp(rname, "gpu-", 4) == 0 ||
+       join_key(rkey, sizeof rkey, "", ns, rname) != 0)
+        return;
+    pthread_mutex_lock(&g_cut_mu);
+    if(!g_cut)
+        g_cut = json_object();
+    if(type && strcmp(type, "DELETED") == 0)
+        json_object_del(g_cut, rkey);
+    else
+        json_object_set_new(g_cut, rkey, json_string(claim));
+    pthread_mutex_unlock(&g_cut_mu);
+}
+
 void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
 {
     (void)inf, (void)type;
@@ -132,8 +155,10 @@ void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const j
             snprintf(probe, sizeof probe, "p:%s/%s", ns, name);
             queue(probe);
         }
-    } else
+    } else {
+        cut_name_event(type, ns, name);
         snprintf(key, sizeof key, "l:%s/%s", ns, name);
+    }
     queue(key);
 }
 
@@ -180,7 +205,6 @@ typedef struct usage {
     json_t *wanted;      /* "ns/claim" -> true: claims that want a record */
     json_t *ns_count;    /* ns -> number of claims in `wanted` there */
     json_t *mon_ok;      /* ns -> true: the monitor was written or seen right in this lead */
-    json_t *names;       /* "ns/record" -> claim name, for the cut names of claims that exist */
     json_t *written;     /* "ns/record" -> {obj, behind}: remember() */
 } usage;
 
@@ -679,12 +703,6 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
     if(ctl_usage_record_name(name, rname, sizeof rname) != 0 || join_key(rkey, sizeof rkey, "", ns, rname) != 0)
         return W_OK; /* no such object can exist */
     json_t *claim = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
-    /* a cut name cannot be read back as its claim's: remembered while the
-     * claim exists (the others are "gpu-" and the claim name) */
-    if(claim && strncmp(rname, "gpu-", 4) != 0)
-        json_object_set_new(U->names, rkey, json_string(name));
-    else if(!claim)
-        json_object_del(U->names, rkey);
     const json_t *spec = json_object_get(claim, "spec");
     const char *phase = json_string_value(json_object_get(json_object_get(claim, "status"), "phase"));
     int want = claim && phase && (strcmp(phase, "Bound") == 0 || strcmp(phase, "Attached") == 0) &&
@@ -772,7 +790,6 @@ static void drop(usage *U)
     json_object_clear(U->wanted);
     json_object_clear(U->ns_count);
     json_object_clear(U->mon_ok);
-    json_object_clear(U->names);
     json_object_clear(U->written);
     U->active = 0;
     U->avail = -1;
@@ -780,47 +797,38 @@ static void drop(usage *U)
 }
 
 /* The claim whose record name (ctl_usage_record_name, one-to-one) is
- * `rname` in `ns`, into out (size n): "gpu-<claim>"; a cut name this lead
- * remembered; the owner `obj` (the record, or NULL) names, when its record
- * name is `rname`; a cached claim of the namespace whose record name it is.
- * Returns 0, or -1 when no claim, existing or not, can be named. */
-static int record_claim(usage *U, const char *ns, const char *rname, const json_t *obj, char *out, size_t n)
+ * `rname` in `ns`, into out (size n): "gpu-<claim>"; for a cut name
+ * ("gpuh-..."), the cached claim of the namespace it is made from (g_cut,
+ * O(1)), else the owner `obj` (the record, or NULL) names when its record
+ * name is `rname`. Returns 0, or -1 when no claim, existing or not, can be
+ * named. */
+static int record_claim(const char *ns, const char *rname, const json_t *obj, char *out, size_t n)
 {
     char rkey[600], mine[NAME_MAX_LEN + 1];
     const char *claim = NULL;
+    int rc = -1;
     if(strncmp(rname, "gpu-", 4) == 0)
         claim = rname + 4;
-    else if(join_key(rkey, sizeof rkey, "", ns, rname) == 0)
-        claim = json_string_value(json_object_get(U->names, rkey));
+    else if(join_key(rkey, sizeof rkey, "", ns, rname) == 0) {
+        pthread_mutex_lock(&g_cut_mu);
+        const char *c = json_string_value(json_object_get(g_cut, rkey));
+        if(c && strlen(c) + 1 <= n) {
+            memcpy(out, c, strlen(c) + 1);
+            rc = 0;
+        }
+        pthread_mutex_unlock(&g_cut_mu);
+        if(rc == 0)
+            return 0;
+    }
     if(!claim && obj) {
         const char *owner = claim_owner(obj, NULL);
         if(owner && ctl_usage_record_name(owner, mine, sizeof mine) == 0 && strcmp(mine, rname) == 0)
             claim = owner;
     }
-    if(claim) {
-        if(strlen(claim) + 1 > n)
-            return -1;
-        memcpy(out, claim, strlen(claim) + 1);
-        return 0;
-    }
-    if(strncmp(rname, "gpuh-", 5) != 0)
+    if(!claim || strlen(claim) + 1 > n)
         return -1;
-    json_t *all = kube_informer_list(ctl_cluster_informer(&KUBE_GPUCLAIMS));
-    size_t i;
-    json_t *o;
-    int rc = -1;
-    json_array_foreach(all, i, o)
-    {
-        const char *cns = md_str(o, "namespace"), *cname = md_str(o, "name");
-        if(cns && cname && strcmp(cns, ns) == 0 && strlen(cname) + 1 <= n &&
-           ctl_usage_record_name(cname, mine, sizeof mine) == 0 && strcmp(mine, rname) == 0) {
-            memcpy(out, cname, strlen(cname) + 1);
-            rc = 0;
-            break;
-        }
-    }
-    json_decref(all);
-    return rc;
+    memcpy(out, claim, strlen(claim) + 1);
+    return 0;
 }
 
 /* One round over the work set: claims first (they create monitors as
@@ -842,7 +850,7 @@ static int round_work(usage *U)
         join_key(rkey, sizeof rkey, "", ns, rname);
         json_object_del(U->written, rkey); /* gone from the watch: what we wrote is no guide */
         char claim[NAME_MAX_LEN + 1], ck[600];
-        if(record_claim(U, ns, rname, NULL, claim, sizeof claim) != 0 ||
+        if(record_claim(ns, rname, NULL, claim, sizeof claim) != 0 ||
            join_key(ck, sizeof ck, "l:", ns, claim) != 0) {
             ctl_key_drop(&U->work, k);
             continue;
@@ -863,7 +871,7 @@ static int round_work(usage *U)
             ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &name);
             char claim[NAME_MAX_LEN + 1], ck[600];
             json_t *rec = kube_informer_get(ctl_proc->workloads_inf, ns, name);
-            int mapped = record_claim(U, ns, name, rec, claim, sizeof claim) == 0 &&
+            int mapped = record_claim(ns, name, rec, claim, sizeof claim) == 0 &&
                          join_key(ck, sizeof ck, "", ns, claim) == 0;
             if(!mapped) {
                 int rc = W_OK;
@@ -924,7 +932,6 @@ void *ctl_usage_main(void *arg)
     U.wanted = json_object();
     U.ns_count = json_object();
     U.mon_ok = json_object();
-    U.names = json_object();
     U.written = json_object();
     for(;;) {
         int stop; /* a second at most: retries of failed writes, probes */
@@ -990,7 +997,6 @@ void *ctl_usage_main(void *arg)
     json_decref(U.wanted);
     json_decref(U.ns_count);
     json_decref(U.mon_ok);
-    json_decref(U.names);
     json_decref(U.written);
     pthread_mutex_lock(&ctl_proc->mu);
     ctl_key_free(&g_queue);

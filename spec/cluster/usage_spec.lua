@@ -515,6 +515,14 @@ describe("usage records (two replicas through kube-apiserver)", function()
     end
     assert.are.equal("gpu-short-1", names["short-1"])
     assert.are_not.equal(names[long1], names[long2])
+    -- a cut name is read back as its claim's (not from an owner reference,
+    -- which anyone with write access may take off): stripped of its owner
+    -- and zeroed, long1's record gets both back
+    local st = c:request("PATCH", WL .. "/" .. names[long1], { metadata = { ownerReferences = json.null } },
+      "application/merge-patch+json")
+    assert.are.equal(200, st)
+    local w = h.wait_record(long1, false)
+    assert.are.equal(names[long1], w.metadata.name)
   end)
 
   it("never gives two claims one record: a claim named after another's cut record name keeps its own", function()
