@@ -3,16 +3,22 @@
 -- and 0025). A virt-launcher pod whose VMI names GPUClaims
 -- (gpu.cozystack.io/claims; KubeVirt copies every VMI annotation to the
 -- pod, template.go filterVMIAnnotationsForPod) gets, when the claims are
--- all Bound or Attached to one node, a required node affinity to that
--- node and no gate; otherwise the gate gpu.cozystack.io/claims, which the
--- leader removes after binding the set and pinning the pod the same way.
+-- all Attached to that VMI on one node (a new launcher pod of a running
+-- VMI), a required node affinity to that node and no gate; otherwise the
+-- gate gpu.cozystack.io/claims, which the leader removes after binding the
+-- set and pinning the pod the same way. A claim only Bound gates too: two
+-- VMIs may name it (admitted at once on two replicas, before either
+-- replica's cache shows the other), and the leader ungates the pod of the
+-- one VMI its set gives the claim to: the gate is the serialization point
+-- (issue 20 defect 5).
 -- A virt-launcher pod of a VMI with template claims (DESIGN.md §3, issue 12
 -- item 2, docs/decisions/0027: the class-reference label, which KubeVirt
 -- copies from the VMI, template.go podLabels, and no claims annotation) is
--- judged the same way against the claims `<vmi>-<class>` the leader creates
--- for the classes its compute container requests; each must also be that
--- VMI's template claim (label, controller owner with the VMI's uid, class
--- and count), and one not created yet — the usual case at pod creation —
+-- judged against the claims `<vmi>-<class>` the leader creates for the
+-- classes its compute container requests: Bound or Attached to one node
+-- pins, since each must also be that VMI's own template claim (label,
+-- controller owner with the VMI's uid, class and count), which no other
+-- VMI can name; one not created yet — the usual case at pod creation —
 -- gates.
 -- Whatever this rule cannot judge (a claim the view does not hold yet, a
 -- malformed list or affinity) gates: the pod waits for the leader rather
@@ -52,7 +58,7 @@ local function template_node(cluster, ns, set, vmi, uid)
 end
 
 return rule "gpu/launcher-claims" {
-  description = "virt-launcher pods of VMIs naming GPUClaims or getting template claims: pinned to the claims' node when bound, else gated until the leader binds them",
+  description = "virt-launcher pods of VMIs naming GPUClaims or getting template claims: pinned to the claims' node when attached to the VMI (template claims: bound), else gated until the leader gives the VMI its claims",
   match = { kind = "Pod", group = "", operations = { "CREATE" } },
   -- /validate/pod: the list must parse (KubeVirt copies it verbatim from
   -- the VMI, where it was checked at creation: a malformed one was edited
@@ -87,7 +93,7 @@ return rule "gpu/launcher-claims" {
       -- already gated (by an earlier call of this webhook on reinvocation,
       -- or by its creator): from here the pod is the leader's
       if pin.gated(pod) then return nil end
-      if #problems == 0 then node = pin.node_of(cluster, ns, names, vmi) end
+      if #problems == 0 then node = pin.node_of(cluster, ns, names, vmi, true) end
     end
     if #problems == 0 then
       -- a pod that names a node skips the scheduler: pinned only when that

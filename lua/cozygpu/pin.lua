@@ -222,15 +222,20 @@ end
 --- and all have the same status.node, a valid node name. Anything else —
 --- a claim the (possibly lagging) view does not hold, `Pending`, `Lost`,
 --- two nodes — is nil with a message naming the claim: the caller gates,
---- and the leader, whose view is the binder's own, pins later. Raises
---- when `cluster` is not the cluster view.
+--- and the leader, whose view is the binder's own, pins later. With
+--- `attached_only`, each claim must also be `Attached` to `vmi` itself: a
+--- claim only `Bound` may be named by two VMIs at once, and which of them
+--- gets it is the leader's to decide (issue 20 defect 5: the gate is the
+--- serialization point; decision 0025). Raises when `cluster` is not the
+--- cluster view.
 --- @param cluster table the cluster view
 --- @param ns string namespace
 --- @param names string[] claim names (at least one)
 --- @param vmi string|nil the VMI's name
+--- @param attached_only boolean|nil require status.attachedTo == vmi
 --- @return string|nil node
 --- @return string|nil why
-function M.node_of(cluster, ns, names, vmi)
+function M.node_of(cluster, ns, names, vmi, attached_only)
   if type(ns) ~= "string" or ns == "" then return nil, "the pod has no namespace" end
   if #names == 0 then return nil, "no claims" end
   local node, first
@@ -245,6 +250,9 @@ function M.node_of(cluster, ns, names, vmi)
     local att = object.get(c, "status", "attachedTo")
     if att ~= nil and att ~= "" and att ~= vmi then
       return nil, ("GPUClaim %q is attached to another VMI"):format(name)
+    end
+    if attached_only and (phase ~= "Attached" or att ~= vmi or vmi == nil) then
+      return nil, ("GPUClaim %q is not attached to this VMI yet: the leader decides which VMI gets it"):format(name)
     end
     local n = object.get(c, "status", "node")
     if not M.valid_node(n) then return nil, ("GPUClaim %q has no valid status.node"):format(name) end

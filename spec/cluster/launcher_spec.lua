@@ -1,7 +1,7 @@
 -- The launcher pod of a VMI naming GPUClaims, on a real control plane
 -- (issue 19, DESIGN.md §4, decisions 0020, 0025): kube-apiserver calls
--- /mutate/launcher, which pins a pod whose claims are bound to the claims'
--- node or gates it (gpu.cozystack.io/claims) while a claim waits; then
+-- /mutate/launcher, which pins a pod whose claims are attached to its VMI
+-- to the claims' node, or gates it (gpu.cozystack.io/claims); then
 -- kube-scheduler, not the spec, decides where the pod goes. A gated pod
 -- stays unscheduled until the leader binds its claims, pins the pod and
 -- removes the gate. Nodes are objects with allocatable and a Ready
@@ -126,15 +126,22 @@ describe("launcher pods placed by kube-scheduler", function()
     assert.are.same({ "l40s", "Passthrough", "1", "1" }, { by.NAME, by.MODE, by.FREE, by["MAX-FREE-PER-NODE"] })
   end)
 
-  it("a pod whose claims are Bound is pinned at create and scheduled onto the claims' node", function()
+  it("a pod whose claims are Bound is gated at create; the leader pins it to the claims' node, ungates it, and it is scheduled there", function()
     claim("bound-a")
     assert(P.wait_until(function() return claim_status("bound-a").phase == "Bound" end, 30, 0.2),
       json.encode(claim_status("bound-a")))
     local node = claim_status("bound-a").node
     assert.are.equal("gpu-node-1", node)
     local v = vmi("ready", "bound-a")
+    -- gated by the webhook: a Bound claim is attached to no VMI yet, and
+    -- which VMI gets it is the leader's decision (issue 20 defect 5)
     local p = launcher(v)
-    assert.is_false(gated(p))
+    assert.is_true(gated(p))
+    assert.is_nil(p.spec.affinity)
+    assert(P.wait_until(function()
+      p = pod(p.metadata.name)
+      return p and not gated(p)
+    end, 30, 0.2), "the leader did not ungate the pod: " .. json.encode(p and p.spec))
     -- the pin: a required node affinity to the claims' node, the one term
     -- of a pod that had none (cozygpu.pin, decision 0025)
     assert.are.same({ nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = {
@@ -325,5 +332,98 @@ describe("launcher pods placed by kube-scheduler", function()
       return y and y.spec.nodeName
     end, 60, 0.2)
     assert.are.equal("gpu-node-4", placed, json.encode(pod(p.metadata.name, NS_B)))
+  end)
+
+  it("two VMIs naming one Bound claim, admitted at once: the leader ungates one launcher pod, the other stays gated (issue 20 defect 5)", function()
+    -- Two VMIs created at the same moment are judged before the webhook's
+    -- cache shows either, so both may be admitted (on two replicas this is
+    -- the rule, here one replica's cache lag); the gate, which only the
+    -- leader removes and only for the VMI its set gives the claim to, is
+    -- the serialization point. Tries a few times for a pair both admitted;
+    -- the webhook usually wins that race on one replica, and then the
+    -- second is the other replica's VMI, seen through its launcher pod.
+    G.add_node(c, "gpu-node-5", 1)
+    claim("shared", NS_B)
+    local node
+    assert(P.wait_until(function()
+      local st = claim_status("shared", NS_B)
+      node = st.phase == "Bound" and st.node
+      return node
+    end, 60, 0.2), json.encode(claim_status("shared", NS_B)))
+    local function vmi_obj(name)
+      return { apiVersion = "kubevirt.io/v1", kind = "VirtualMachineInstance",
+        metadata = { name = name, namespace = NS_B, annotations = { [GATE] = "shared" } },
+        spec = { domain = { devices = { gpus = { { name = "gpu1", deviceName = G.L40S } } },
+          resources = { requests = { memory = "1Gi" } } } } }
+    end
+    -- both kubectl processes at once; returns the created objects (nil: refused)
+    local function create_at_once(objs)
+      local cmds, files = {}, {}
+      for i, o in ipairs(objs) do
+        local f = os.tmpname()
+        local h = assert(io.open(f, "w"))
+        h:write(json.encode(o))
+        h:close()
+        files[i] = f
+        cmds[#cmds + 1] = ("(timeout 60 %s --kubeconfig %s create -f %s -o json >%s.out 2>%s.err) &"):format(
+          P.q(K.kubectl_bin), P.q(c.kubeconfig), P.q(f), P.q(f), P.q(f))
+      end
+      P.sh(table.concat(cmds, " ") .. " wait")
+      local out = {}
+      for i, f in ipairs(files) do
+        local ok, v = pcall(json.decode, P.read(f .. ".out") or "")
+        out[i] = ok and type(v) == "table" and v.metadata and v or nil
+        os.remove(f); os.remove(f .. ".out"); os.remove(f .. ".err")
+      end
+      return out
+    end
+    local pair
+    for try = 1, 3 do
+      local got = create_at_once { vmi_obj("dup-" .. try .. "a"), vmi_obj("dup-" .. try .. "b") }
+      if got[1] and got[2] then
+        print(("# both VMIs admitted at once (try %d)"):format(try))
+        pair = got
+        break
+      end
+      if try == 3 and (got[1] or got[2]) then
+        -- the webhook's cache won every race here: the second VMI stands
+        -- as one another replica admitted (its watch lagging), seen only
+        -- through the launcher pod virt-controller makes for it (a
+        -- made-up uid; the leader finds no such VMI, as it would not yet)
+        local v = got[1] or got[2]
+        local twin = json.decode(json.encode(v))
+        twin.metadata.name = v.metadata.name .. "-twin"
+        twin.metadata.uid = "d5e00000-0000-4000-8000-000000000005"
+        print("# one VMI admitted each try: the second is a launcher pod of a VMI the leader does not know")
+        pair = { v, twin }
+        break
+      end
+      for _, v in pairs(got) do c:must { "delete", "vmi", "-n", NS_B, v.metadata.name, "--wait=true" } end
+    end
+    assert(pair, "no VMI naming the claim was admitted")
+    local pods = { launcher(pair[1]), launcher(pair[2]) }
+    assert.is_true(gated(pods[1]))
+    assert.is_true(gated(pods[2]))
+    -- the leader ungates exactly one, pinned to the claim's node
+    local open
+    assert(P.wait_until(function()
+      open = {}
+      for i, p in ipairs(pods) do
+        local x = pod(p.metadata.name, NS_B)
+        if x and not gated(x) then open[#open + 1] = x end
+      end
+      return #open > 0
+    end, 30, 0.2), "the leader ungated neither launcher pod")
+    assert.are.equal(1, #open)
+    assert.are.same({ { matchFields = { pinned(node) } } },
+      open[1].spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
+    -- an observation window: the other stays gated however often the
+    -- leader looks (its pass runs at least once a second)
+    P.sleep(3)
+    local n = 0
+    for _, p in ipairs(pods) do
+      if not gated(pod(p.metadata.name, NS_B)) then n = n + 1 end
+    end
+    assert.are.equal(1, n)
   end)
 end)

@@ -180,5 +180,16 @@ describe("cozygpu.pin", function()
       assert.are.same({ nil, 'GPUClaim "b1" is not in the cluster view' }, { pin.node_of(view, "u", { "b1" }, "vm") })
       assert.are.same({ nil, "the pod has no namespace" }, { pin.node_of(view, nil, { "b1" }, "vm") })
     end)
+
+    it("with attached_only, is the node only when every claim is Attached to this VMI (issue 20 defect 5)", function()
+      assert.are.equal("n1", pin.node_of(view, "t", { "a1" }, "vm", true))
+      -- Bound: two VMIs may name it; the leader decides which gets it
+      local why = 'GPUClaim "b1" is not attached to this VMI yet: the leader decides which VMI gets it'
+      assert.are.same({ nil, why }, { pin.node_of(view, "t", { "a1", "b1" }, "vm", true) })
+      assert.are.same({ nil, why }, { pin.node_of(view, "t", { "b1" }, "vm", true) })
+      -- no VMI named: nothing is attached to it
+      assert.are.same({ nil, 'GPUClaim "a1" is attached to another VMI' }, { pin.node_of(view, "t", { "a1" }, nil, true) })
+      assert.are.same({ nil, 'GPUClaim "other" is attached to another VMI' }, { pin.node_of(view, "t", { "other" }, "vm", true) })
+    end)
   end)
 end)

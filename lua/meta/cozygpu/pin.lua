@@ -62,14 +62,17 @@ function pin.gate(pod) end
 
 ---The node the claims `names` of namespace `ns` are bound to: every one in
 ---the view, not being deleted, Bound or Attached, attached to no VMI but
----`vmi`, all on one valid status.node. Else nil and why (naming the
----claim). Raises when `cluster` is not the cluster view.
+---`vmi`, all on one valid status.node; with `attached_only`, each also
+---Attached to `vmi` itself (a Bound claim may be named by two VMIs; the
+---leader decides which gets it). Else nil and why (naming the claim).
+---Raises when `cluster` is not the cluster view.
 ---@param cluster cozygpu.Cluster
 ---@param ns string
 ---@param names string[]
 ---@param vmi string?
+---@param attached_only boolean?
 ---@return string? node
 ---@return string? why
-function pin.node_of(cluster, ns, names, vmi) end
+function pin.node_of(cluster, ns, names, vmi, attached_only) end
 
 return pin
