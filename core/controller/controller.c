@@ -186,6 +186,7 @@ int controller_main(int argc, char **argv)
                     "1 from a failed policy reload until one succeeds: the ConfigMap's current version is not "
                     "served (the previous bundle, or none, is).");
     metrics_declare("cozygpu_watch_restarts_total", "counter", "Watch restarts, by resource and reason.");
+    metrics_declare("cozygpu_watch_cache_objects", "gauge", "Objects each watch cache holds, by resource.");
     metrics_declare("cozygpu_leader", "gauge", "1 while this replica holds the leader Lease.");
     metrics_declare("cozygpu_binder_passes_total", "counter",
                     "Binder passes on the leader, by kind (full: on taking the lead; incremental: per batch of changes).");
@@ -304,6 +305,16 @@ int controller_main(int argc, char **argv)
         kube_watcher_add(ctl_proc->watcher, &KUBE_PVCS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'v');
     ctl_proc->pvs_inf =
         kube_watcher_add(ctl_proc->watcher, &KUBE_PVS, NULL, NULL, NULL, ctl_bind_on_event, (void *)(intptr_t)'w');
+    /* what no rule reads and a tenant can make large stays out of the
+     * caches (ctl_cluster_strip); not on the Secrets, ConfigMaps and usage
+     * records below, which are written back whole */
+    for(int i = 0; i < ctl_proc->n_cluster_inf; i++)
+        kube_informer_set_transform(ctl_proc->cluster_inf[i], ctl_cluster_strip);
+    kube_informer_set_transform(ctl_proc->gpunodes_inf, ctl_cluster_strip);
+    kube_informer_set_transform(ctl_proc->vms_inf, ctl_cluster_strip);
+    kube_informer_set_transform(ctl_proc->pods_inf, ctl_cluster_strip);
+    kube_informer_set_transform(ctl_proc->pvcs_inf, ctl_cluster_strip);
+    kube_informer_set_transform(ctl_proc->pvs_inf, ctl_cluster_strip);
     /* usage records (DESIGN.md §3): only the objects this controller
      * manages; a cluster without Cozystack's CRDs does not serve them */
     ctl_proc->workloads_inf = kube_watcher_add(ctl_proc->watcher, &KUBE_WORKLOADS, NULL,

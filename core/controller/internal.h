@@ -145,6 +145,22 @@ json_t *ctl_cluster_snapshot(void);
  * or NULL when none does. Borrowed. */
 kube_informer *ctl_cluster_informer(const kube_resource *r);
 
+/* Annotation values longer than this (bytes) are not cached, but for
+ * cozygpu's own keys (ctl_cluster_strip). */
+#define CTL_CLUSTER_ANNOTATION_MAX 1024
+
+/* The watch caches' transform (kube_informer_set_transform), for every
+ * informer but the Secrets, ConfigMaps and usage records the controller
+ * writes back whole: removes in place what no rule or the leader reads and
+ * a tenant can make large (issue 20, "Load a tenant can put on the
+ * leader"; decision 0038): metadata.managedFields; every annotation but
+ * gpu.cozystack.io/ and workload.cozystack.io/ ones that is not a string,
+ * is kubectl's last-applied-configuration or is longer than
+ * CTL_CLUSTER_ANNOTATION_MAX; cloud-init payloads of VMI and VM volumes;
+ * env, command and args of pod containers. The cluster view the policies
+ * read is these objects, so a hoster rule does not see what is stripped. */
+void ctl_cluster_strip(const kube_resource *r, json_t *obj);
+
 /* ---- bundle.c ---- */
 
 /* The bundle being served, with a reference taken for the caller (release

@@ -26,8 +26,11 @@
    module is linked these resolve to NULL and nothing is counted. */
 void metrics_counter_add(const char *family, const char *labels, double v) __attribute__((weak));
 void metrics_declare(const char *family, const char *type, const char *help) __attribute__((weak));
+void metrics_gauge_set(const char *family, const char *labels, double v) __attribute__((weak));
 
 static const char RESTARTS[] = "cozygpu_watch_restarts_total";
+
+static const char OBJECTS[] = "cozygpu_watch_cache_objects";
 
 typedef enum inf_state { INF_IDLE, INF_LISTING, INF_WATCHING, INF_BACKOFF } inf_state;
 
@@ -40,6 +43,7 @@ struct kube_informer {
     char *ns, *label, *field;
     kube_event_fn fn;
     void *ctx;
+    kube_transform_fn transform; /* NULL: objects are cached as they come */
     struct kube_informer *next;
 
     /* loop state (watcher thread only) */
@@ -377,6 +381,17 @@ static void set_rv(kube_informer *inf, const char *rv)
     pthread_mutex_unlock(&inf->w->mu);
 }
 
+/* The objects a cache holds, as cozygpu_watch_cache_objects{resource}
+   (under w->mu). */
+static void count_objects(const kube_informer *inf, const json_t *cache)
+{
+    if(!metrics_gauge_set)
+        return;
+    char lb[160];
+    snprintf(lb, sizeof lb, "resource=\"%s\"", inf->res->resource);
+    metrics_gauge_set(OBJECTS, lb, (double)json_object_size(cache));
+}
+
 /* Applies one watch event to the cache and delivers it. */
 static void apply_event(kube_informer *inf, const char *type, json_t *obj)
 {
@@ -398,6 +413,7 @@ static void apply_event(kube_informer *inf, const char *type, json_t *obj)
         dq_push(&q, had ? "MODIFIED" : "ADDED", obj);
     }
     inf->w->generation++;
+    count_objects(inf, inf->cache);
     pthread_mutex_unlock(&inf->w->mu);
     free(key);
     set_rv(inf, meta(obj, "resourceVersion"));
@@ -445,6 +461,8 @@ static int watch_line(kube_informer *inf, const char *line, size_t n)
         json_decref(ev);
         return -1;
     } else if(strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0 || strcmp(type, "DELETED") == 0) {
+        if(inf->transform)
+            inf->transform(inf->res, obj);
         apply_event(inf, type, obj);
     } else {
         log_write(LOG_WARN, "watch", "unknown watch event type ignored", "resource",
@@ -665,6 +683,7 @@ static void commit_list(kube_informer *inf, const char *list_rv, const kube_reso
     inf->cache = inf->pending;
     inf->pending = NULL;
     inf->synced = 1;
+    count_objects(inf, inf->cache);
     inf->served = served;
     if(changed || q.n)
         inf->w->generation++;
@@ -749,6 +768,8 @@ static void list_done(kube_informer *inf, CURLcode cc, long st)
     size_t i;
     json_t *it;
     json_array_foreach(items, i, it) {
+        if(inf->transform && json_is_object(it))
+            inf->transform(inf->res, it);
         char *k = obj_key(it);
         if(k)
             json_object_set(inf->pending, k, it);
@@ -958,6 +979,12 @@ void kube_watcher_free(kube_watcher *w)
     }
     pthread_mutex_destroy(&w->mu);
     free(w);
+}
+
+void kube_informer_set_transform(kube_informer *inf, kube_transform_fn fn)
+{
+    if(inf)
+        inf->transform = fn;
 }
 
 void kube_informer_set_optional(kube_informer *inf)
