@@ -149,6 +149,8 @@ typedef struct loop {
     json_t *class_specs; /* class -> {spec, deleting} as last applied (apply_class) */
     long long class_next_ms; /* monotonic ms: no GPUClass status write before then */
     int class_pending;   /* a class status differs and waits for class_next_ms */
+    long long flush_until; /* monotonic ms: the current flush writes until then */
+    int more;            /* the last flush stopped at its budget with writes left: wake at once */
     long long class_log_ms; /* a failing class_status call was last logged then */
 } loop;
 
@@ -1733,14 +1735,111 @@ static void apply_dirty(loop *L, dirty *batch)
 }
 
 
+/* --- fairness: one tenant's burst does not hold back another's writes
+ * (issue 20, "Fairness") --- */
+
+/* Writes per flush stop after this long (ms); the loop wakes again at once
+ * for the rest, after taking the events that came meanwhile. */
+#define FLUSH_BUDGET_MS 200
+
+/* Whether the current flush has used its budget; sets L->more when so. */
+static int flush_spent(loop *L)
+{
+    if(mono_ms() < L->flush_until)
+        return 0;
+    L->more = 1;
+    return 1;
+}
+
+/* The length of the namespace part of key "ns/name". */
+static size_t key_ns_len(const char *key)
+{
+    const char *slash = strchr(key, '/');
+    return slash ? (size_t)(slash - key) : strlen(key);
+}
+
+/* Ranks each key of `keys` (n of them, "ns/name") within its namespace:
+ * 0 for the first of a namespace, 1 for its second, ... Written in order of
+ * (rank, namespace), every namespace gets its first write before any gets
+ * its second: round robin across tenants. O(n). */
+static void fair_rank(const char *const *keys, unsigned *rank, size_t n)
+{
+    json_t *seen = json_object();
+    for(size_t i = 0; i < n; i++) {
+        char ns[300];
+        size_t l = key_ns_len(keys[i]);
+        snprintf(ns, sizeof ns, "%.*s", (int)(l < sizeof ns ? l : sizeof ns - 1), keys[i]);
+        json_int_t r = json_integer_value(json_object_get(seen, ns));
+        rank[i] = (unsigned)r;
+        json_object_set_new(seen, ns, json_integer(r + 1));
+    }
+    json_decref(seen);
+}
+
+static int cmp_rank_key(unsigned ra, const char *ka, unsigned rb, const char *kb)
+{
+    if(ra != rb)
+        return ra < rb ? -1 : 1;
+    return strcmp(ka, kb);
+}
+
+/* A set's keys in fair order (fair_rank, then by key): an array of n
+ * dirty pointers (free it), NULL when the set is empty or out of memory. */
+typedef struct ranked {
+    dirty *d;
+    unsigned rank;
+} ranked;
+
+static int cmp_ranked(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    return cmp_rank_key(x->rank, x->d->key, y->rank, y->d->key);
+}
+
+static ranked *fair_order(dirty *set, size_t *n)
+{
+    *n = HASH_COUNT(set);
+    if(*n == 0)
+        return NULL;
+    ranked *r = calloc(*n, sizeof *r);
+    const char **keys = calloc(*n, sizeof *keys);
+    unsigned *rank = calloc(*n, sizeof *rank);
+    if(!r || !keys || !rank) {
+        free(r), free(keys), free(rank);
+        *n = 0;
+        return NULL;
+    }
+    size_t i = 0;
+    dirty *d, *t;
+    HASH_ITER(hh, set, d, t)
+    {
+        r[i].d = d;
+        keys[i++] = d->key;
+    }
+    fair_rank(keys, rank, *n);
+    for(i = 0; i < *n; i++)
+        r[i].rank = rank[i];
+    qsort(r, *n, sizeof *r, cmp_ranked);
+    free(keys);
+    free(rank);
+    return r;
+}
+
 /* One status write to send: what it does to the API's bookings. */
 typedef struct pending_write {
     dirty *d;
+    unsigned rank; /* its place among its namespace's writes (fair_rank) */
     const char *class_name;
     uint32_t count;
     char rel[256];  /* the node the API shows it on and the state moved it from ("" none) */
     char book[256]; /* the node the state holds it on and the API does not show ("" none) */
 } pending_write;
+
+static int cmp_pending(const void *a, const void *b)
+{
+    const pending_write *x = a, *y = b;
+    return cmp_rank_key(x->rank, x->d->key, y->rank, y->d->key);
+}
 
 /* Units per "node/class" that the API shows booked beyond the state:
  * + a release not written yet, - a booking not written yet. */
@@ -1822,13 +1921,28 @@ static void flush_status(loop *L)
         }
         json_decref(obj);
     }
+    /* round robin across namespaces (fair_rank) */
+    const char **keys = calloc(k ? k : 1, sizeof *keys);
+    unsigned *rank = calloc(k ? k : 1, sizeof *rank);
+    if(keys && rank) {
+        for(size_t i = 0; i < k; i++)
+            keys[i] = w[i].d->key;
+        fair_rank(keys, rank, k);
+        for(size_t i = 0; i < k; i++)
+            w[i].rank = rank[i];
+        qsort(w, k, sizeof *w, cmp_pending);
+    }
+    free(keys);
+    free(rank);
     const binder_index *ix = binder_state_index(L->st);
-    for(int progress = 1; progress && leading();) {
+    for(int progress = 1; progress && leading() && !flush_spent(L);) {
         progress = 0;
         for(size_t i = 0; i < k; i++) {
             pending_write *p = &w[i];
             if(!p->d)
                 continue;
+            if(flush_spent(L))
+                break;
             if(*p->book) {
                 binder_slot_view v;
                 if(binder_node_slot(ix, p->book, p->class_name, &v) != BINDER_OK)
@@ -1946,10 +2060,12 @@ static int claim_in_use(loop *L, const char *ns, const char *name)
 static void flush_protection(loop *L)
 {
     dirty *d, *t;
-    HASH_ITER(hh, L->protect, d, t)
-    {
-        if(!leading())
-            return;
+    size_t n;
+    ranked *order = fair_order(L->protect, &n);
+    for(size_t i = 0; i < n; i++) {
+        if(!leading() || flush_spent(L))
+            break;
+        d = order[i].d;
         char buf[600];
         const char *ns, *name;
         ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
@@ -1960,9 +2076,10 @@ static void flush_protection(loop *L)
            strstr(err.msg, "NotFound") || strstr(err.msg, "404"))
             ctl_key_drop(&L->protect, d);
     }
+    free(order);
     HASH_ITER(hh, L->deleting, d, t)
     {
-        if(!leading())
+        if(!leading() || flush_spent(L))
             return;
         char buf[600];
         const char *ns, *name;
@@ -2038,6 +2155,8 @@ static void flush_templates(loop *L)
 static void flush(loop *L)
 {
     dirty *d, *t;
+    L->more = 0;
+    L->flush_until = mono_ms() + FLUSH_BUDGET_MS;
     flush_status(L);
     flush_classes(L);
     flush_protection(L);
@@ -2056,13 +2175,15 @@ static void flush(loop *L)
            (code / 100 == 2 || code == 404))
             ctl_key_drop(&L->deletes, d);
     }
-    HASH_ITER(hh, L->gated, d, t)
-    {
-        if(!leading())
-            return;
-        if(pin_pod(L, d->key))
-            ctl_key_drop(&L->gated, d);
+    size_t n;
+    ranked *order = fair_order(L->gated, &n);
+    for(size_t i = 0; i < n; i++) {
+        if(!leading() || flush_spent(L))
+            break;
+        if(pin_pod(L, order[i].d->key))
+            ctl_key_drop(&L->gated, order[i].d);
     }
+    free(order);
 }
 
 void *ctl_bind_main(void *arg)
@@ -2094,8 +2215,8 @@ void *ctl_bind_main(void *arg)
     for(;;) {
         /* a second at most: retries of writes left by a 409 or an error;
          * sooner when a GPUClass status waits for its write gap */
-        long wait = 1000;
-        if(L.class_pending) {
+        long wait = L.more ? 0 : 1000; /* writes left by the last flush's budget: at once */
+        if(L.class_pending && !L.more) {
             long long left = L.class_next_ms - mono_ms();
             wait = left < 10 ? 10 : left > 1000 ? 1000 : (long)left;
         }
