@@ -190,6 +190,7 @@ describe("binder fault run", function()
 
     local function pick(t) return t[math.random(#t)] end
 
+    local records_edited -- tenant edits of records that the API took
     local actions = {
       { 14, "create claim", function()
         nclaim = nclaim + 1
@@ -316,11 +317,39 @@ describe("binder fault run", function()
       { 1, "watch cut", function()
         d:cut { mode = math.random() < 0.5 and "abrupt" or "close" }
       end },
+      { 2, "record re-pointed at another claim and zeroed", function()
+        -- a tenant edit (issue 20 defect 1; Cozystack's tenant roles do not
+        -- give it, a broader role may): the record of one claim names
+        -- another claim of its namespace as owner and bills 0; the leader
+        -- puts owner and count back (decision 0028), which the records
+        -- check after the run sees
+        local recs, by_ns = {}, {}
+        for _, w in ipairs(items("workloads")) do
+          if (w.metadata.labels or {})["app.kubernetes.io/managed-by"] == "cozygpu" then recs[#recs + 1] = w end
+        end
+        if #recs == 0 then return end
+        local w = pick(recs)
+        for _, c in ipairs(items("gpuclaims")) do
+          if c.metadata.namespace == w.metadata.namespace then by_ns[#by_ns + 1] = c end
+        end
+        if #by_ns == 0 then return end
+        local o = pick(by_ns).metadata
+        local res = {}
+        for k in pairs(w.status and w.status.resources or {}) do res[k] = "0" end
+        local path = "/apis/cozystack.io/v1alpha1/namespaces/" .. w.metadata.namespace .. "/workloads/" .. w.metadata.name
+        local merge = "application/merge-patch+json"
+        -- (the double serves Workloads without a status subresource, as
+        -- Cozystack's CRD has none: status goes with the object)
+        local _, st = E.send(d, "PATCH", path, { metadata = { ownerReferences = { { apiVersion = "cozystack.io/v1alpha1",
+          kind = "GPUClaim", name = o.name, uid = o.uid, controller = true } } }, status = { resources = res } }, merge)
+        if st == 200 then records_edited = records_edited + 1 end
+      end },
     }
     local total = 0
     for _, a in ipairs(actions) do total = total + a[1] end
 
     local next_kill = math.random(800, 1600)
+    records_edited = 0
     for step = 1, STEPS do
       if step == next_kill then
         -- SIGKILL whoever leads (no Lease release), start a replacement
@@ -521,6 +550,7 @@ describe("binder fault run", function()
     table.sort(ph)
     print(("# binder fault run: %d claims at the end (%s); steps: %s"):format(#cl, table.concat(ph, ", "),
       table.concat(parts, ", ")))
+    print(("# binder fault run: %d records re-pointed and zeroed by the tenant, each put right"):format(records_edited))
     assert.is_true((counts["leader kill"] or 0) >= 1 or STEPS < 1600)
     for _, c in pairs(replicas) do P.stop(c.pid, 5) end
     d:stop()
