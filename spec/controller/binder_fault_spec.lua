@@ -218,6 +218,16 @@ describe("binder fault run", function()
       vmis[#vmis + 1] = v
       return v
     end
+    -- a claim ("ns/name") picked at random, or nil when it is named by a
+    -- VMI already (or there is none); and the set of the named ones
+    local function unused_claim()
+      if #claims == 0 then return nil end
+      local used = {}
+      for _, v in ipairs(vmis) do for _, c in ipairs(v.claims) do used[v.ns .. "/" .. c] = true end end
+      local c = pick(claims)
+      if used[c] then return nil end
+      return c, used
+    end
     -- the node the leader pinned v's launcher pod to once it removed the
     -- gate, or nil while it is gated (or has none)
     local function ungated_node(v)
@@ -281,11 +291,8 @@ describe("binder fault run", function()
         put_node_status(n)
       end },
       { 10, "VM start", function()
-        if #claims == 0 then return end
-        local used = {}
-        for _, v in ipairs(vmis) do for _, c in ipairs(v.claims) do used[v.ns .. "/" .. c] = true end end
-        local first = pick(claims)
-        if used[first] then return end
+        local first, used = unused_claim()
+        if not first then return end
         local ns = first:match("^([^/]+)/")
         local names = { first:match("/(.+)$") }
         for _, c in ipairs(claims) do
@@ -298,11 +305,8 @@ describe("binder fault run", function()
       { 3, "two VMs start on one claim", function()
         -- both admitted at once on two replicas before either cache showed
         -- the other (issue 20 defect 5): the leader ungates one pod
-        if #claims == 0 then return end
-        local used = {}
-        for _, v in ipairs(vmis) do for _, c in ipairs(v.claims) do used[v.ns .. "/" .. c] = true end end
-        local c = pick(claims)
-        if used[c] then return end
+        local c = unused_claim()
+        if not c then return end
         local ns, name = c:match("^([^/]+)/(.+)$")
         start_vm(ns, { name })
         start_vm(ns, { name })
