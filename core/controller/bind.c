@@ -151,6 +151,7 @@ typedef struct loop {
     int class_pending;   /* a class status differs and waits for class_next_ms */
     long long flush_until; /* monotonic ms: the current flush writes until then */
     int more;            /* the last flush stopped at its budget with writes left: wake at once */
+    int progressed;      /* a write of the current flush succeeded (no retry at once after failures only) */
     long long class_log_ms; /* a failing class_status call was last logged then */
 } loop;
 
@@ -1955,6 +1956,7 @@ static void flush_status(loop *L)
                 break;
             if(!write_claim(L, p->d->key))
                 continue;
+            L->progressed = 1;
             if(*p->rel)
                 delta_add(&delta, p->rel, p->class_name, -(long)p->count);
             if(*p->book)
@@ -2073,8 +2075,10 @@ static void flush_protection(loop *L)
         cozy_err err;
         if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
                COZY_OK ||
-           strstr(err.msg, "NotFound") || strstr(err.msg, "404"))
+           strstr(err.msg, "NotFound") || strstr(err.msg, "404")) {
             ctl_key_drop(&L->protect, d);
+            L->progressed = 1;
+        }
     }
     free(order);
     HASH_ITER(hh, L->deleting, d, t)
@@ -2156,6 +2160,7 @@ static void flush(loop *L)
 {
     dirty *d, *t;
     L->more = 0;
+    L->progressed = 0;
     L->flush_until = mono_ms() + FLUSH_BUDGET_MS;
     flush_status(L);
     flush_classes(L);
@@ -2180,10 +2185,16 @@ static void flush(loop *L)
     for(size_t i = 0; i < n; i++) {
         if(!leading() || flush_spent(L))
             break;
-        if(pin_pod(L, order[i].d->key))
+        if(pin_pod(L, order[i].d->key)) {
             ctl_key_drop(&L->gated, order[i].d);
+            L->progressed = 1;
+        }
     }
     free(order);
+    /* writes that only failed wait for the next wake (at most a second,
+     * or an event), not a retry at once against an API server in trouble */
+    if(!L->progressed)
+        L->more = 0;
 }
 
 void *ctl_bind_main(void *arg)
