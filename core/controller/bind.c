@@ -1715,22 +1715,14 @@ static void apply_dirty(loop *L, dirty *batch)
     }
     recheck_raw(L, &nodes);
     json_t *classes = kube_informer_list(ctl_proc->classes_inf);
-    if(classes_changed || kubevirt_changed) {
+    /* the batch's nodes first (apply_node takes a deleted one out of the
+     * state), then, when what every node offers may have changed, each
+     * node the cache holds */
+    json_t *kv = first_kubevirt();
+    HASH_ITER(hh, nodes, d, t) apply_node(L, d->key, classes, kv);
+    json_decref(kv);
+    if(classes_changed || kubevirt_changed)
         apply_all_nodes(L, classes);
-        /* the walk sees only the nodes the cache holds: a node deleted in
-         * this batch leaves the state here (the cache has no such Node) */
-        HASH_ITER(hh, nodes, d, t)
-        {
-            json_t *n = node_inf_get(d->key);
-            if(!n)
-                binder_state_node_delete(L->st, d->key, NULL);
-            json_decref(n);
-        }
-    } else {
-        json_t *kv = first_kubevirt();
-        HASH_ITER(hh, nodes, d, t) apply_node(L, d->key, classes, kv);
-        json_decref(kv);
-    }
     ctl_key_free(&nodes);
     json_decref(classes);
 }
@@ -1759,54 +1751,31 @@ static size_t key_ns_len(const char *key)
     return slash ? (size_t)(slash - key) : strlen(key);
 }
 
-/* Ranks each key of `keys` (n of them, "ns/name") within its namespace:
- * 0 for the first of a namespace, 1 for its second, ... Written in order of
- * (rank, namespace), every namespace gets its first write before any gets
- * its second: round robin across tenants. O(n). */
-static void fair_rank(const char *const *keys, unsigned *rank, size_t n)
-{
-    json_t *seen = json_object();
-    for(size_t i = 0; i < n; i++) {
-        char ns[300];
-        size_t l = key_ns_len(keys[i]);
-        snprintf(ns, sizeof ns, "%.*s", (int)(l < sizeof ns ? l : sizeof ns - 1), keys[i]);
-        json_int_t r = json_integer_value(json_object_get(seen, ns));
-        rank[i] = (unsigned)r;
-        json_object_set_new(seen, ns, json_integer(r + 1));
-    }
-    json_decref(seen);
-}
-
-static int cmp_rank_key(unsigned ra, const char *ka, unsigned rb, const char *kb)
-{
-    if(ra != rb)
-        return ra < rb ? -1 : 1;
-    return strcmp(ka, kb);
-}
-
-/* A set's keys in fair order (fair_rank, then by key): an array of n
- * dirty pointers (free it), NULL when the set is empty or out of memory. */
+/* A set's keys ("ns/name") in fair order: each namespace's first key,
+ * then each one's second, ... (ties by key), so writes in this order go
+ * round robin across tenants. An array of n entries (free it), NULL when
+ * the set is empty or out of memory. O(n log n). */
 typedef struct ranked {
     dirty *d;
-    unsigned rank;
+    unsigned rank; /* its place among its namespace's keys */
 } ranked;
 
 static int cmp_ranked(const void *a, const void *b)
 {
     const ranked *x = a, *y = b;
-    return cmp_rank_key(x->rank, x->d->key, y->rank, y->d->key);
+    if(x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return strcmp(x->d->key, y->d->key);
 }
 
 static ranked *fair_order(dirty *set, size_t *n)
 {
     *n = HASH_COUNT(set);
-    if(*n == 0)
-        return NULL;
-    ranked *r = calloc(*n, sizeof *r);
-    const char **keys = calloc(*n, sizeof *keys);
-    unsigned *rank = calloc(*n, sizeof *rank);
-    if(!r || !keys || !rank) {
-        free(r), free(keys), free(rank);
+    ranked *r = *n ? calloc(*n, sizeof *r) : NULL;
+    json_t *seen = json_object();
+    if(!r || !seen) {
+        free(r);
+        json_decref(seen);
         *n = 0;
         return NULL;
     }
@@ -1814,33 +1783,27 @@ static ranked *fair_order(dirty *set, size_t *n)
     dirty *d, *t;
     HASH_ITER(hh, set, d, t)
     {
-        r[i].d = d;
-        keys[i++] = d->key;
+        char ns[300];
+        size_t l = key_ns_len(d->key);
+        snprintf(ns, sizeof ns, "%.*s", (int)(l < sizeof ns ? l : sizeof ns - 1), d->key);
+        json_int_t k = json_integer_value(json_object_get(seen, ns));
+        json_object_set_new(seen, ns, json_integer(k + 1));
+        r[i++] = (ranked){d, (unsigned)k};
     }
-    fair_rank(keys, rank, *n);
-    for(i = 0; i < *n; i++)
-        r[i].rank = rank[i];
+    json_decref(seen);
     qsort(r, *n, sizeof *r, cmp_ranked);
-    free(keys);
-    free(rank);
     return r;
 }
 
 /* One status write to send: what it does to the API's bookings. */
 typedef struct pending_write {
     dirty *d;
-    unsigned rank; /* its place among its namespace's writes (fair_rank) */
     const char *class_name;
     uint32_t count;
     char rel[256];  /* the node the API shows it on and the state moved it from ("" none) */
     char book[256]; /* the node the state holds it on and the API does not show ("" none) */
 } pending_write;
 
-static int cmp_pending(const void *a, const void *b)
-{
-    const pending_write *x = a, *y = b;
-    return cmp_rank_key(x->rank, x->d->key, y->rank, y->d->key);
-}
 
 /* Units per "node/class" that the API shows booked beyond the state:
  * + a release not written yet, - a booking not written yet. */
@@ -1887,16 +1850,16 @@ static long delta_get(api_delta *m, const char *node, const char *cls)
  * anything). Rounds repeat while one makes progress. */
 static void flush_status(loop *L)
 {
-    size_t n = HASH_COUNT(L->writes), k = 0;
-    if(n == 0)
+    size_t n, k = 0;
+    ranked *order = fair_order(L->writes, &n); /* round robin across namespaces */
+    pending_write *w = n ? calloc(n, sizeof *w) : NULL;
+    if(!w) {
+        free(order);
         return;
-    pending_write *w = calloc(n, sizeof *w);
-    if(!w)
-        return;
+    }
     api_delta *delta = NULL;
-    dirty *d, *t;
-    HASH_ITER(hh, L->writes, d, t)
-    {
+    for(size_t j = 0; j < n; j++) {
+        dirty *d = order[j].d;
         char buf[600];
         const char *ns, *name;
         ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
@@ -1922,19 +1885,6 @@ static void flush_status(loop *L)
         }
         json_decref(obj);
     }
-    /* round robin across namespaces (fair_rank) */
-    const char **keys = calloc(k ? k : 1, sizeof *keys);
-    unsigned *rank = calloc(k ? k : 1, sizeof *rank);
-    if(keys && rank) {
-        for(size_t i = 0; i < k; i++)
-            keys[i] = w[i].d->key;
-        fair_rank(keys, rank, k);
-        for(size_t i = 0; i < k; i++)
-            w[i].rank = rank[i];
-        qsort(w, k, sizeof *w, cmp_pending);
-    }
-    free(keys);
-    free(rank);
     const binder_index *ix = binder_state_index(L->st);
     for(int progress = 1; progress && leading() && !flush_spent(L);) {
         progress = 0;
@@ -1974,6 +1924,7 @@ static void flush_status(loop *L)
         free(x);
     }
     free(w);
+    free(order);
 }
 
 typedef struct fin_ctx {
