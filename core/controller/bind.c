@@ -80,6 +80,47 @@ typedef ctl_key dirty; /* keys.c */
 static dirty *g_dirty;        /* mu */
 static int g_wake;            /* mu: leadership changed or a tick is due */
 
+/* The highest metadata.resourceVersion of each resource whose event was
+ * queued (recorded after its key, so a batch never takes the version of
+ * an event it does not hold): what "applied up to" is measured against.
+ * resourceVersions are opaque to clients (API conventions, "Concurrency
+ * Control and Consistency"); kube-apiserver's are etcd revisions, decimal
+ * integers, and one that is not is not recorded. */
+#define RV_RESOURCES 16
+typedef struct rv_seen {
+    const kube_resource *r;
+    unsigned long long rv;
+} rv_seen;
+static rv_seen g_rv[RV_RESOURCES]; /* mu */
+
+static void rv_record(const kube_resource *r, const json_t *obj)
+{
+    const char *v = json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+    if(!r || !v || !*v)
+        return;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    if(*end || *v == '-')
+        return;
+    pthread_mutex_lock(&ctl_proc->mu);
+    for(int i = 0; i < RV_RESOURCES; i++) {
+        if(!g_rv[i].r)
+            g_rv[i].r = r;
+        if(g_rv[i].r == r) {
+            if(n > g_rv[i].rv)
+                g_rv[i].rv = n;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ctl_proc->mu);
+}
+
+/* ctl_key_wait_take's take: the versions recorded with the batch's keys. */
+static void rv_take(void *ud)
+{
+    memcpy(ud, g_rv, sizeof g_rv);
+}
+
 static const char *md_str(const json_t *obj, const char *field)
 {
     return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
@@ -94,6 +135,7 @@ void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const js
     if(kind == K_CLAIM)
         ctl_usage_on_event(ctx, inf, type, obj); /* the claim's usage record */
     ctl_key_queue_object(&g_dirty, kind, obj);
+    rv_record(kube_informer_resource(inf), obj);
 }
 
 void ctl_bind_on_leader_change(void *ctx, int leading)
@@ -728,6 +770,22 @@ static void loop_drop(loop *L)
     metrics_family_clear("cozygpu_class_capacity_devices");
     metrics_family_clear("cozygpu_class_free_devices");
     metrics_family_clear("cozygpu_class_claimed_devices");
+    metrics_family_clear("cozygpu_binder_applied_resource_version");
+}
+
+/* The leader's "applied up to": for each resource, the resourceVersion of
+ * the last event whose batch has been taken into the state, reconciled
+ * and its writes sent (none left for the next wake by the flush's budget).
+ * A spec that wrote an object waits until its resource's version here is
+ * at least the one its write returned, instead of a fixed sleep
+ * (docs/decisions/0040). */
+static void publish_applied(const rv_seen *taken)
+{
+    for(int i = 0; i < RV_RESOURCES && taken[i].r; i++) {
+        char lb[128];
+        snprintf(lb, sizeof lb, "resource=\"%s\"", taken[i].r->resource);
+        metrics_gauge_set("cozygpu_binder_applied_resource_version", lb, (double)taken[i].rv);
+    }
 }
 
 static int build(loop *L)
@@ -2183,7 +2241,8 @@ void *ctl_bind_main(void *arg)
             wait = left < 10 ? 10 : left > 1000 ? 1000 : (long)left;
         }
         int stop;
-        dirty *batch = ctl_key_wait(&g_dirty, &g_wake, wait, &stop);
+        rv_seen taken[RV_RESOURCES];
+        dirty *batch = ctl_key_wait_take(&g_dirty, &g_wake, wait, &stop, rv_take, taken);
         if(stop)
             break;
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
@@ -2251,6 +2310,8 @@ void *ctl_bind_main(void *arg)
         /* what the last pass left to look at (L.recheck) waits for the next
          * wake, at most a second away: never dropped */
         flush(&L);
+        if(!L.more && leading())
+            publish_applied(taken);
     }
     loop_drop(&L);
     engine_close(L.pe);

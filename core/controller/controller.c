@@ -190,6 +190,9 @@ int controller_main(int argc, char **argv)
     metrics_declare("cozygpu_leader", "gauge", "1 while this replica holds the leader Lease.");
     metrics_declare("cozygpu_binder_passes_total", "counter",
                     "Binder passes on the leader, by kind (full: on taking the lead; incremental: per batch of changes).");
+    metrics_declare("cozygpu_binder_applied_resource_version", "gauge",
+                    "On the leader, by resource: the resourceVersion of the last watch event the binder has taken "
+                    "into its state, reconciled and written for (decision 0040).");
     metrics_declare("cozygpu_binder_transitions_total", "counter", "Claim status transitions the binder decided.");
     metrics_declare("cozygpu_binder_status_writes_total", "counter",
                     "GPUClaim status writes by result (ok, conflict: the cache was behind, error).");

@@ -117,6 +117,11 @@ void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const 
  * (the queue is then freed here and NULL returned). */
 ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop);
 
+/* ctl_key_wait, and take(ud) called under ctl.mu in the same hold that
+ * takes the queue (not when stopping): what the watcher thread recorded
+ * beside the keys is taken together with them, never a later event's. */
+ctl_key *ctl_key_wait_take(ctl_key **queue, int *wake, long wait_ms, int *stop, void (*take)(void *ud), void *ud);
+
 /* ctl_key_queue of "K:ns/name" for object `obj` (K = kind; ns empty for a
  * cluster-scoped object); nothing when it has no metadata.name. */
 void ctl_key_queue_object(ctl_key **queue, char kind, const json_t *obj);

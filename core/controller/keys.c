@@ -88,6 +88,11 @@ void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const 
 
 ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop)
 {
+    return ctl_key_wait_take(queue, wake, wait_ms, stop, NULL, NULL);
+}
+
+ctl_key *ctl_key_wait_take(ctl_key **queue, int *wake, long wait_ms, int *stop, void (*take)(void *ud), void *ud)
+{
     pthread_mutex_lock(&ctl_proc->mu);
     if(!ctl_proc->stopping && !*queue && !*wake) {
         struct timespec ts;
@@ -102,6 +107,8 @@ ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop)
     ctl_key *batch = *queue;
     *queue = NULL;
     *wake = 0;
+    if(take && !*stop)
+        take(ud);
     pthread_mutex_unlock(&ctl_proc->mu);
     if(*stop)
         ctl_key_free(&batch);

@@ -206,7 +206,13 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
   end
 
   -- what `kubectl cordon` writes
-  local function cordon(node) merge_patch("/api/v1/nodes/" .. node, { spec = { unschedulable = true } }) end
+  local function cordon(node) return merge_patch("/api/v1/nodes/" .. node, { spec = { unschedulable = true } }) end
+  -- waits until the leader has applied the write that returned `obj`
+  -- (decision 0040): what a "must stay" check waits for
+  local function applied(resource, obj)
+    assert(c:wait_applied(resource, obj.metadata.resourceVersion),
+      ("the leader did not apply %s %s"):format(resource, obj.metadata.name))
+  end
 
   local function lease_holder()
     local l = c:get("/apis/coordination.k8s.io/v1/namespaces/cozy-gpu/leases/cozygpu-controller")
@@ -623,8 +629,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       local cl = wait_claim("s1", "Attached", n)
       assert.are.equal("vm-running", cl.status.attachedTo)
       -- and a cordon does not move it from under the running VM
-      cordon(n)
-      P.sleep(2) -- nothing to wait for: the claim must stay
+      applied("nodes", cordon(n)) -- the claim must stay
       cl = claim("s1")
       assert.are.equal("Attached", cl.status.phase)
       assert.are.equal(n, cl.status.node)

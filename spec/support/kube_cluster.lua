@@ -557,6 +557,42 @@ function Cluster:leader()
   return id, id and self.replicas[id]
 end
 
+--- Waits until the leader has applied every watch event of `resource`
+--- (its plural: "nodes", "gpuclaims", ...) up to resourceVersion `rv` (a
+--- write's metadata.resourceVersion, string or number): taken into the
+--- binder's state, reconciled, and its writes sent
+--- (cozygpu_binder_applied_resource_version, decision 0040). The
+--- observable end of "the leader has seen this and done what it does",
+--- instead of a fixed sleep. Returns true, or false after `timeout`
+--- seconds (default 30).
+function Cluster:wait_applied(resource, rv, timeout)
+  rv = assert(tonumber(rv), "wait_applied: resourceVersion " .. tostring(rv))
+  local key = ('cozygpu_binder_applied_resource_version{resource="%s"}'):format(resource)
+  return P.wait_until(function()
+    local _, r = self:leader()
+    local m = r and self:metrics(r)
+    return m and (m[key] or 0) >= rv
+  end, timeout or 30) and true or false
+end
+
+--- kubectl `args` (a list, as for must: a write that prints the object,
+--- such as apply, create, patch, label; `cordon` prints none: patch
+--- spec.unschedulable instead) with `-o json` added, then wait_applied for
+--- the object it returns; the object. `o` as for must. Raises when kubectl
+--- fails or the leader does not apply it in `timeout` seconds.
+function Cluster:write_applied(args, resource, o, timeout)
+  local a = {}
+  for i, v in ipairs(args) do a[i] = v end
+  a[#a + 1] = "-o"; a[#a + 1] = "json"
+  local out = self:must(a, o)
+  local obj = json.decode(out)
+  local rv = obj and obj.metadata and obj.metadata.resourceVersion
+  assert(rv, "write_applied: no resourceVersion in " .. tostring(out))
+  assert(self:wait_applied(resource, rv, timeout),
+    ("the leader did not apply %s at resourceVersion %s"):format(resource, rv))
+  return obj
+end
+
 --- The requests kube-apiserver has served, as its own metrics count them
 --- (apiserver_request_total, read as the admin from /metrics): the sum
 --- over the series whose labels equal every key of `labels` (e.g.
