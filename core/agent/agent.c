@@ -15,6 +15,7 @@
  * Every write, and every refusal or pending change not already in the
  * stored status, is logged.
  */
+#include "base/clock.h"
 #include "agent/agent.h"
 
 #include <dirent.h>
@@ -59,14 +60,6 @@ typedef struct agent {
 } agent;
 
 /* ---- small helpers -------------------------------------------------------- */
-
-static void now_rfc3339(char *buf, size_t n)
-{
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
 
 /* ---- the Lua side --------------------------------------------------------- */
 /* The agent's decisions are runtime.layout (lua/runtime/layout.lua), run on
@@ -272,7 +265,7 @@ static cozy_result pass(agent *A, cozy_err *err)
             snprintf(ts, sizeof ts, "%lld", to);
             int e = write_vgpu_type(A->f.sysfs, addr, to);
             if(e == 0) {
-                now_rfc3339(when, sizeof when);
+                clock_rfc3339_now(when, sizeof when);
                 json_t *rec = json_pack("{s:s,s:I,s:I,s:s}", "address", addr, "from", (json_int_t)from, "to",
                                         (json_int_t)to, "time", when);
                 if(profile && to != 0)
@@ -311,7 +304,7 @@ static cozy_result pass(agent *A, cozy_err *err)
 
     /* status */
     char now[32];
-    now_rfc3339(now, sizeof now);
+    clock_rfc3339_now(now, sizeof now);
     push_layout_fn(A, "status");
     lua_createtable(L, 0, 12);
     luajson_push(L, inv);

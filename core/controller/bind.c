@@ -43,6 +43,8 @@
 #include "controller/bindpolicy.h"
 #include "controller/bindread.h"
 #include "engine/luajson.h"
+#include "format/kobject.h"
+#include "base/clock.h"
 
 #define GATE "gpu.cozystack.io/claims"
 /* On every claim the leader sees, so that a claim deleted while a VM uses
@@ -119,11 +121,6 @@ static void rv_record(const kube_resource *r, const json_t *obj)
 static void rv_take(void *ud)
 {
     memcpy(ud, g_rv, sizeof g_rv);
-}
-
-static const char *md_str(const json_t *obj, const char *field)
-{
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
 }
 
 void ctl_bind_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
@@ -256,7 +253,7 @@ static void apply_all_nodes(loop *L, const json_t *classes)
     json_t *n;
     json_array_foreach(nodes, i, n)
     {
-        const char *name = md_str(n, "name");
+        const char *name = kobject_meta_str(n, "name");
         if(name)
             apply_node(L, name, classes, kv);
     }
@@ -282,11 +279,11 @@ static int apply_class(loop *L, const char *name)
         return had;
     }
     json_t *seen = json_pack("{s:O?, s:b}", "spec", json_object_get(c, "spec"), "deleting",
-                             md_str(c, "deletionTimestamp") != NULL);
+                             kobject_meta_str(c, "deletionTimestamp") != NULL);
     int changed = !seen || !json_equal(seen, json_object_get(L->class_specs, name));
     if(seen)
         json_object_set_new(L->class_specs, name, seen);
-    ctl_key_add(&L->class_fin, name); /* its protection finalizer looked at (decision 0037) */
+    keyset_add(&L->class_fin, name); /* its protection finalizer looked at (decision 0037) */
     const json_t *spec = json_object_get(c, "spec");
     const char *oc = json_string_value(json_object_get(spec, "onCordon"));
     binder_toleration tols[32];
@@ -303,7 +300,7 @@ static int apply_class(loop *L, const char *name)
                                             json_string_value(json_object_get(t, "value")),
                                             json_string_value(json_object_get(t, "effect"))};
     }
-    int deleting = md_str(c, "deletionTimestamp") != NULL;
+    int deleting = kobject_meta_str(c, "deletionTimestamp") != NULL;
     if(binder_state_class_set(L->st, name, oc && strcmp(oc, "Stay") == 0 ? BINDER_CORDON_STAY : BINDER_CORDON_MOVE,
                               deleting, tols, n, &err) != BINDER_OK)
         log_write(LOG_WARN, "binder", "cannot take the class", "gpuclass", name, "error", err.msg, NULL);
@@ -348,7 +345,7 @@ static void count_claim(loop *L, const char *key, const json_t *obj)
             json_object_set_new(L->class_claims, had, json_integer(n));
         else {
             json_object_del(L->class_claims, had);
-            ctl_key_add(&L->class_fin, had);
+            keyset_add(&L->class_fin, had);
         }
         json_object_del(L->claim_class, key); /* `had` is freed here */
     }
@@ -363,18 +360,18 @@ static void count_claim(loop *L, const char *key, const json_t *obj)
  * it is not being deleted, looked at (removed once unused) while it is. */
 static void watch_protection(loop *L, const json_t *obj, const char *key)
 {
-    if(md_str(obj, "deletionTimestamp")) {
+    if(kobject_meta_str(obj, "deletionTimestamp")) {
         if(has_protection(obj))
-            ctl_key_add(&L->deleting, key);
+            keyset_add(&L->deleting, key);
     } else if(!has_protection(obj))
-        ctl_key_add(&L->protect, key);
+        keyset_add(&L->protect, key);
 }
 
 /* A cached claim into the state: restored from its status when
  * `restore` (a new leader), else added Pending. */
 static void take_claim(loop *L, const json_t *obj, int restore)
 {
-    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    const char *ns = kobject_meta_str(obj, "namespace"), *name = kobject_meta_str(obj, "name");
     cozy_err err;
     binder_claim_status s;
     if(bindread_claim(obj, restore, &s)) {
@@ -389,7 +386,7 @@ static void take_claim(loop *L, const json_t *obj, int restore)
     }
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ns, name);
-    const char *uid = md_str(obj, "uid");
+    const char *uid = kobject_meta_str(obj, "uid");
     json_object_set_new(L->uids, key, json_string(uid ? uid : ""));
     watch_protection(L, obj, key);
 }
@@ -514,7 +511,7 @@ static void raw_update(loop *L, const char *key, const json_t *vmi, const char *
  * then goes once nothing uses it). */
 static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, binder_vmi_phase phase)
 {
-    const char *ns = md_str(vmi, "namespace"), *vname = md_str(vmi, "name"), *uid = md_str(vmi, "uid");
+    const char *ns = kobject_meta_str(vmi, "namespace"), *vname = kobject_meta_str(vmi, "name"), *uid = kobject_meta_str(vmi, "uid");
     if(!ns || !vname || !uid)
         return;
     int final = phase == BINDER_VMI_SUCCEEDED || phase == BINDER_VMI_FAILED;
@@ -531,10 +528,10 @@ static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, bind
             /* only this VMI's own claim goes, and only that object (its
              * uid as a precondition): a tenant's claim of the name, or a
              * later VMI's, is never deleted */
-            const char *cuid = have ? md_str(have, "uid") : NULL;
-            if(have && cuid && !md_str(have, "deletionTimestamp") && bindread_template_claim_is(have, t, uid))
+            const char *cuid = have ? kobject_meta_str(have, "uid") : NULL;
+            if(have && cuid && !kobject_meta_str(have, "deletionTimestamp") && bindread_template_claim_is(have, t, uid))
                 json_object_set_new(L->tdeletes, key, json_string(cuid));
-        } else if(!have && !md_str(vmi, "deletionTimestamp")) {
+        } else if(!have && !kobject_meta_str(vmi, "deletionTimestamp")) {
             json_object_set_new(
                 L->creates, key,
                 json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s}, s:[{s:s, s:s, s:s, s:s, s:b, s:b}], s:[s]},"
@@ -557,7 +554,7 @@ static void template_claims(loop *L, const json_t *vmi, const json_t *tmpl, bind
  * created yet counts as ours (it will be). */
 static int template_claims_ours(const json_t *vmi, const json_t *tmpl)
 {
-    const char *ns = md_str(vmi, "namespace"), *uid = md_str(vmi, "uid");
+    const char *ns = kobject_meta_str(vmi, "namespace"), *uid = kobject_meta_str(vmi, "uid");
     size_t i;
     json_t *t;
     json_array_foreach(tmpl, i, t)
@@ -683,7 +680,7 @@ static void apply_set(loop *L, const char *ns, const char *name)
          * that name): never taken over (decision 0027); the set waits,
          * and is tried again when claims change */
         binder_state_set_delete(L->st, ns, name, NULL);
-        ctl_key_add(&L->waiting_sets, key);
+        keyset_add(&L->waiting_sets, key);
     } else {
         binder_rc rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
         if(rc == BINDER_ERR_BOUND && phase != BINDER_VMI_NONE && phase != BINDER_VMI_SUCCEEDED &&
@@ -708,7 +705,7 @@ static void apply_set(loop *L, const char *ns, const char *name)
                     char ok[600];
                     snprintf(ok, sizeof ok, "%s/%s", ns, owner);
                     binder_state_set_delete(L->st, ns, owner, NULL);
-                    ctl_key_add(&L->waiting_sets, ok);
+                    keyset_add(&L->waiting_sets, ok);
                     moved = 1;
                 }
             }
@@ -716,7 +713,7 @@ static void apply_set(loop *L, const char *ns, const char *name)
                 rc = binder_state_set_put(L->st, ns, name, names, n, phase, node, &err);
         }
         if(rc == BINDER_ERR_NO_CLAIM || rc == BINDER_ERR_BOUND)
-            ctl_key_add(&L->waiting_sets, key); /* a claim not seen yet, or still another set's */
+            keyset_add(&L->waiting_sets, key); /* a claim not seen yet, or still another set's */
         else if(rc != BINDER_OK)
             log_write(LOG_WARN, "binder", "cannot take the VM's claims", "namespace", ns, "vm", name, "error", err.msg,
                       NULL);
@@ -736,14 +733,14 @@ static void loop_drop(loop *L)
     bindpolicy_free(&L->bp);
     binder_state_free(L->st);
     L->st = NULL;
-    ctl_key_free(&L->writes);
-    ctl_key_free(&L->deletes);
-    ctl_key_free(&L->waiting_sets);
-    ctl_key_free(&L->gated);
-    ctl_key_free(&L->recheck);
-    ctl_key_free(&L->protect);
-    ctl_key_free(&L->deleting);
-    ctl_key_free(&L->class_fin);
+    keyset_free(&L->writes);
+    keyset_free(&L->deletes);
+    keyset_free(&L->waiting_sets);
+    keyset_free(&L->gated);
+    keyset_free(&L->recheck);
+    keyset_free(&L->protect);
+    keyset_free(&L->deleting);
+    keyset_free(&L->class_fin);
     json_object_clear(L->claim_class);
     json_object_clear(L->class_claims);
     json_object_clear(L->class_fin_failed);
@@ -799,8 +796,8 @@ static int build(loop *L)
     json_t *o;
     json_array_foreach(classes, i, o)
     {
-        if(md_str(o, "name"))
-            apply_class(L, md_str(o, "name"));
+        if(kobject_meta_str(o, "name"))
+            apply_class(L, kobject_meta_str(o, "name"));
     }
     /* Claims from a fresh, consistent LIST, not the cache: the last
      * leader's last writes may not have reached this replica's watch yet,
@@ -818,18 +815,18 @@ static int build(loop *L)
     json_array_foreach(json_object_get(list, "items"), i, o)
     {
         take_claim(L, o, 1);
-        if(md_str(o, "namespace") && md_str(o, "name")) {
+        if(kobject_meta_str(o, "namespace") && kobject_meta_str(o, "name")) {
             char key[600];
-            snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
+            snprintf(key, sizeof key, "%s/%s", kobject_meta_str(o, "namespace"), kobject_meta_str(o, "name"));
             count_claim(L, key, o);
         }
         /* every claim is compared with what the API holds once (a status
          * no binder wrote, or the last leader's write that failed, is put
          * right even when this pass changes nothing for it) */
-        if(md_str(o, "namespace") && md_str(o, "name")) {
+        if(kobject_meta_str(o, "namespace") && kobject_meta_str(o, "name")) {
             char key[600];
-            snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-            ctl_key_add(&L->writes, key);
+            snprintf(key, sizeof key, "%s/%s", kobject_meta_str(o, "namespace"), kobject_meta_str(o, "name"));
+            keyset_add(&L->writes, key);
         }
     }
     json_decref(list);
@@ -838,19 +835,19 @@ static int build(loop *L)
     json_t *vms = kube_informer_list(ctl_proc->vms_inf);
     json_array_foreach(vms, i, o)
     {
-        if(md_str(o, "namespace") && md_str(o, "name"))
-            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
+        if(kobject_meta_str(o, "namespace") && kobject_meta_str(o, "name"))
+            apply_set(L, kobject_meta_str(o, "namespace"), kobject_meta_str(o, "name"));
     }
     json_decref(vms);
     json_t *vmis = kube_informer_list(ctl_cluster_informer(&KUBE_VMIS));
     json_array_foreach(vmis, i, o)
     {
-        if(md_str(o, "namespace") && md_str(o, "name"))
-            apply_set(L, md_str(o, "namespace"), md_str(o, "name"));
+        if(kobject_meta_str(o, "namespace") && kobject_meta_str(o, "name"))
+            apply_set(L, kobject_meta_str(o, "namespace"), kobject_meta_str(o, "name"));
     }
     json_array_foreach(vmis, i, o)
     {
-        const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
+        const char *ns = kobject_meta_str(o, "namespace"), *name = kobject_meta_str(o, "name");
         if(!ns || !name)
             continue;
         char key[600], a[256], b[256];
@@ -864,10 +861,10 @@ static int build(loop *L)
     json_t *pods = kube_informer_list(ctl_proc->pods_inf);
     json_array_foreach(pods, i, o)
     {
-        if(md_str(o, "namespace") && md_str(o, "name")) {
+        if(kobject_meta_str(o, "namespace") && kobject_meta_str(o, "name")) {
             char key[600];
-            snprintf(key, sizeof key, "%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-            ctl_key_add(&L->gated, key); /* checked (and dropped when not gated) after the pass */
+            snprintf(key, sizeof key, "%s/%s", kobject_meta_str(o, "namespace"), kobject_meta_str(o, "name"));
+            keyset_add(&L->gated, key); /* checked (and dropped when not gated) after the pass */
         }
     }
     json_decref(pods);
@@ -881,29 +878,6 @@ static int build(loop *L)
 }
 
 /* --- hooks --- */
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Seconds since an RFC 3339 UTC timestamp as the API server writes
- * metadata.creationTimestamp ("2026-12-01T13:23:52Z", whole seconds), or
- * -1 when it does not parse. */
-static double seconds_since(const char *ts)
-{
-    struct tm tm = {0};
-    const char *end = ts ? strptime(ts, "%Y-%m-%dT%H:%M:%SZ", &tm) : NULL;
-    if(!end || *end)
-        return -1;
-    time_t t = timegm(&tm);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    double d = (double)(now.tv_sec - t) + (double)now.tv_nsec / 1e9;
-    return d < 0 ? 0 : d;
-}
 
 /* The binder's counters of one transition (issue 13 "Metrics"):
  * placements (a Pending claim Bound: its first node), moves (a Bound claim
@@ -924,7 +898,7 @@ static void count_transition(loop *L, const binder_event *ev)
         snprintf(lb, sizeof lb, "class=\"%s\"", cls);
         metrics_counter_add("cozygpu_binder_placements_total", lb, 1);
         json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ev->ns, ev->name);
-        double age = seconds_since(md_str(obj, "creationTimestamp"));
+        double age = clock_seconds_since(kobject_meta_str(obj, "creationTimestamp"));
         if(age >= 0)
             metrics_histogram_observe("cozygpu_binder_bind_latency_seconds", lb, age);
         json_decref(obj);
@@ -952,11 +926,11 @@ static void on_event(void *ud, const binder_event *ev)
     if(set) {
         char vk[600];
         snprintf(vk, sizeof vk, "%s/%s", ev->ns, set);
-        ctl_key_add(&L->recheck, vk); /* does it still cover its VMI's devices? */
+        keyset_add(&L->recheck, vk); /* does it still cover its VMI's devices? */
     }
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ev->ns, ev->name);
-    ctl_key_add(&L->writes, key);
+    keyset_add(&L->writes, key);
     metrics_counter_add("cozygpu_binder_transitions_total", NULL, 1);
 }
 
@@ -965,7 +939,7 @@ static void on_delete_vmi(void *ud, const char *ns, const char *vmi, const char 
     loop *L = ud;
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ns, vmi);
-    ctl_key_add(&L->deletes, key);
+    keyset_add(&L->deletes, key);
     log_write(LOG_INFO, "binder", "deleting a pending VMI whose claims left its node", "namespace", ns, "vmi", vmi,
               "why", why, NULL);
 }
@@ -1094,7 +1068,7 @@ static int policy_ready(loop *L)
         {
             char buf[600];
             const char *ns, *name;
-            ctl_key_split(r->key, buf, sizeof buf, &ns, &name);
+            keyset_split(r->key, buf, sizeof buf, &ns, &name);
             json_t *v = kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, name);
             if(v)
                 json_array_append_new(view, ctl_cluster_with_kind(v, &KUBE_VMIS));
@@ -1146,14 +1120,14 @@ static int write_claim(loop *L, const char *key)
 {
     char buf[600];
     const char *ns, *name;
-    ctl_key_split(key, buf, sizeof buf, &ns, &name);
+    keyset_split(key, buf, sizeof buf, &ns, &name);
     binder_claim_status s;
     if(binder_state_claim_get(L->st, ns, name, &s) != BINDER_OK)
         return 1;
     json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
     if(!obj)
         return 1;
-    const char *uid = md_str(obj, "uid"), *held = json_string_value(json_object_get(L->uids, key));
+    const char *uid = kobject_meta_str(obj, "uid"), *held = json_string_value(json_object_get(L->uids, key));
     if(uid && held && strcmp(uid, held) != 0) {
         /* the cache already holds a claim re-created under this name, whose
          * event the state has not taken yet: the state's status is the old
@@ -1162,10 +1136,7 @@ static int write_claim(loop *L, const char *key)
         return 0;
     }
     char now[40];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    clock_rfc3339_now(now, sizeof now);
     const json_t *old = json_object_get(obj, "status");
     json_t *st = status_of(&s, json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation")),
                            old, now);
@@ -1235,11 +1206,11 @@ static json_t *class_status_of(loop *L, const json_t *cls, const binder_class_vi
     json_t *out = NULL;
     if(engine_call(L->e, 2, 1, 0, &err) != ENGINE_ALLOWED || engine_to_json(L->e, -1, &out, &err) != COZY_OK ||
        !json_is_integer(json_object_get(out, "free")) || !json_is_integer(json_object_get(out, "maxFreePerNode"))) {
-        long long now = mono_ms();
+        long long now = clock_mono_ms();
         if(now - L->class_log_ms >= 60000) {
             L->class_log_ms = now;
             log_write(LOG_ERROR, "binder", "runtime.binder.class_status failed; the class status is not written",
-                      "gpuclass", md_str(cls, "name"), "error", err.msg, NULL);
+                      "gpuclass", kobject_meta_str(cls, "name"), "error", err.msg, NULL);
         }
         json_decref(out);
         out = NULL;
@@ -1273,14 +1244,14 @@ static void class_gauges(const char *name, const binder_class_view *v)
 static void flush_classes(loop *L)
 {
     json_t *classes = kube_informer_list(ctl_proc->classes_inf);
-    long long now = mono_ms();
+    long long now = clock_mono_ms();
     int may_write = now >= L->class_next_ms, wrote = 0, names_changed = 0;
     L->class_pending = 0;
     size_t i;
     json_t *c;
     json_array_foreach(classes, i, c)
     {
-        const char *name = md_str(c, "name");
+        const char *name = kobject_meta_str(c, "name");
         if(!name)
             continue;
         names_changed |= !json_object_get(L->class_names, name);
@@ -1294,7 +1265,7 @@ static void flush_classes(loop *L)
     }
     json_array_foreach(classes, i, c)
     {
-        const char *name = md_str(c, "name");
+        const char *name = kobject_meta_str(c, "name");
         if(!name)
             continue;
         json_object_set_new(L->class_names, name, json_true());
@@ -1550,7 +1521,7 @@ static int pin_pod(loop *L, const char *key)
 {
     char buf[600];
     const char *ns, *name;
-    ctl_key_split(key, buf, sizeof buf, &ns, &name);
+    keyset_split(key, buf, sizeof buf, &ns, &name);
     json_t *pod = kube_informer_get(ctl_proc->pods_inf, ns, name);
     if(!pod)
         return 1;
@@ -1574,7 +1545,7 @@ static int pin_pod(loop *L, const char *key)
            !json_object_get(json_object_get(pod, "spec"), "nodeName")) {
             char key2[1024];
             if(snprintf(key2, sizeof key2, "%s/%s", ns, vmi) < (int)sizeof key2)
-                ctl_key_add(&L->deletes, key2);
+                keyset_add(&L->deletes, key2);
             log_write(LOG_INFO, "binder", "deleting a pending VMI whose launcher pod is pinned where its claims are not",
                       "namespace", ns, "vmi", vmi, "pinned", pin, "node", now, NULL);
         }
@@ -1623,7 +1594,7 @@ static void queue_class_claim(void *ud, const binder_claim_status *c)
     if(json_object_get(cw->classes, c->class_name)) {
         char key[600];
         snprintf(key, sizeof key, "%s/%s", c->ns, c->name);
-        ctl_key_add(&cw->L->writes, key);
+        keyset_add(&cw->L->writes, key);
     }
 }
 
@@ -1637,16 +1608,16 @@ static void recheck_raw(loop *L, dirty **nodes)
     {
         char buf[600], a[256], b[256];
         const char *ns, *name, *ca, *cb;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+        keyset_split(d->key, buf, sizeof buf, &ns, &name);
         json_t *vmi = kube_informer_get(ctl_cluster_informer(&KUBE_VMIS), ns, name);
         raw_update(L, d->key, vmi, &ca, &cb, a, b, sizeof a);
         if(ca)
-            ctl_key_add(nodes, ca);
+            keyset_add(nodes, ca);
         if(cb)
-            ctl_key_add(nodes, cb);
+            keyset_add(nodes, cb);
         json_decref(vmi);
     }
-    ctl_key_free(&L->recheck);
+    keyset_free(&L->recheck);
 }
 
 static void apply_dirty(loop *L, dirty *batch)
@@ -1684,12 +1655,12 @@ static void apply_dirty(loop *L, dirty *batch)
             continue;
         char buf[600];
         const char *ns, *name;
-        ctl_key_split(d->key + 2, buf, sizeof buf, &ns, &name);
+        keyset_split(d->key + 2, buf, sizeof buf, &ns, &name);
         json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
         count_claim(L, d->key + 2, obj);
         binder_claim_status s;
         int known = binder_state_claim_get(L->st, ns, name, &s) == BINDER_OK;
-        const char *uid = obj ? md_str(obj, "uid") : NULL;
+        const char *uid = obj ? kobject_meta_str(obj, "uid") : NULL;
         const char *had = json_string_value(json_object_get(L->uids, d->key + 2));
         if(known && (!obj || (uid && had && strcmp(uid, had) != 0))) {
             /* gone, or deleted and created again under the same name
@@ -1704,7 +1675,7 @@ static void apply_dirty(loop *L, dirty *batch)
             take_claim(L, obj, 0);
             sets_changed = 1;
         } else if(obj) {
-            ctl_key_add(&L->writes, d->key + 2); /* written again if the API holds another status */
+            keyset_add(&L->writes, d->key + 2); /* written again if the API holds another status */
             watch_protection(L, obj, d->key + 2);
         }
         json_decref(obj);
@@ -1728,26 +1699,26 @@ static void apply_dirty(loop *L, dirty *batch)
         const char *sk;
         json_t *v;
         if(*pk)
-            json_object_foreach(json_object_get(L->pvc_sets, pk), sk, v) ctl_key_add(&vsets, sk);
+            json_object_foreach(json_object_get(L->pvc_sets, pk), sk, v) keyset_add(&vsets, sk);
     }
     HASH_ITER(hh, vsets, d, t)
     {
         char buf[600];
         const char *ns, *name;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+        keyset_split(d->key, buf, sizeof buf, &ns, &name);
         apply_set(L, ns, name);
     }
-    ctl_key_free(&vsets);
+    keyset_free(&vsets);
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_VM || d->key[0] == K_VMI) {
             char buf[600];
             const char *ns, *name;
-            ctl_key_split(d->key + 2, buf, sizeof buf, &ns, &name);
+            keyset_split(d->key + 2, buf, sizeof buf, &ns, &name);
             apply_set(L, ns, name);
             sets_changed = 1;
         } else if(d->key[0] == K_POD)
-            ctl_key_add(&L->gated, d->key + 2);
+            keyset_add(&L->gated, d->key + 2);
     }
     if(sets_changed && L->waiting_sets) {
         /* a claim arrived or a set let go of one: the sets that named a
@@ -1758,18 +1729,18 @@ static void apply_dirty(loop *L, dirty *batch)
         {
             char buf[600];
             const char *ns, *name;
-            ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+            keyset_split(d->key, buf, sizeof buf, &ns, &name);
             apply_set(L, ns, name);
         }
-        ctl_key_free(&w);
+        keyset_free(&w);
     }
     dirty *nodes = NULL;
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == K_VMI)
-            ctl_key_add(&L->recheck, d->key + 2);
+            keyset_add(&L->recheck, d->key + 2);
         else if(d->key[0] == K_NODE || d->key[0] == K_GPUNODE)
-            ctl_key_add(&nodes, d->key + 3);
+            keyset_add(&nodes, d->key + 3);
     }
     recheck_raw(L, &nodes);
     json_t *classes = kube_informer_list(ctl_proc->classes_inf);
@@ -1781,7 +1752,7 @@ static void apply_dirty(loop *L, dirty *batch)
     json_decref(kv);
     if(classes_changed || kubevirt_changed)
         apply_all_nodes(L, classes);
-    ctl_key_free(&nodes);
+    keyset_free(&nodes);
     json_decref(classes);
 }
 
@@ -1796,7 +1767,7 @@ static void apply_dirty(loop *L, dirty *batch)
 /* Whether the current flush has used its budget; sets L->more when so. */
 static int flush_spent(loop *L)
 {
-    if(mono_ms() < L->flush_until)
+    if(clock_mono_ms() < L->flush_until)
         return 0;
     L->more = 1;
     return 1;
@@ -1920,12 +1891,12 @@ static void flush_status(loop *L)
         dirty *d = order[j].d;
         char buf[600];
         const char *ns, *name;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+        keyset_split(d->key, buf, sizeof buf, &ns, &name);
         binder_claim_status s;
         json_t *obj = kube_informer_get(ctl_cluster_informer(&KUBE_GPUCLAIMS), ns, name);
         if(binder_state_claim_get(L->st, ns, name, &s) != BINDER_OK || !obj) {
             json_decref(obj);
-            ctl_key_drop(&L->writes, d); /* gone: nothing to write */
+            keyset_drop(&L->writes, d); /* gone: nothing to write */
             continue;
         }
         const char *api = json_string_value(json_object_get(json_object_get(obj, "status"), "node"));
@@ -1969,7 +1940,7 @@ static void flush_status(loop *L)
                 delta_add(&delta, p->rel, p->class_name, -(long)p->count);
             if(*p->book)
                 delta_add(&delta, p->book, p->class_name, (long)p->count);
-            ctl_key_drop(&L->writes, p->d);
+            keyset_drop(&L->writes, p->d);
             p->d = NULL;
             progress = 1;
         }
@@ -1998,7 +1969,7 @@ static int fin_mutate(json_t *obj, void *ctx)
     json_t *meta = json_object_get(obj, "metadata");
     json_t *fins = json_object_get(meta, "finalizers");
     if(fc->add) {
-        if(md_str(obj, "deletionTimestamp") || has_finalizer(obj, fin))
+        if(kobject_meta_str(obj, "deletionTimestamp") || has_finalizer(obj, fin))
             return 1; /* an object being deleted takes no new finalizer */
         if(!json_is_array(fins)) {
             fins = json_array();
@@ -2031,12 +2002,12 @@ static void flush_class_protection(loop *L)
             return;
         json_t *c = kube_informer_get(ctl_proc->classes_inf, NULL, d->key);
         int exists = c != NULL;
-        int deleting = c && md_str(c, "deletionTimestamp") != NULL;
+        int deleting = c && kobject_meta_str(c, "deletionTimestamp") != NULL;
         int has = c && has_finalizer(c, CLASS_PROTECTION);
         json_decref(c);
         fin_ctx fc = {!deleting, CLASS_PROTECTION};
         if(!exists || (deleting ? !has || json_integer_value(json_object_get(L->class_claims, d->key)) > 0 : has)) {
-            ctl_key_drop(&L->class_fin, d); /* gone, in use, or as it should be: a later event queues it again */
+            keyset_drop(&L->class_fin, d); /* gone, in use, or as it should be: a later event queues it again */
             continue;
         }
         cozy_err err;
@@ -2047,7 +2018,7 @@ static void flush_class_protection(loop *L)
                 log_write(LOG_INFO, "binder", "released a deleted GPUClass no claim names any more", "gpuclass", d->key,
                           NULL);
             json_object_del(L->class_fin_failed, d->key);
-            ctl_key_drop(&L->class_fin, d);
+            keyset_drop(&L->class_fin, d);
         } else if(!json_object_get(L->class_fin_failed, d->key)) {
             /* tried again at every flush (a webhook down, a conflict); logged once */
             log_write(LOG_WARN, "binder", "cannot write the GPUClass protection finalizer; trying again", "gpuclass",
@@ -2079,13 +2050,13 @@ static void flush_protection(loop *L)
         d = order[i].d;
         char buf[600];
         const char *ns, *name;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+        keyset_split(d->key, buf, sizeof buf, &ns, &name);
         fin_ctx fc = {1, PROTECTION};
         cozy_err err;
         if(kube_update_retry(ctl_proc->client, &KUBE_GPUCLAIMS, ns, name, 0, fin_mutate, &fc, NULL, &err) ==
                COZY_OK ||
            strstr(err.msg, "NotFound") || strstr(err.msg, "404")) {
-            ctl_key_drop(&L->protect, d);
+            keyset_drop(&L->protect, d);
             L->progressed = 1;
         }
     }
@@ -2096,7 +2067,7 @@ static void flush_protection(loop *L)
             return;
         char buf[600];
         const char *ns, *name;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+        keyset_split(d->key, buf, sizeof buf, &ns, &name);
         if(claim_in_use(L, ns, name))
             continue; /* its VMI still runs: the hold stays until it ends */
         fin_ctx fc = {0, PROTECTION};
@@ -2106,7 +2077,7 @@ static void flush_protection(loop *L)
            strstr(err.msg, "NotFound") || strstr(err.msg, "404")) {
             log_write(LOG_INFO, "binder", "released a deleted claim nothing uses any more", "namespace", ns,
                       "gpuclaim", name, NULL);
-            ctl_key_drop(&L->deleting, d);
+            keyset_drop(&L->deleting, d);
         }
     }
 }
@@ -2125,7 +2096,7 @@ static void flush_templates(loop *L)
     {
         if(!leading())
             return;
-        const char *ns = md_str(v, "namespace"), *name = md_str(v, "name");
+        const char *ns = kobject_meta_str(v, "namespace"), *name = kobject_meta_str(v, "name");
         long code = 0;
         json_t *out = NULL;
         cozy_err err;
@@ -2150,7 +2121,7 @@ static void flush_templates(loop *L)
             return;
         char buf[600];
         const char *ns, *name;
-        ctl_key_split(key, buf, sizeof buf, &ns, &name);
+        keyset_split(key, buf, sizeof buf, &ns, &name);
         long code = 0;
         cozy_err err;
         char *path = kube_path(&KUBE_GPUCLAIMS, ns, name, NULL);
@@ -2170,7 +2141,7 @@ static void flush(loop *L)
     dirty *d, *t;
     L->more = 0;
     L->progressed = 0;
-    L->flush_until = mono_ms() + FLUSH_BUDGET_MS;
+    L->flush_until = clock_mono_ms() + FLUSH_BUDGET_MS;
     flush_status(L);
     flush_classes(L);
     flush_protection(L);
@@ -2182,12 +2153,12 @@ static void flush(loop *L)
             return;
         char buf[600];
         const char *ns, *name;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &name);
+        keyset_split(d->key, buf, sizeof buf, &ns, &name);
         long code = 0;
         cozy_err err;
         if(kube_delete(ctl_proc->client, &KUBE_VMIS, ns, name, &code, NULL, &err) == COZY_OK &&
            (code / 100 == 2 || code == 404))
-            ctl_key_drop(&L->deletes, d);
+            keyset_drop(&L->deletes, d);
     }
     size_t n;
     ranked *order = fair_order(L->gated, &n);
@@ -2195,7 +2166,7 @@ static void flush(loop *L)
         if(!leading() || flush_spent(L))
             break;
         if(pin_pod(L, order[i].d->key)) {
-            ctl_key_drop(&L->gated, order[i].d);
+            keyset_drop(&L->gated, order[i].d);
             L->progressed = 1;
         }
     }
@@ -2237,7 +2208,7 @@ void *ctl_bind_main(void *arg)
          * sooner when a GPUClass status waits for its write gap */
         long wait = L.more ? 0 : 1000; /* writes left by the last flush's budget: at once */
         if(L.class_pending && !L.more) {
-            long long left = L.class_next_ms - mono_ms();
+            long long left = L.class_next_ms - clock_mono_ms();
             wait = left < 10 ? 10 : left > 1000 ? 1000 : (long)left;
         }
         int stop;
@@ -2249,12 +2220,12 @@ void *ctl_bind_main(void *arg)
             if(L.st)
                 log_write(LOG_INFO, "binder", "not leading: the binder's state is dropped", NULL);
             loop_drop(&L);
-            ctl_key_free(&batch);
+            keyset_free(&batch);
             continue;
         }
         int had_batch = batch != NULL;
         if(!L.st) {
-            ctl_key_free(&batch); /* the caches hold all of it */
+            keyset_free(&batch); /* the caches hold all of it */
             if(build(&L) != 0)
                 continue;
             ctl_bundle_unref(L.peb); /* a new state: the usage table is fed again */
@@ -2264,7 +2235,7 @@ void *ctl_bind_main(void *arg)
             L.full_pending = 1;
         } else if(batch) {
             apply_dirty(&L, batch);
-            ctl_key_free(&batch);
+            keyset_free(&batch);
         }
         if(policy_ready(&L) != 0) {
             /* no bind without the budget check: the state stays and follows
@@ -2300,7 +2271,7 @@ void *ctl_bind_main(void *arg)
                 HASH_ITER(hh, nodes, d, t) apply_node(&L, d->key, classes, kv);
                 json_decref(kv);
                 json_decref(classes);
-                ctl_key_free(&nodes);
+                keyset_free(&nodes);
             }
             size_t n = binder_reconcile(L.st, &hooks);
             bindpolicy_settle(&L.bp);
@@ -2330,7 +2301,7 @@ void *ctl_bind_main(void *arg)
     json_decref(L.class_fin_failed);
     engine_close(L.e);
     pthread_mutex_lock(&ctl_proc->mu);
-    ctl_key_free(&g_dirty);
+    keyset_free(&g_dirty);
     pthread_mutex_unlock(&ctl_proc->mu);
     return NULL;
 }

@@ -9,13 +9,9 @@
 #include <string.h>
 
 #include "engine/luajson.h"
+#include "format/kobject.h"
 
 /* metadata.<field> of `obj` as a string, or NULL. */
-static const char *md_str(const json_t *obj, const char *field)
-{
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
-}
-
 binder_vmi_phase bindread_vmi_phase(const json_t *vmi)
 {
     const char *p = json_string_value(json_object_get(json_object_get(vmi, "status"), "phase"));
@@ -155,7 +151,7 @@ size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, 
         json_array_foreach(classes, j, c)
         {
             const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
-            const char *cn = md_str(c, "name");
+            const char *cn = kobject_meta_str(c, "name");
             if(rn && cn && strcmp(rname, rn) == 0) {
                 json_object_set_new(per, cn,
                                     json_integer(json_integer_value(json_object_get(per, cn)) + json_integer_value(ru)));
@@ -203,7 +199,7 @@ static const char *ready_field(const json_t *claim, const char *field)
 
 int bindread_claim(const json_t *obj, int restore, binder_claim_status *out)
 {
-    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    const char *ns = kobject_meta_str(obj, "namespace"), *name = kobject_meta_str(obj, "name");
     const json_t *spec = json_object_get(obj, "spec"), *status = json_object_get(obj, "status");
     const char *cls = json_string_value(json_object_get(spec, "class"));
     json_int_t count = json_integer_value(json_object_get(spec, "count"));
@@ -259,7 +255,7 @@ int bindread_claim_in_use(const binder_state *st, const char *ns, const char *na
 static int claims_cover(const binder_state *st, const json_t *vmi, const json_t *classes, const char *node,
                         long entries)
 {
-    const char *ns = md_str(vmi, "namespace"), *name = md_str(vmi, "name");
+    const char *ns = kobject_meta_str(vmi, "namespace"), *name = kobject_meta_str(vmi, "name");
     char nb[8192];
     const char *names[BINDER_MAX_SET_CLAIMS];
     size_t k = bindread_vmi_claims(vmi, classes, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL);

@@ -47,6 +47,7 @@
 #include "base/metrics.h"
 #include "controller/internal.h"
 #include "format/config.h"
+#include "base/clock.h"
 
 #ifndef COZYGPU_VERSION /* the Makefile passes it from the VERSION file */
 #define COZYGPU_VERSION "unknown"
@@ -65,13 +66,6 @@ static void write_port_file(const char *path, int port)
     fprintf(fp, "%d\n", port);
     if(fclose(fp) == 0)
         rename(tmp, path);
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* SIGUSR1: writes what the watch caches hold, one JSON object per cached
@@ -447,8 +441,8 @@ shutdown:
     ctl_proc->lease = NULL;
     if(ctl_proc->server) {
         webhook_quiesce(ctl_proc->server);
-        long long t0 = mono_ms();
-        while(webhook_in_flight(ctl_proc->server) > 0 && mono_ms() - t0 < f->shutdown_grace_ms)
+        long long t0 = clock_mono_ms();
+        while(webhook_in_flight(ctl_proc->server) > 0 && clock_mono_ms() - t0 < f->shutdown_grace_ms)
             usleep(10000);
         if(webhook_in_flight(ctl_proc->server) > 0) {
             /* a review still running holds its worker, and stopping the

@@ -8,6 +8,7 @@
  * (the policies ConfigMap), usage.c (the Lease) and license.c (GPUClasses,
  * cluster-scoped: their Events go to "default").
  */
+#include "base/clock.h"
 #include "controller/internal.h"
 
 #include <stdio.h>
@@ -34,9 +35,7 @@ void ctl_event_record(const json_t *obj, const char *api_version, const char *ki
     char ev_name[300], stamp[40];
     snprintf(ev_name, sizeof ev_name, "%s.%llx", name ? name : "cozygpu",
              (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    clock_rfc3339(ts.tv_sec, stamp, sizeof stamp);
     /* keep Event messages near 1 KiB; a cut inside a UTF-8 sequence (and
      * any other byte jansson would refuse) becomes U+FFFD, so the Event is
      * never dropped for its text */

@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <uthash.h>
 
+#include "base/keyset.h"
 #include "base/result.h"
 #include "controller/flags.h"
 #include "engine/engine.h"
@@ -79,41 +80,18 @@ extern ctl *ctl_proc;
 
 /* ---- keys.c ---- */
 
-/* A set of keys ("K:ns/name", "ns/name", a class name...): a uthash table
- * of strings (the head is a `ctl_key *`, NULL when empty). Not locked: a
- * set the watcher thread fills is guarded by ctl.mu (ctl_key_queue). */
-typedef struct ctl_key {
-    char *key; /* owned */
-    UT_hash_handle hh;
-} ctl_key;
+/* A set of keys (base/keyset.h). A set the watcher thread fills is
+ * guarded by ctl.mu (ctl_key_queue). */
+typedef keyset ctl_key;
 
-/* Adds a copy of `key` unless it is there already. Out of memory the key
- * is dropped (each leader loop compares everything again when it takes the
- * lead, and the watches relist). */
-void ctl_key_add(ctl_key **set, const char *key);
-
-/* The entry of `key` in `set` (borrowed), or NULL. */
-ctl_key *ctl_key_find(ctl_key *set, const char *key);
-
-/* Removes entry k (from ctl_key_find or an iteration) and frees it. */
-void ctl_key_drop(ctl_key **set, ctl_key *k);
-
-/* Empties the set. */
-void ctl_key_free(ctl_key **set);
-
-/* ctl_key_add under ctl.mu, then wakes every waiter on ctl.cv: how the
+/* keyset_add under ctl.mu, then wakes every waiter on ctl.cv: how the
  * watcher thread hands a change to a leader loop. */
 void ctl_key_queue(ctl_key **queue, const char *key);
-
-/* "ns/name" split at its first '/' into *ns and *name, pointing into buf
- * (n bytes; the key is cut to fit); a key without '/' is a cluster-scoped
- * name: *ns "" and *name the key. */
-void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const char **name);
 
 /* A leader loop's wait: on ctl.cv until `*queue` holds a key, `*wake` is
  * set, ctl.stopping, or wait_ms (> 0, milliseconds) passes; then takes
  * the whole queue (returned, NULL when empty; the caller frees it with
- * ctl_key_free) and clears *wake, both under ctl.mu. *stop is ctl.stopping
+ * keyset_free) and clears *wake, both under ctl.mu. *stop is ctl.stopping
  * (the queue is then freed here and NULL returned). */
 ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop);
 

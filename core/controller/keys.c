@@ -14,44 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-void ctl_key_add(ctl_key **set, const char *key)
-{
-    ctl_key *k;
-    HASH_FIND_STR(*set, key, k);
-    if(k)
-        return;
-    k = calloc(1, sizeof *k);
-    if(!k || !(k->key = strdup(key))) {
-        free(k);
-        return;
-    }
-    HASH_ADD_KEYPTR(hh, *set, k->key, strlen(k->key), k);
-}
-
-ctl_key *ctl_key_find(ctl_key *set, const char *key)
-{
-    ctl_key *k = NULL;
-    HASH_FIND_STR(set, key, k);
-    return k;
-}
-
-void ctl_key_drop(ctl_key **set, ctl_key *k)
-{
-    HASH_DEL(*set, k);
-    free(k->key);
-    free(k);
-}
-
-void ctl_key_free(ctl_key **set)
-{
-    ctl_key *k, *t;
-    HASH_ITER(hh, *set, k, t) ctl_key_drop(set, k);
-}
-
 void ctl_key_queue(ctl_key **queue, const char *key)
 {
     pthread_mutex_lock(&ctl_proc->mu);
-    ctl_key_add(queue, key);
+    keyset_add(queue, key);
     pthread_cond_broadcast(&ctl_proc->cv);
     pthread_mutex_unlock(&ctl_proc->mu);
 }
@@ -70,47 +36,4 @@ void ctl_key_queue_object(ctl_key **queue, char kind, const json_t *obj)
     snprintf(key, n, "%c:%s/%s", kind, ns ? ns : "", name);
     ctl_key_queue(queue, key);
     free(key);
-}
-
-void ctl_key_split(const char *key, char *buf, size_t n, const char **ns, const char **name)
-{
-    snprintf(buf, n, "%s", key);
-    char *slash = strchr(buf, '/');
-    if(!slash) {
-        *ns = "";
-        *name = buf;
-        return;
-    }
-    *slash = 0;
-    *ns = buf;
-    *name = slash + 1;
-}
-
-ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop)
-{
-    return ctl_key_wait_take(queue, wake, wait_ms, stop, NULL, NULL);
-}
-
-ctl_key *ctl_key_wait_take(ctl_key **queue, int *wake, long wait_ms, int *stop, void (*take)(void *ud), void *ud)
-{
-    pthread_mutex_lock(&ctl_proc->mu);
-    if(!ctl_proc->stopping && !*queue && !*wake) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += wait_ms / 1000;
-        ts.tv_nsec += (wait_ms % 1000) * 1000000;
-        if(ts.tv_nsec >= 1000000000)
-            ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
-    }
-    *stop = ctl_proc->stopping;
-    ctl_key *batch = *queue;
-    *queue = NULL;
-    *wake = 0;
-    if(take && !*stop)
-        take(ud);
-    pthread_mutex_unlock(&ctl_proc->mu);
-    if(*stop)
-        ctl_key_free(&batch);
-    return batch;
 }

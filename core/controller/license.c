@@ -73,6 +73,8 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "engine/luajson.h"
+#include "format/kobject.h"
+#include "base/clock.h"
 
 #define PREFIX CTL_LICENSE_PREFIX
 #define LABEL_CLASS CTL_LICENSE_CLASS_LABEL
@@ -91,11 +93,6 @@ typedef ctl_key lkey; /* keys.c */
 static lkey *g_dirty; /* mu */
 static int g_wake;    /* mu: leadership changed */
 
-
-static const char *md_str(const json_t *obj, const char *field)
-{
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
-}
 
 void ctl_license_on_event(void *ctx, kube_informer *inf, const char *type, const json_t *obj)
 {
@@ -157,13 +154,6 @@ static int leading(void)
     return lease_is_leader(ctl_proc->lease);
 }
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void class_free(lclass *c)
 {
     free(c->name);
@@ -189,10 +179,10 @@ static void state_drop(state *S)
     json_decref(S->class_ns);
     json_decref(S->copies);
     json_decref(S->tokens);
-    ctl_key_free(&S->due);
-    ctl_key_free(&S->asserting);
-    ctl_key_free(&S->force);
-    ctl_key_free(&S->conds);
+    keyset_free(&S->due);
+    keyset_free(&S->asserting);
+    keyset_free(&S->force);
+    keyset_free(&S->conds);
     S->users = S->contrib = S->ns_classes = S->class_ns = S->copies = S->tokens = NULL;
     S->built = 0;
     if(S->e) {
@@ -211,7 +201,7 @@ static void pair_touch(state *S, const char *ns, const char *cls)
     char key[600];
     if(snprintf(key, sizeof key, "%s/%s", ns, cls) >= (int)sizeof key)
         return;
-    ctl_key_add(&S->due, key);
+    keyset_add(&S->due, key);
     json_t *a = json_object_get(S->ns_classes, ns);
     if(!a) {
         a = json_object();
@@ -253,7 +243,7 @@ static void class_touch(state *S, const char *cls)
     json_object_foreach(json_object_get(S->class_ns, cls), ns, v)
     {
         if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
-            ctl_key_add(&S->due, key);
+            keyset_add(&S->due, key);
     }
 }
 
@@ -317,7 +307,7 @@ static void apply_namespace(state *S, const char *name)
         json_object_foreach(json_object_get(S->ns_classes, ns ? ns : ""), cls, v)
         {
             if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key)
-                ctl_key_add(&S->due, key);
+                keyset_add(&S->due, key);
         }
     }
     json_decref(changed);
@@ -475,7 +465,7 @@ static int read_source(state *S, lclass *c)
                   !(old_token && c->token && old_len == c->token_len && memcmp(old_token, c->token, old_len) == 0);
     free(old_token);
     if(strcmp(old_reason, c->reason) != 0 || strcmp(old_message, c->message) != 0) {
-        ctl_key_add(&S->conds, c->name);
+        keyset_add(&S->conds, c->name);
         changed = 1;
     }
     return changed;
@@ -529,13 +519,13 @@ static void apply_class(state *S, const char *name)
     }
     json_int_t gen = json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation"));
     if(gen != c->generation)
-        ctl_key_add(&S->conds, c->name);
+        keyset_add(&S->conds, c->name);
     c->generation = gen;
     if(licensed && (!c->src_ns || !c->src_name))
         c->licensed = 0; /* out of memory */
     if(read_source(S, c) || moved)
         class_touch(S, name);
-    ctl_key_add(&S->conds, c->name);
+    keyset_add(&S->conds, c->name);
     json_decref(obj);
 }
 
@@ -605,7 +595,7 @@ static void set_user(state *S, const char *ckey, const char *ns, const char *uke
         json_object_del(u, ukey);
         if(u && json_object_size(u) == 0)
             json_object_del(S->users, key);
-        ctl_key_add(&S->due, key);
+        keyset_add(&S->due, key);
     }
     if(!classes || json_object_size(classes) == 0) {
         json_object_del(S->contrib, ckey);
@@ -639,7 +629,7 @@ static void apply_claim(state *S, const char *ns, const char *name)
         classes = json_object();
         json_object_set_new(classes, cls, json_true());
     }
-    set_user(S, ckey, ns, ukey, classes, md_str(obj, "uid"), 1);
+    set_user(S, ckey, ns, ukey, classes, kobject_meta_str(obj, "uid"), 1);
     json_decref(obj);
 }
 
@@ -670,7 +660,7 @@ static void apply_vmi(state *S, const char *ns, const char *name)
             }
         }
     }
-    set_user(S, ckey, ns, ukey, classes, md_str(obj, "uid"), obj && !vmi_final(obj));
+    set_user(S, ckey, ns, ukey, classes, kobject_meta_str(obj, "uid"), obj && !vmi_final(obj));
     json_decref(obj);
 }
 
@@ -974,7 +964,7 @@ static int reconcile_pair(state *S, const char *ns, const char *cls)
     const json_t *users = json_object_get(S->users, key);
     const json_t *mem = json_object_get(S->copies, key); /* NULL: unknown */
     const json_t *copy = json_is_object(mem) ? mem : NULL;
-    lkey *fk = ctl_key_find(S->force, key);
+    lkey *fk = keyset_find(S->force, key);
     int known = mem != NULL, force = fk != NULL;
     json_t *labels = labels_of(cls);
     json_t *owners = NULL;
@@ -1025,7 +1015,7 @@ static int reconcile_pair(state *S, const char *ns, const char *cls)
     if(w == W_DROP)
         forget(S, key);
     if(w != W_RETRY && fk)
-        ctl_key_drop(&S->force, fk);
+        keyset_drop(&S->force, fk);
     if(w == W_DONE && !owners && !json_object_size(users))
         pair_forget(S, ns, cls);
     json_decref(obj);
@@ -1125,7 +1115,7 @@ static int class_pending(state *S, const char *cls)
     json_object_foreach(json_object_get(S->class_ns, cls), ns, v)
     {
         if(snprintf(key, sizeof key, "%s/%s", ns, cls) < (int)sizeof key &&
-           (ctl_key_find(S->due, key) || ctl_key_find(S->asserting, key)))
+           (keyset_find(S->due, key) || keyset_find(S->asserting, key)))
             return 1;
     }
     return 0;
@@ -1162,10 +1152,7 @@ static int write_cond(state *S, const char *name)
     if(!*c->reason && class_pending(S, name))
         return 0;
     char now[40];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    clock_rfc3339_now(now, sizeof now);
     cond_want w = {c->reason, c->message, now, c->generation};
     json_t *out = NULL;
     cozy_err err;
@@ -1185,7 +1172,7 @@ static int write_cond(state *S, const char *name)
 
 static void build(state *S)
 {
-    long long t0 = mono_ms();
+    long long t0 = clock_mono_ms();
     S->users = json_object();
     S->contrib = json_object();
     S->ns_classes = json_object();
@@ -1206,14 +1193,14 @@ static void build(state *S)
     json_t *o;
     json_array_foreach(list, i, o)
     {
-        json_decref(lua_changed(S, "namespace_set", o, md_str(o, "name")));
+        json_decref(lua_changed(S, "namespace_set", o, kobject_meta_str(o, "name")));
     }
     json_decref(list);
     list = kube_informer_list(ctl_proc->classes_inf);
     json_array_foreach(list, i, o)
     {
-        if(md_str(o, "name"))
-            apply_class(S, md_str(o, "name"));
+        if(kobject_meta_str(o, "name"))
+            apply_class(S, kobject_meta_str(o, "name"));
     }
     json_decref(list);
     static const kube_resource *const kinds[] = {&KUBE_GPUCLAIMS, &KUBE_VMIS};
@@ -1221,7 +1208,7 @@ static void build(state *S)
         list = kube_informer_list(ctl_cluster_informer(kinds[k]));
         json_array_foreach(list, i, o)
         {
-            const char *ns = md_str(o, "namespace"), *name = md_str(o, "name");
+            const char *ns = kobject_meta_str(o, "namespace"), *name = kobject_meta_str(o, "name");
             if(!ns || !name)
                 continue;
             if(kinds[k] == &KUBE_GPUCLAIMS)
@@ -1240,7 +1227,7 @@ static void build(state *S)
     {
         char buf[600];
         const char *ns, *cls;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &cls);
+        keyset_split(d->key, buf, sizeof buf, &ns, &cls);
         lclass *c;
         HASH_FIND_STR(S->classes, cls, c);
         pairs++;
@@ -1249,14 +1236,14 @@ static void build(state *S)
             continue;
         }
         asserted++;
-        ctl_key_add(&S->asserting, d->key);
-        ctl_key_drop(&S->due, d);
+        keyset_add(&S->asserting, d->key);
+        keyset_drop(&S->due, d);
     }
     S->built = 1;
     char np[24], na[24], ms[24];
     snprintf(np, sizeof np, "%u", pairs);
     snprintf(na, sizeof na, "%u", asserted);
-    snprintf(ms, sizeof ms, "%lld", mono_ms() - t0);
+    snprintf(ms, sizeof ms, "%lld", clock_mono_ms() - t0);
     log_write(LOG_INFO, "license", "leading: every license copy is asserted once", LOG_NUM "pairs", np,
               LOG_NUM "asserted", na, LOG_NUM "read_ms", ms, NULL);
 }
@@ -1278,8 +1265,8 @@ static void resync(state *S)
             if(json_is_null(mem))
                 continue; /* none there, none wanted since: nothing to assert */
             if(mem)
-                ctl_key_add(&S->force, key);
-            ctl_key_add(&S->asserting, key);
+                keyset_add(&S->force, key);
+            keyset_add(&S->asserting, key);
         }
     }
 }
@@ -1288,7 +1275,7 @@ static void resync(state *S)
  * (ASSERTS_PER_SEC). */
 static void promote_asserts(state *S)
 {
-    long long now = mono_ms();
+    long long now = clock_mono_ms();
     S->budget += (double)(now - S->budget_ms) * ASSERTS_PER_SEC / 1000.0;
     if(S->budget > ASSERTS_PER_SEC)
         S->budget = ASSERTS_PER_SEC;
@@ -1299,8 +1286,8 @@ static void promote_asserts(state *S)
         if(S->budget < 1)
             break;
         S->budget -= 1;
-        ctl_key_add(&S->due, d->key);
-        ctl_key_drop(&S->asserting, d);
+        keyset_add(&S->due, d->key);
+        keyset_drop(&S->asserting, d);
     }
 }
 
@@ -1318,7 +1305,7 @@ static void apply_batch(state *S, lkey *batch)
                 continue;
             char buf[600];
             const char *ns, *name;
-            ctl_key_split(d->key + 2, buf, sizeof buf, &ns, &name);
+            keyset_split(d->key + 2, buf, sizeof buf, &ns, &name);
             switch(kind) {
             case 'c': apply_class(S, name); break;
             case 's': apply_namespace(S, name); break;
@@ -1341,16 +1328,16 @@ static void flush(state *S)
             return;
         char buf[600];
         const char *ns, *cls;
-        ctl_key_split(d->key, buf, sizeof buf, &ns, &cls);
+        keyset_split(d->key, buf, sizeof buf, &ns, &cls);
         if(reconcile_pair(S, ns, cls) != W_RETRY)
-            ctl_key_drop(&S->due, d);
+            keyset_drop(&S->due, d);
     }
     HASH_ITER(hh, S->conds, d, t)
     {
         if(!leading())
             return;
         if(write_cond(S, d->key))
-            ctl_key_drop(&S->conds, d);
+            keyset_drop(&S->conds, d);
     }
 }
 
@@ -1376,19 +1363,19 @@ void *ctl_license_main(void *arg)
                 log_write(LOG_INFO, "license", "not leading: the license copier's state is dropped", NULL);
             if(S.built)
                 state_drop(&S);
-            ctl_key_free(&batch);
+            keyset_free(&batch);
             continue;
         }
         if(!S.built) {
-            ctl_key_free(&batch); /* the caches hold all of it */
+            keyset_free(&batch); /* the caches hold all of it */
             build(&S);
         } else if(batch) {
             apply_batch(&S, batch);
-            ctl_key_free(&batch);
+            keyset_free(&batch);
         }
-        if(S.next_resync_ms && mono_ms() >= S.next_resync_ms) {
+        if(S.next_resync_ms && clock_mono_ms() >= S.next_resync_ms) {
             resync(&S);
-            S.next_resync_ms = mono_ms() + ctl_proc->f.resync_ms;
+            S.next_resync_ms = clock_mono_ms() + ctl_proc->f.resync_ms;
         }
         flush(&S);
     }
@@ -1396,7 +1383,7 @@ void *ctl_license_main(void *arg)
         state_drop(&S);
     engine_close(S.e);
     pthread_mutex_lock(&ctl_proc->mu);
-    ctl_key_free(&g_dirty);
+    keyset_free(&g_dirty);
     pthread_mutex_unlock(&ctl_proc->mu);
     return NULL;
 }

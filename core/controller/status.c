@@ -8,6 +8,7 @@
  * status, reason, message, lastTransitionTime, observedGeneration),
  * written through the status subresource.
  */
+#include "base/clock.h"
 #include "controller/internal.h"
 
 #include <string.h>
@@ -88,10 +89,7 @@ static void reconcile_classes(engine *e)
             int ok = v.outcome == ENGINE_ALLOWED;
             const char *m = v.message;
             char now[40];
-            time_t t = time(NULL);
-            struct tm tm;
-            gmtime_r(&t, &tm);
-            strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+            clock_rfc3339_now(now, sizeof now);
             class_cond c = {ok ? "True" : "False", ok ? "Valid" : "Invalid",
                             ok ? "the class passes the gpuclass rules" : (m ? m : "refused by the gpuclass rules"),
                             json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation")), now};

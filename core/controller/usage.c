@@ -40,6 +40,8 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "format/kobject.h"
+#include "base/clock.h"
 
 #define MONITOR_LABEL "workloads.cozystack.io/monitor"
 #define MANAGED_BY "app.kubernetes.io/managed-by"
@@ -63,11 +65,6 @@ typedef ctl_key ukey; /* keys.c */
 static ukey *g_queue; /* mu: "l:ns/name", "w:ns/name", "o:ns" */
 static int g_wake;    /* mu: leadership changed */
 
-
-static const char *md_str(const json_t *obj, const char *field)
-{
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
-}
 
 /* The name of obj's GPUClaim owner reference (ours), or NULL. */
 static const char *claim_owner(const json_t *obj, const char **uid)
@@ -133,7 +130,7 @@ void ctl_usage_on_event(void *ctx, kube_informer *inf, const char *type, const j
 {
     (void)inf, (void)type;
     char kind = (char)(intptr_t)ctx;
-    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    const char *ns = kobject_meta_str(obj, "namespace"), *name = kobject_meta_str(obj, "name");
     if(!ns || !name)
         return;
     char key[600];
@@ -208,13 +205,6 @@ typedef struct usage {
     json_t *written;     /* "ns/record" -> {obj, behind}: remember() */
 } usage;
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int leading(void)
 {
     return lease_is_leader(ctl_proc->lease);
@@ -274,7 +264,7 @@ static void set_avail(usage *U, int avail)
     if(avail == 0 && U->avail != 0)
         U->next_warn = 0; /* warn at once */
     U->avail = avail;
-    U->next_probe = mono_ms() + PROBE_EVERY_MS;
+    U->next_probe = clock_mono_ms() + PROBE_EVERY_MS;
     metrics_gauge_set("cozygpu_usage_records_available", NULL, avail == 1 ? 1 : 0);
 }
 
@@ -282,7 +272,7 @@ static void set_avail(usage *U, int avail)
  * Lease, at most once per WARN_EVERY_MS. */
 static void warn_unavailable(usage *U)
 {
-    long long now = mono_ms();
+    long long now = clock_mono_ms();
     if(now < U->next_warn)
         return;
     U->next_warn = now + WARN_EVERY_MS;
@@ -360,9 +350,9 @@ static json_t *desired_record(const json_t *claim, const char *rname)
     snprintf(qty, sizeof qty, "%lld", (long long)count);
     return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}, s:[{s:s, s:s, s:s, s:s, s:b}]}, s:{s:s, s:s, s:{s:s}, s:b}}",
                      "apiVersion", "cozystack.io/v1alpha1", "kind", "Workload", "metadata", "name", rname,
-                     "namespace", md_str(claim, "namespace"), "labels", MONITOR_LABEL, MONITOR_NAME, MANAGED_BY,
+                     "namespace", kobject_meta_str(claim, "namespace"), "labels", MONITOR_LABEL, MONITOR_NAME, MANAGED_BY,
                      MANAGER, "ownerReferences", "apiVersion", "cozystack.io/v1alpha1", "kind", "GPUClaim", "name",
-                     md_str(claim, "name"), "uid", md_str(claim, "uid"), "controller", 1, "status", "kind",
+                     kobject_meta_str(claim, "name"), "uid", kobject_meta_str(claim, "uid"), "controller", 1, "status", "kind",
                      RECORD_KIND, "type", cls, "resources", key, qty, "operational",
                      phase && strcmp(phase, "Attached") == 0);
 }
@@ -458,7 +448,7 @@ static void write_failed(const char *what, const kube_resource *r, const char *n
 {
     static long long quiet_until;
     static unsigned long held;
-    long long now = mono_ms();
+    long long now = clock_mono_ms();
     if(now < quiet_until) {
         held++;
         return;
@@ -497,7 +487,7 @@ static int put(const kube_resource *r, const char *object, const char *ns, const
             count_write(object, "update", code == 409 ? "conflict" : "error");
             if(code != 409) {
                 const char *m = json_string_value(json_object_get(out, "message"));
-                write_failed("cannot update", r, ns, md_str(obj, "name"), code, m);
+                write_failed("cannot update", r, ns, kobject_meta_str(obj, "name"), code, m);
             }
         }
     } else
@@ -537,7 +527,7 @@ static int create(const kube_resource *r, const char *object, const char *ns, co
         count_write(object, "create", "conflict");
         json_t *got = NULL;
         long gc = 0;
-        if(kube_get(ctl_proc->client, r, ns, md_str(want, "name"), &gc, &got, &err) == COZY_OK && gc == 200) {
+        if(kube_get(ctl_proc->client, r, ns, kobject_meta_str(want, "name"), &gc, &got, &err) == COZY_OK && gc == 200) {
             *existing = got;
             got = NULL;
             rc = W_OK;
@@ -546,7 +536,7 @@ static int create(const kube_resource *r, const char *object, const char *ns, co
     } else {
         count_write(object, "create", "error");
         const char *m = json_string_value(json_object_get(out, "message"));
-        write_failed("cannot create", r, ns, md_str(want, "name"), code, m);
+        write_failed("cannot create", r, ns, kobject_meta_str(want, "name"), code, m);
     }
     json_decref(out);
     return rc;
@@ -608,8 +598,8 @@ static json_t *known_record(usage *U, const char *rkey, json_t *cached)
     json_t *w = json_object_get(U->written, rkey);
     if(!w)
         return cached;
-    const char *rv = cached ? md_str(cached, "resourceVersion") : "";
-    const char *wrv = md_str(json_object_get(w, "obj"), "resourceVersion");
+    const char *rv = cached ? kobject_meta_str(cached, "resourceVersion") : "";
+    const char *wrv = kobject_meta_str(json_object_get(w, "obj"), "resourceVersion");
     if(cached && rv && wrv && strcmp(rv, wrv) == 0) {
         json_object_del(U->written, rkey); /* caught up */
         return cached;
@@ -635,7 +625,7 @@ static json_t *known_record(usage *U, const char *rkey, json_t *cached)
  * again. */
 static int write_record(usage *U, const char *ns, const json_t *want, const json_t *have)
 {
-    const char *rname = md_str(want, "name");
+    const char *rname = kobject_meta_str(want, "name");
     const char *want_uid = NULL, *have_uid = NULL;
     char rkey[600];
     if(join_key(rkey, sizeof rkey, "", ns, rname) != 0)
@@ -646,7 +636,7 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
     json_t *existing = have ? json_deep_copy(have) : NULL;
     /* the versions the cache may show until our write's event arrives */
     json_t *behind = json_array();
-    const char *hrv = have ? md_str(have, "resourceVersion") : NULL;
+    const char *hrv = have ? kobject_meta_str(have, "resourceVersion") : NULL;
     json_array_append_new(behind, json_string(hrv ? hrv : ""));
     int rc = W_OK;
     for(int round = 0; round < 2 && rc == W_OK; round++) {
@@ -660,7 +650,7 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
             }
             if(rc != W_OK)
                 break;
-            const char *erv = md_str(existing, "resourceVersion");
+            const char *erv = kobject_meta_str(existing, "resourceVersion");
             if(erv)
                 json_array_append_new(behind, json_string(erv));
         }
@@ -668,7 +658,7 @@ static int write_record(usage *U, const char *ns, const json_t *want, const json
         const char *owner = claim_owner(existing, &have_uid);
         if(owner && strcmp(owner, claim) == 0 && have_uid && want_uid && strcmp(have_uid, want_uid) != 0) {
             /* the record of an earlier claim of the same name */
-            rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, md_str(existing, "uid"));
+            rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, kobject_meta_str(existing, "uid"));
             json_decref(existing);
             existing = NULL;
             if(rc == W_OK)
@@ -707,7 +697,7 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
     const char *phase = json_string_value(json_object_get(json_object_get(claim, "status"), "phase"));
     int want = claim && phase && (strcmp(phase, "Bound") == 0 || strcmp(phase, "Attached") == 0) &&
                json_is_string(json_object_get(spec, "class")) &&
-               json_integer_value(json_object_get(spec, "count")) > 0 && md_str(claim, "uid");
+               json_integer_value(json_object_get(spec, "count")) > 0 && kobject_meta_str(claim, "uid");
     set_wanted(U, ns, name, want);
     json_t *have = known_record(U, rkey, kube_informer_get(ctl_proc->workloads_inf, ns, rname));
     int rc = W_OK;
@@ -738,7 +728,7 @@ static int reconcile_claim(usage *U, const char *ns, const char *name, int probe
          * name); one that carries none of our marks is not ours */
         if(gone && (claim_owner(gone, NULL) || label_is(gone, MANAGED_BY, MANAGER) ||
                     label_is(gone, MONITOR_LABEL, MONITOR_NAME))) {
-            rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, md_str(gone, "uid"));
+            rc = delete_uid(&KUBE_WORKLOADS, "record", ns, rname, kobject_meta_str(gone, "uid"));
             json_object_del(U->written, rkey);
             if(rc == W_OK)
                 log_write(LOG_INFO, "usage", "removed the usage record of a claim that holds no GPUs",
@@ -763,30 +753,30 @@ static void queue_all(usage *U)
     json_t *o;
     json_array_foreach(all, i, o)
     {
-        snprintf(key, sizeof key, "l:%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-        ctl_key_add(&U->work, key);
+        snprintf(key, sizeof key, "l:%s/%s", kobject_meta_str(o, "namespace"), kobject_meta_str(o, "name"));
+        keyset_add(&U->work, key);
     }
     json_decref(all);
     all = kube_informer_list(ctl_proc->workloads_inf);
     json_array_foreach(all, i, o)
     {
         /* mapped by name in the round (the owner is a claim listed above) */
-        snprintf(key, sizeof key, "w:%s/%s", md_str(o, "namespace"), md_str(o, "name"));
-        ctl_key_add(&U->work, key);
+        snprintf(key, sizeof key, "w:%s/%s", kobject_meta_str(o, "namespace"), kobject_meta_str(o, "name"));
+        keyset_add(&U->work, key);
     }
     json_decref(all);
     all = kube_informer_list(ctl_proc->monitors_inf);
     json_array_foreach(all, i, o)
     {
-        snprintf(key, sizeof key, "o:%s", md_str(o, "namespace"));
-        ctl_key_add(&U->work, key);
+        snprintf(key, sizeof key, "o:%s", kobject_meta_str(o, "namespace"));
+        keyset_add(&U->work, key);
     }
     json_decref(all);
 }
 
 static void drop(usage *U)
 {
-    ctl_key_free(&U->work);
+    keyset_free(&U->work);
     json_object_clear(U->wanted);
     json_object_clear(U->ns_count);
     json_object_clear(U->mon_ok);
@@ -845,19 +835,19 @@ static int round_work(usage *U)
             continue;
         char buf[600];
         const char *ns, *rname;
-        ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &rname);
+        keyset_split(k->key + 2, buf, sizeof buf, &ns, &rname);
         char rkey[600];
         join_key(rkey, sizeof rkey, "", ns, rname);
         json_object_del(U->written, rkey); /* gone from the watch: what we wrote is no guide */
         char claim[NAME_MAX_LEN + 1], ck[600];
         if(record_claim(ns, rname, NULL, claim, sizeof claim) != 0 ||
            join_key(ck, sizeof ck, "l:", ns, claim) != 0) {
-            ctl_key_drop(&U->work, k);
+            keyset_drop(&U->work, k);
             continue;
         }
         json_object_set_new(probes, ck + 2, json_true());
-        ctl_key_add(&U->work, ck);
-        ctl_key_drop(&U->work, k);
+        keyset_add(&U->work, ck);
+        keyset_drop(&U->work, k);
     }
     HASH_ITER(hh, U->work, k, t)
     {
@@ -868,7 +858,7 @@ static int round_work(usage *U)
         if(k->key[0] == 'w') {
             /* a record: the claim its name is made from, whatever owner
              * reference it carries */
-            ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &name);
+            keyset_split(k->key + 2, buf, sizeof buf, &ns, &name);
             char claim[NAME_MAX_LEN + 1], ck[600];
             json_t *rec = kube_informer_get(ctl_proc->workloads_inf, ns, name);
             int mapped = record_claim(ns, name, rec, claim, sizeof claim) == 0 &&
@@ -879,20 +869,20 @@ static int round_work(usage *U)
                  * label), kept alive by an owner reference to another
                  * claim: nobody's record */
                 if(rec && strncmp(name, "gpuh-", 5) == 0) {
-                    rc = delete_uid(&KUBE_WORKLOADS, "record", ns, name, md_str(rec, "uid"));
+                    rc = delete_uid(&KUBE_WORKLOADS, "record", ns, name, kobject_meta_str(rec, "uid"));
                     if(rc == W_OK)
                         log_write(LOG_INFO, "usage", "removed a usage record named for no claim", "namespace", ns,
                                   "workload", name, NULL);
                 }
                 json_decref(rec);
                 if(rc == W_OK)
-                    ctl_key_drop(&U->work, k);
+                    keyset_drop(&U->work, k);
                 continue;
             }
             json_decref(rec);
-            ctl_key_split(ck, buf, sizeof buf, &ns, &name);
+            keyset_split(ck, buf, sizeof buf, &ns, &name);
         } else if(k->key[0] == 'l')
-            ctl_key_split(k->key + 2, buf, sizeof buf, &ns, &name);
+            keyset_split(k->key + 2, buf, sizeof buf, &ns, &name);
         else
             continue;
         char pk[600];
@@ -903,7 +893,7 @@ static int round_work(usage *U)
             return W_MISSING;
         }
         if(rc == W_OK)
-            ctl_key_drop(&U->work, k);
+            keyset_drop(&U->work, k);
     }
     json_decref(probes);
     HASH_ITER(hh, U->work, k, t)
@@ -920,7 +910,7 @@ static int round_work(usage *U)
         if(rc == W_MISSING)
             return W_MISSING;
         if(rc == W_OK)
-            ctl_key_drop(&U->work, k);
+            keyset_drop(&U->work, k);
     }
     return W_OK;
 }
@@ -939,7 +929,7 @@ void *ctl_usage_main(void *arg)
         if(stop)
             break;
         if(!leading() || !kube_watcher_synced(ctl_proc->watcher)) {
-            ctl_key_free(&batch);
+            keyset_free(&batch);
             if(U.active)
                 drop(&U);
             continue;
@@ -947,20 +937,20 @@ void *ctl_usage_main(void *arg)
         int full = 0;
         if(!U.active) {
             U.active = 1;
-            ctl_key_free(&batch); /* the caches hold all of it */
+            keyset_free(&batch); /* the caches hold all of it */
             full = 1;
         }
         if(U.avail != 1) {
-            if(mono_ms() >= U.next_probe) {
+            if(clock_mono_ms() >= U.next_probe) {
                 int was = U.avail;
                 int p = probe();
                 if(p >= 0)
                     set_avail(&U, p);
                 else {
                     /* no answer, or one that is not 404 (a 403: RBAC): asked again in 10 s */
-                    U.next_probe = mono_ms() + 10000;
-                    if(mono_ms() >= U.next_warn) {
-                        U.next_warn = mono_ms() + WARN_EVERY_MS;
+                    U.next_probe = clock_mono_ms() + 10000;
+                    if(clock_mono_ms() >= U.next_warn) {
+                        U.next_warn = clock_mono_ms() + WARN_EVERY_MS;
                         log_write(LOG_WARN, "usage",
                                   "cannot tell whether the cluster serves Cozystack's Workload types; no usage "
                                   "records are written until it answers",
@@ -977,20 +967,20 @@ void *ctl_usage_main(void *arg)
             if(U.avail == 0)
                 warn_unavailable(&U);
             if(U.avail != 1) {
-                ctl_key_free(&batch); /* compared in full once served */
+                keyset_free(&batch); /* compared in full once served */
                 continue;
             }
         }
         if(full)
             queue_all(&U);
         ukey *k, *t;
-        HASH_ITER(hh, batch, k, t) ctl_key_add(&U.work, k->key);
-        ctl_key_free(&batch);
+        HASH_ITER(hh, batch, k, t) keyset_add(&U.work, k->key);
+        keyset_free(&batch);
         if(round_work(&U) == W_MISSING && probe() == 0) {
             /* confirmed: compared in full once served again */
             set_avail(&U, 0);
             warn_unavailable(&U);
-            ctl_key_free(&U.work);
+            keyset_free(&U.work);
         }
     }
     drop(&U);
@@ -999,7 +989,7 @@ void *ctl_usage_main(void *arg)
     json_decref(U.mon_ok);
     json_decref(U.written);
     pthread_mutex_lock(&ctl_proc->mu);
-    ctl_key_free(&g_queue);
+    keyset_free(&g_queue);
     pthread_mutex_unlock(&ctl_proc->mu);
     return NULL;
 }

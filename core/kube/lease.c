@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/clock.h"
 
 struct lease_elector {
     kube_client *client;
@@ -32,13 +33,6 @@ struct lease_elector {
     long long observed_at_ms;/* monotonic time it was first seen */
 };
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* metav1.MicroTime in RFC 3339 with microseconds, UTC. */
 static void micro_time(char *buf, size_t n)
 {
@@ -57,7 +51,7 @@ static void set_leading(lease_elector *le, int leading)
     int was = le->leading;
     le->leading = leading;
     if(leading)
-        le->last_renew_ms = mono_ms();
+        le->last_renew_ms = clock_mono_ms();
     pthread_mutex_unlock(&le->mu);
     if(was != leading) {
         metrics_gauge_set("cozygpu_leader", NULL, leading ? 1 : 0);
@@ -73,7 +67,7 @@ int lease_is_leader(lease_elector *le)
     if(!le)
         return 0;
     pthread_mutex_lock(&le->mu);
-    int yes = le->leading && mono_ms() - le->last_renew_ms < le->renew_deadline_ms;
+    int yes = le->leading && clock_mono_ms() - le->last_renew_ms < le->renew_deadline_ms;
     pthread_mutex_unlock(&le->mu);
     return yes;
 }
@@ -144,11 +138,11 @@ static int try_acquire_or_renew(lease_elector *le)
     if(!le->observed_key || strcmp(le->observed_key, key) != 0) {
         free(le->observed_key);
         le->observed_key = strdup(key);
-        le->observed_at_ms = mono_ms();
+        le->observed_at_ms = clock_mono_ms();
     }
     if(!mine && holder && *holder) {
         long long valid_ms = (held_s > 0 ? (long long)held_s * 1000 : le->duration_ms);
-        if(mono_ms() - le->observed_at_ms < valid_ms) {
+        if(clock_mono_ms() - le->observed_at_ms < valid_ms) {
             rc = 0; /* held by another, not expired */
             goto out;
         }
@@ -217,7 +211,7 @@ static void *elector_main(void *arg)
         pthread_mutex_unlock(&le->mu);
         if(stop)
             break;
-        long long t0 = mono_ms();
+        long long t0 = clock_mono_ms();
         int got = try_acquire_or_renew(le);
         if(got == 1)
             set_leading(le, 1);
@@ -226,7 +220,7 @@ static void *elector_main(void *arg)
         else {
             /* API error: keep leading only until the renew deadline */
             pthread_mutex_lock(&le->mu);
-            int lapsed = le->leading && mono_ms() - le->last_renew_ms >= le->renew_deadline_ms;
+            int lapsed = le->leading && clock_mono_ms() - le->last_renew_ms >= le->renew_deadline_ms;
             pthread_mutex_unlock(&le->mu);
             if(lapsed)
                 set_leading(le, 0);
@@ -235,7 +229,7 @@ static void *elector_main(void *arg)
         long long wake = t0 + le->retry_ms;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        long long left = wake - mono_ms();
+        long long left = wake - clock_mono_ms();
         if(left < 0)
             left = 0;
         ts.tv_sec += left / 1000;
