@@ -31,7 +31,7 @@ DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))
 
 # core/ is layered (README "Layout"; spec/core/layers_spec.lua checks it):
 # every folder is one layer and includes only itself and the layers below.
-LAYERS := base format engine admission kube server host binder controller agent cli
+LAYERS := base format engine admission kube server host binder placement controller agent cli
 layer_src = $(sort $(wildcard $(patsubst %,core/%/*.c,$(1))))
 CORE_HDR  := $(wildcard core/*/*.h)
 # the binary: every layer but the specs' Lua module

@@ -70,7 +70,7 @@
  * namespaces,resourcequotas,pvc,pv -A -o yaml`. (The controller's SIGUSR1 cache
  * dump holds object identities only, not objects: it cannot serve.)
  * Its objects become the starting state as a new leader builds it from the
- * same objects (controller/bind.c build(), through controller/bindread.h):
+ * same objects (controller/bind.c build(), through placement/read.c):
  *   GPUClass      a class: onCordon, metadata.deletionTimestamp (deleting),
  *                 tolerations, resourceName; the object itself is in the
  *                 cluster view the policies read;
@@ -122,10 +122,10 @@
  *                 required node affinity kubernetes.io/hostname In or
  *                 metadata.name In limit its sets to those nodes (the
  *                 intersection; none in common: it waits), as the
- *                 leader's volume_nodes reads them (bindread_volume_nodes,
+ *                 leader's volume_nodes reads them (placement_read_volume_nodes,
  *                 decision 0026 item 9; a scenario VM's `volumeNodes`).
  * A template VMI's claims (labelled gpu.cozystack.io/template-claim, owned
- * by the VMI's uid, of its class and count: bindread_template_claim_is)
+ * by the VMI's uid, of its class and count: placement_read_template_claim_is)
  * are its own; a claim of its template name that is not (a tenant's, one
  * left by an earlier VMI) is never taken over — the set waits, noted — and
  * never deleted when the VMI is final (decision 0027). A template VMI
@@ -191,8 +191,8 @@
 #include <string.h>
 
 #include "binder/binder.h"
-#include "controller/bindpolicy.h"
-#include "controller/bindread.h"
+#include "placement/policy.h"
+#include "placement/read.h"
 #include "engine/engine.h"
 #include "format/config.h"
 #include "format/manifest.h"
@@ -276,7 +276,7 @@ typedef struct sim {
     json_t *refused;   /* "ns/vm" -> {node: true}: nodes a template VMI of the VM failed on (DESIGN.md §6) */
     engine *e;         /* policies/binder.lua and the budget check at bind (borrowed) */
     const json_t *settings; /* --config or the defaults (borrowed) */
-    bindpolicy bp;     /* the chooser and budget hooks, and the usage table (controller/bindpolicy.h) */
+    placement_policy bp;     /* the chooser and budget hooks, and the usage table (placement/policy.h) */
     int policy_failures[ENGINE_OUTCOME_LAST]; /* the chooser's failures by kind (the leader's metric) */
     int choose_calls;
     char bad[1024];
@@ -383,7 +383,7 @@ static void out_event(sim *s, json_t *ev)
     json_array_append_new(json_object_get(s->step_out, "events"), ev);
 }
 
-/* A failure of the usage table (bindpolicy's last_error) stops the run. */
+/* A failure of the usage table (placement_policy's last_error) stops the run. */
 static void usage_check(sim *s)
 {
     if(s->bp.last_error.msg[0]) {
@@ -395,7 +395,7 @@ static void usage_check(sim *s)
 static void on_event(void *ud, const binder_event *e)
 {
     sim *s = ud;
-    bindpolicy_on_event(&s->bp, e);
+    placement_policy_on_event(&s->bp, e);
     usage_check(s);
     const char *fn = e->from_node ? e->from_node : "-", *tn = e->to_node ? e->to_node : "-";
     say(s, "  claim %s/%s: %s -> %s, node %s%s%s, %s: %s\n", e->ns, e->name, binder_phase_name(e->from),
@@ -482,7 +482,7 @@ static void vm_claims_forget(sim *s, const char *ns, const char *name)
 }
 
 /* A snapshot's claims being deleted (metadata.deletionTimestamp) go once
- * nothing uses them (bindread_claim_in_use), as the leader takes its
+ * nothing uses them (placement_read_claim_in_use), as the leader takes its
  * protection finalizer off after a pass (decision 0026). Returns how many
  * went. */
 static int release_deleted(sim *s)
@@ -497,9 +497,9 @@ static int release_deleted(sim *s)
         snprintf(name, sizeof name, "%s", slash + 1);
         binder_claim_status cs;
         if(binder_state_claim_get(s->st, ns, name, &cs) == BINDER_OK) {
-            if(bindread_claim_in_use(s->st, ns, name))
+            if(placement_read_claim_in_use(s->st, ns, name))
                 continue;
-            bindpolicy_on_delete(&s->bp, ns, name);
+            placement_policy_on_delete(&s->bp, ns, name);
             binder_state_claim_delete(s->st, ns, name, NULL);
             vm_claims_forget(s, ns, name);
             say(s, "  claim %s/%s deleted (it was being deleted and nothing uses it any more)\n", ns, name);
@@ -625,7 +625,7 @@ static void tmpl_delete(sim *s, sim_vm *v)
             continue;
         snprintf(ck, sizeof ck, "%s/%s", v->ns, name);
         json_object_del(s->owned, ck);
-        bindpolicy_on_delete(&s->bp, v->ns, name);
+        placement_policy_on_delete(&s->bp, v->ns, name);
         if(binder_state_claim_delete(s->st, v->ns, name, NULL) == BINDER_OK)
             say(s, "  template claim %s/%s deleted (its VMI is %s)\n", v->ns, name,
                 v->phase == BINDER_VMI_NONE ? "gone" : "final");
@@ -689,7 +689,7 @@ static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t w
 {
     sim *s = ud;
     engine_binder_verdict v;
-    int ok = bindpolicy_budget(&s->bp, c, why, why_size, &v);
+    int ok = placement_policy_budget(&s->bp, c, why, why_size, &v);
     usage_check(s);
     if(!ok && v.outcome != ENGINE_ALLOWED)
         say(s, "  budget check failed (%s) for claim %s/%s: it waits (fail closed)\n",
@@ -719,7 +719,7 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
     s->choose_calls++;
     binder_candidate kept[BINDER_MAX_CANDIDATES];
     size_t at[BINDER_MAX_CANDIDATES], left;
-    size_t k = bindpolicy_avoid(s->refused, sv, cands, n, kept, at, &left);
+    size_t k = placement_policy_avoid(s->refused, sv, cands, n, kept, at, &left);
     if(left) {
         char rk[400];
         snprintf(rk, sizeof rk, "%s/%s", sv->ns, sv->vm ? sv->vm : "");
@@ -733,7 +733,7 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
                                    "triedAgain", left == n));
     }
     engine_binder_choice ch;
-    int i = bindpolicy_choose(&s->bp, sv, kept, k, &ch);
+    int i = placement_policy_choose(&s->bp, sv, kept, k, &ch);
     if(i >= 0 && (size_t)i < k)
         i = (int)at[i];
     if(ch.outcome != ENGINE_ALLOWED) {
@@ -753,7 +753,7 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
  * that its later template sets try elsewhere (on_choose). */
 static void refuse_node(sim *s, const sim_vm *v, const char *node)
 {
-    if(bindpolicy_refuse(s->refused, v->ns, v->name, node))
+    if(placement_policy_refuse(s->refused, v->ns, v->name, node))
         say(s, "  VM %s/%s: its VMI failed on %s; its next template claims go elsewhere\n", v->ns, v->name, node);
 }
 
@@ -779,7 +779,7 @@ static void settle(sim *s)
             }
         }
         size_t n = binder_reconcile(s->st, &h);
-        bindpolicy_settle(&s->bp);
+        placement_policy_settle(&s->bp);
         usage_check(s);
         int changed = retried | (s->deleting && release_deleted(s) > 0);
         for(size_t i = 0; i < s->n_vms; i++) {
@@ -1336,7 +1336,7 @@ static int want_string_map(sim *s, const json_t *rec, const json_t *v, const cha
 }
 
 /* The volumes of a VM's template or a VMI (`vols`, at `field`), as
- * bindread_volume_nodes reads them: a list of mappings whose
+ * placement_read_volume_nodes reads them: a list of mappings whose
  * persistentVolumeClaim.claimName and dataVolume.name are strings. */
 static int want_volumes(sim *s, const json_t *rec, const json_t *vols, const char *field)
 {
@@ -1360,7 +1360,7 @@ static int want_volumes(sim *s, const json_t *rec, const json_t *vols, const cha
     return 0;
 }
 
-/* A PersistentVolume's spec.nodeAffinity, as bindread_pv_nodes reads it:
+/* A PersistentVolume's spec.nodeAffinity, as placement_read_pv_nodes reads it:
  * required.nodeSelectorTerms a list of mappings, their matchExpressions
  * and matchFields lists of {key, operator} strings with `values` a list of
  * strings. */
@@ -1407,7 +1407,7 @@ static int want_pv_affinity(sim *s, const json_t *rec, const json_t *o)
 }
 
 /* Checks the fields simulate reads of snapshot record `rec` of kind
- * `kind` (the leader reads the same ones: controller/bindread.c,
+ * `kind` (the leader reads the same ones: placement/read.c,
  * runtime.binder.node). Returns 0 or -1 (the run failed naming the file,
  * the object and the field). */
 static int snap_check(sim *s, const json_t *rec, const char *kind, int namespaced)
@@ -1714,7 +1714,7 @@ static void snap_classes(sim *s, snapshot *sn)
 }
 
 /* The snapshot's GPUClaims restored from their status, as a new leader
- * restores them (bindread_claim with restore: phase, node, attachedTo,
+ * restores them (placement_read_claim with restore: phase, node, attachedTo,
  * the Ready condition's reason; decision 0020 §1). */
 static void snap_claims(sim *s, snapshot *sn)
 {
@@ -1723,7 +1723,7 @@ static void snap_claims(sim *s, snapshot *sn)
     json_array_foreach(snap_list(sn, "GPUClaim"), i, rec) {
         binder_claim_status cs;
         const json_t *o = json_object_get(rec, "object");
-        if(bindread_claim(o, 1, &cs)) {
+        if(placement_read_claim(o, 1, &cs)) {
             snap_bad(s, rec, "spec", "no usable spec.class and spec.count");
             return;
         }
@@ -1788,7 +1788,7 @@ static json_t *snap_gpus(sim *s, const json_t *tmpl)
     return g;
 }
 
-/* bindread_volume_nodes' lookup over the snapshot: PVC ns/pvc's bound
+/* placement_read_volume_nodes' lookup over the snapshot: PVC ns/pvc's bound
  * PV (spec.volumeName), as the leader reads its informers. */
 typedef struct snap_pv_lookup {
     const snapshot *sn;
@@ -1806,7 +1806,7 @@ static json_t *snap_bound_pv(void *ud, const char *pvc)
 
 /* The nodes the volumes of snapshot VM ns/name allow (`spec`: its VMI's,
  * or its template's), read as the leader reads them
- * (bindread_volume_nodes over the snapshot's PersistentVolumeClaims and
+ * (placement_read_volume_nodes over the snapshot's PersistentVolumeClaims and
  * PersistentVolumes): a list kept for the run, or NULL when nothing
  * limits it. Noted when it does. */
 static json_t *snap_volume_nodes(sim *s, const snapshot *sn, const char *ns, const char *name, const json_t *spec)
@@ -1814,7 +1814,7 @@ static json_t *snap_volume_nodes(sim *s, const snapshot *sn, const char *ns, con
     snap_pv_lookup q = {sn, ns};
     const char *nodes[BINDER_MAX_SET_NODES];
     json_t *keep = NULL;
-    size_t n = bindread_volume_nodes(spec, snap_bound_pv, &q, nodes, BINDER_MAX_SET_NODES, &keep);
+    size_t n = placement_read_volume_nodes(spec, snap_bound_pv, &q, nodes, BINDER_MAX_SET_NODES, &keep);
     json_t *list = NULL;
     if(n) {
         list = json_array();
@@ -1833,7 +1833,7 @@ static json_t *snap_volume_nodes(sim *s, const snapshot *sn, const char *ns, con
 
 /* One VM (vm and/or vmi given, same ns/name) of the snapshot into the
  * run, as the leader's apply_set takes it: the VMI's claims (annotation,
- * or its template claims: bindread_vmi_claims), phase and node when a VMI
+ * or its template claims: placement_read_vmi_claims), phase and node when a VMI
  * exists, else the VM template's annotation (a stopped VM holds its claims)
  * or its template GPUs (claims made when it starts). `live` selects the
  * pass: VMIs that are not final first, so a running VMI takes claims a
@@ -1852,15 +1852,15 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
     const char *node = NULL;
     const json_t *vspec = vmi ? get(vmi, "spec", NULL) : get(vm, "spec", "template", "spec", NULL);
     if(vmi) {
-        n = bindread_vmi_claims(vmi, sn->classes, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS, &tmpl);
-        phase = bindread_vmi_phase(vmi);
+        n = placement_read_vmi_claims(vmi, sn->classes, buf, sizeof buf, names, BINDER_MAX_SET_CLAIMS, &tmpl);
+        phase = placement_read_vmi_phase(vmi);
         if(phase != BINDER_VMI_PENDING)
             node = json_string_value(get(vmi, "status", "nodeName", NULL));
         if((phase == BINDER_VMI_SCHEDULED || phase == BINDER_VMI_RUNNING) && !node)
             phase = BINDER_VMI_PENDING;
     } else {
         const json_t *tm = get(vm, "spec", "template", "metadata", NULL);
-        n = bindread_claim_names(json_string_value(get(tm, "annotations", BINDREAD_CLAIMS_ANNOTATION, NULL)), buf,
+        n = placement_read_claim_names(json_string_value(get(tm, "annotations", PLACEMENT_READ_CLAIMS_ANNOTATION, NULL)), buf,
                                  sizeof buf, names, BINDER_MAX_SET_CLAIMS);
         if(n == 0) {
             /* a stopped VM asking for GPUs by class: its template claims
@@ -1872,7 +1872,7 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
                                                    : json_null());
             char tb[8192];
             const char *tn[BINDER_MAX_SET_CLAIMS];
-            if(pseudo && bindread_vmi_claims(pseudo, sn->classes, tb, sizeof tb, tn, BINDER_MAX_SET_CLAIMS, &tmpl) &&
+            if(pseudo && placement_read_vmi_claims(pseudo, sn->classes, tb, sizeof tb, tn, BINDER_MAX_SET_CLAIMS, &tmpl) &&
                tmpl) {
                 sim_vm *v = snap_new_vm(s, rec, ns, name, snap_rs(vm));
                 if(v) {
@@ -1901,7 +1901,7 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
     if(tmpl) {
         /* template claims, as the leader's apply_set takes them (decision
          * 0027): one of the snapshot that is this VMI's own (label, owner
-         * uid, class, count: bindread_template_claim_is) is its claim, and
+         * uid, class, count: placement_read_template_claim_is) is its claim, and
          * deleted once the VMI is final; one that is not is never taken
          * over (the set waits) nor deleted; one the snapshot lacks is made
          * for a live VMI */
@@ -1920,7 +1920,7 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
             snprintf(ck, sizeof ck, "%s/%s", ns, cn);
             binder_claim_status cs;
             int have = binder_state_claim_get(s->st, ns, cn, &cs) == BINDER_OK;
-            int ours = have && bindread_template_claim_is(json_object_get(sn->claims, ck), t, uid);
+            int ours = have && placement_read_template_claim_is(json_object_get(sn->claims, ck), t, uid);
             if(have && !ours) {
                 snap_note(s,
                           "snapshot: GPUClaim %s is not VMI %s/%s's own template claim (no template label, another "
@@ -1929,7 +1929,7 @@ static void snap_vm(sim *s, snapshot *sn, const json_t *rec, const json_t *vm, c
                           final ? "kept, though the VMI is final" : "never taken over, the VMI's set waits");
                 waits |= !final;
             } else if(final && have) {
-                bindpolicy_on_delete(&s->bp, ns, cn);
+                placement_policy_on_delete(&s->bp, ns, cn);
                 binder_state_claim_delete(s->st, ns, cn, NULL);
                 snap_note(s, "snapshot: template claim %s/%s deleted (its VMI is final)", ns, cn);
             } else if(!final && !have) {
@@ -2013,7 +2013,7 @@ static void snap_sets(sim *s, snapshot *sn)
             json_t *vm = json_object_get(sn->vms, key), *vmi = json_object_get(sn->vmis, key);
             if(pass == 2 && vmi)
                 continue;
-            binder_vmi_phase ph = vmi ? bindread_vmi_phase(vmi) : BINDER_VMI_NONE;
+            binder_vmi_phase ph = vmi ? placement_read_vmi_phase(vmi) : BINDER_VMI_NONE;
             int final = ph == BINDER_VMI_SUCCEEDED || ph == BINDER_VMI_FAILED;
             if(pass < 2 && final != pass)
                 continue;
@@ -2030,7 +2030,7 @@ static void snap_sets(sim *s, snapshot *sn)
     }
 }
 
-/* Raw-name use, as the leader counts it (bindread_raw_units): the units
+/* Raw-name use, as the leader counts it (placement_read_raw_units): the units
  * each Scheduled or Running VMI uses on its node that its own claims do
  * not cover; those VMIs join the cluster view. */
 static void snap_raw(sim *s, snapshot *sn)
@@ -2038,7 +2038,7 @@ static void snap_raw(sim *s, snapshot *sn)
     const char *key;
     json_t *vmi;
     json_object_foreach(sn->vmis, key, vmi) {
-        json_t *used = bindread_raw_units(s->st, vmi, sn->classes);
+        json_t *used = placement_read_raw_units(s->st, vmi, sn->classes);
         if(!used)
             continue;
         const char *node = json_string_value(get(vmi, "status", "nodeName", NULL));
@@ -2072,7 +2072,7 @@ static void claim_on(void *ud, const binder_claim_status *c)
 /* The snapshot's Nodes into the run: what each offers per class and its
  * flags and gpu.cozystack.io/ taints through runtime.binder.node (its
  * GPUNode, the first KubeVirt, the snapshot's GPUClasses, the raw-name
- * use on it) exactly as the leader computes them (bindread_node); its
+ * use on it) exactly as the leader computes them (placement_read_node); its
  * capacity problems are shown as notes. A Node without a GPUNode that no
  * claim is on is left out (it can offer nothing). */
 static void snap_nodes(sim *s, snapshot *sn)
@@ -2094,11 +2094,11 @@ static void snap_nodes(sim *s, snapshot *sn)
             snap_bad(s, rec, NULL, "more than %zu GPU nodes", sizeof s->nodes / sizeof *s->nodes);
             return;
         }
-        bindread_node_view nv;
+        placement_read_node_view nv;
         cozy_err err = {{0}};
-        if(bindread_node(s->re, o, gn, kv, sn->classes, json_object_get(sn->raw, name), &nv, &err) != COZY_OK) {
+        if(placement_read_node(s->re, o, gn, kv, sn->classes, json_object_get(sn->raw, name), &nv, &err) != COZY_OK) {
             snap_bad(s, rec, NULL, "runtime.binder.node cannot read it: %s", err.msg);
-            bindread_node_view_free(&nv);
+            placement_read_node_view_free(&nv);
             return;
         }
         sim_node *n = &s->nodes[s->n_nodes];
@@ -2108,7 +2108,7 @@ static void snap_nodes(sim *s, snapshot *sn)
         if(nv.spec.n_offers > SIM_MAX_OFFERS || nv.spec.n_taints > SIM_MAX_TAINTS) {
             snap_bad(s, rec, NULL, "more than %d classes or %d gpu.cozystack.io/ taints", SIM_MAX_OFFERS,
                      SIM_MAX_TAINTS);
-            bindread_node_view_free(&nv);
+            placement_read_node_view_free(&nv);
             return;
         }
         for(size_t k = 0; k < nv.spec.n_offers; k++) {
@@ -2130,7 +2130,7 @@ static void snap_nodes(sim *s, snapshot *sn)
                 snap_note(s, "snapshot: node %s: %s", name, m ? m : "?");
         }
         json_array_append(s->keep, nv.view); /* the taints' strings */
-        bindread_node_view_free(&nv);
+        placement_read_node_view_free(&nv);
         s->n_nodes++;
         char path[300];
         snprintf(path, sizeof path, "snapshot Node %s", name);
@@ -2161,7 +2161,7 @@ static void snap_apply(sim *s, snapshot *sn)
     cozy_err err = {{0}};
     if(!s->bad[0] && binder_state_restore(s->st, &err))
         bad(s, "snapshot: %s", err.msg);
-    if(!s->bad[0] && bindpolicy_feed(&s->bp, &err) != COZY_OK)
+    if(!s->bad[0] && placement_policy_feed(&s->bp, &err) != COZY_OK)
         bad(s, "snapshot: %s", err.msg);
     if(!s->bad[0]) {
         size_t n[11];
@@ -2343,7 +2343,7 @@ static void delete_claim(sim *s, const char *ref, const char *path)
     if(split_ref(s, ref, path, ns, name))
         return;
     cozy_err err = {{0}};
-    bindpolicy_on_delete(&s->bp, ns, name);
+    placement_policy_on_delete(&s->bp, ns, name);
     if(binder_state_claim_delete(s->st, ns, name, &err))
         return bad(s, "%s: unknown claim \"%s\"", path, ref);
     vm_claims_forget(s, ns, name);
@@ -2406,7 +2406,7 @@ static void leader_change(sim *s, const char *path)
         bad(s, "%s: %s", path, err.msg);
     binder_state_free(old);
     s->bp.st = s->st;
-    if(bindpolicy_feed(&s->bp, &err) != COZY_OK)
+    if(placement_policy_feed(&s->bp, &err) != COZY_OK)
         bad(s, "%s: %s", path, err.msg);
     say(s, "  leader change: the binder is rebuilt from the claims' status (the nodes template VMIs failed on are "
            "forgotten)\n");
@@ -2637,7 +2637,7 @@ static int run(sim *s)
     s->vm_claims = json_object();
     s->owned = json_object();
     s->refused = json_object();
-    bindpolicy_init(&s->bp, s->e, s->st);
+    placement_policy_init(&s->bp, s->e, s->st);
     s->bp.labels = node_labels;
     s->bp.labels_ud = s;
     s->out = json_array();
@@ -2696,7 +2696,7 @@ static int run(sim *s)
     json_decref(s->owned);
     json_decref(s->refused);
     s->owned = s->refused = NULL;
-    bindpolicy_free(&s->bp);
+    placement_policy_free(&s->bp);
     snapshot_free(&sn);
     s->sn = NULL;
     json_decref(s->keep);

@@ -8,7 +8,7 @@
 local L = {}
 
 --- The layers, bottom first, each with the layers it may include.
-L.order = { "base", "format", "engine", "admission", "kube", "server", "host", "binder", "controller", "agent", "cli" }
+L.order = { "base", "format", "engine", "admission", "kube", "server", "host", "binder", "placement", "controller", "agent", "cli" }
 L.below = {
   base = {},
   format = { "base" },
@@ -18,9 +18,10 @@ L.below = {
   server = { "base" },
   host = { "base" },
   binder = { "base" },
-  controller = { "base", "format", "engine", "admission", "kube", "server", "binder" },
+  placement = { "base", "format", "engine", "binder" },
+  controller = { "base", "format", "engine", "admission", "kube", "server", "binder", "placement" },
   agent = { "base", "format", "engine", "kube", "host" },
-  cli = { "base", "format", "engine", "admission", "kube", "server", "host", "binder", "controller", "agent" },
+  cli = { "base", "format", "engine", "admission", "kube", "server", "host", "binder", "placement", "controller", "agent" },
 }
 
 local function lines_of(cmd)

@@ -1,7 +1,7 @@
-/* bindread.c — cluster objects into the binder's terms (bindread.h).
+/* read.c — cluster objects into the binder's terms (read.h).
  * Rules: DESIGN.md §3, §6; docs/decisions/0019, 0020 §1, 0022, 0026, 0027.
  */
-#include "controller/bindread.h"
+#include "placement/read.h"
 
 #include <lua.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include "format/kobject.h"
 
 /* metadata.<field> of `obj` as a string, or NULL. */
-binder_vmi_phase bindread_vmi_phase(const json_t *vmi)
+binder_vmi_phase placement_read_vmi_phase(const json_t *vmi)
 {
     const char *p = json_string_value(json_object_get(json_object_get(vmi, "status"), "phase"));
     if(!p || !*p || strcmp(p, "Pending") == 0 || strcmp(p, "Scheduling") == 0)
@@ -26,7 +26,7 @@ binder_vmi_phase bindread_vmi_phase(const json_t *vmi)
     return BINDER_VMI_RUNNING; /* Running, and Unknown (its node cannot be reached: not final) */
 }
 
-size_t bindread_claim_names(const char *v, char *buf, size_t n, const char **names, size_t max)
+size_t placement_read_claim_names(const char *v, char *buf, size_t n, const char **names, size_t max)
 {
     snprintf(buf, n, "%s", v ? v : "");
     size_t k = 0;
@@ -117,25 +117,25 @@ static long vmi_units(const json_t *vmi, json_t *used)
     return total;
 }
 
-int bindread_vmi_uses_classes(const json_t *vmi)
+int placement_read_vmi_uses_classes(const json_t *vmi)
 {
     const json_t *meta = json_object_get(vmi, "metadata");
-    if(annotation(meta, BINDREAD_CLAIMS_ANNOTATION))
+    if(annotation(meta, PLACEMENT_READ_CLAIMS_ANNOTATION))
         return 0; /* it names its claims (blank: none; admission refuses that), as cozygpu.claims reads it */
-    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), BINDREAD_CLASS_REFERENCE));
+    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), PLACEMENT_READ_CLASS_REFERENCE));
     return ref && strcmp(ref, "true") == 0;
 }
 
-size_t bindread_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
+size_t placement_read_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
                            size_t max, json_t **tmpl)
 {
     if(tmpl)
         *tmpl = NULL;
     const json_t *meta = json_object_get(vmi, "metadata");
-    const char *ann = annotation(meta, BINDREAD_CLAIMS_ANNOTATION);
+    const char *ann = annotation(meta, PLACEMENT_READ_CLAIMS_ANNOTATION);
     if(ann)
-        return bindread_claim_names(ann, buf, n, names, max);
-    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), BINDREAD_CLASS_REFERENCE));
+        return placement_read_claim_names(ann, buf, n, names, max);
+    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), PLACEMENT_READ_CLASS_REFERENCE));
     const char *vname = json_string_value(json_object_get(meta, "name"));
     if(!ref || strcmp(ref, "true") != 0 || !vname)
         return 0;
@@ -197,7 +197,7 @@ static const char *ready_field(const json_t *claim, const char *field)
     return NULL;
 }
 
-int bindread_claim(const json_t *obj, int restore, binder_claim_status *out)
+int placement_read_claim(const json_t *obj, int restore, binder_claim_status *out)
 {
     const char *ns = kobject_meta_str(obj, "namespace"), *name = kobject_meta_str(obj, "name");
     const json_t *spec = json_object_get(obj, "spec"), *status = json_object_get(obj, "status");
@@ -206,7 +206,7 @@ int bindread_claim(const json_t *obj, int restore, binder_claim_status *out)
     if(!ns || !name || !cls || count < 1 || count > BINDER_MAX_UNITS)
         return -1;
     const json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
-    int tmpl = json_object_get(labels, BINDREAD_TEMPLATE_LABEL) != NULL;
+    int tmpl = json_object_get(labels, PLACEMENT_READ_TEMPLATE_LABEL) != NULL;
     *out = (binder_claim_status){.ns = ns, .name = name, .class_name = cls, .count = (uint32_t)count,
                                  .template_claim = tmpl, .phase = BINDER_PENDING, .message = ""};
     if(restore) {
@@ -226,7 +226,7 @@ int bindread_claim(const json_t *obj, int restore, binder_claim_status *out)
     return 0;
 }
 
-int bindread_claim_in_use(const binder_state *st, const char *ns, const char *name)
+int placement_read_claim_in_use(const binder_state *st, const char *ns, const char *name)
 {
     binder_claim_status c;
     if(binder_state_claim_get(st, ns, name, &c) != BINDER_OK)
@@ -258,7 +258,7 @@ static int claims_cover(const binder_state *st, const json_t *vmi, const json_t 
     const char *ns = kobject_meta_str(vmi, "namespace"), *name = kobject_meta_str(vmi, "name");
     char nb[8192];
     const char *names[BINDER_MAX_SET_CLAIMS];
-    size_t k = bindread_vmi_claims(vmi, classes, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL);
+    size_t k = placement_read_vmi_claims(vmi, classes, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL);
     if(!ns || !name || k == 0 || binder_state_set_get(st, ns, name, NULL, NULL) != BINDER_OK)
         return 0;
     long units = 0;
@@ -276,16 +276,16 @@ static int claims_cover(const binder_state *st, const json_t *vmi, const json_t 
     return units >= entries;
 }
 
-int bindread_vmi_on_node(const json_t *vmi)
+int placement_read_vmi_on_node(const json_t *vmi)
 {
-    binder_vmi_phase ph = bindread_vmi_phase(vmi);
+    binder_vmi_phase ph = placement_read_vmi_phase(vmi);
     const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
     return (ph == BINDER_VMI_RUNNING || ph == BINDER_VMI_SCHEDULED) && node;
 }
 
-json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes)
+json_t *placement_read_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes)
 {
-    if(!bindread_vmi_on_node(vmi))
+    if(!placement_read_vmi_on_node(vmi))
         return NULL;
     const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
     json_t *used = json_object();
@@ -297,8 +297,8 @@ json_t *bindread_raw_units(const binder_state *st, const json_t *vmi, const json
     return used;
 }
 
-cozy_result bindread_node(engine *e, const json_t *node, const json_t *gpunode, const json_t *kubevirt,
-                          const json_t *classes, const json_t *raw_used, bindread_node_view *out, cozy_err *err)
+cozy_result placement_read_node(engine *e, const json_t *node, const json_t *gpunode, const json_t *kubevirt,
+                          const json_t *classes, const json_t *raw_used, placement_read_node_view *out, cozy_err *err)
 {
     memset(out, 0, sizeof *out);
     out->spec.offers = out->offers;
@@ -323,14 +323,14 @@ cozy_result bindread_node(engine *e, const json_t *node, const json_t *gpunode, 
     json_t *u;
     json_object_foreach(json_object_get(out->view, "offers"), cls, u)
     {
-        if(spec->n_offers < BINDREAD_MAX_OFFERS && json_integer_value(u) > 0)
+        if(spec->n_offers < PLACEMENT_READ_MAX_OFFERS && json_integer_value(u) > 0)
             out->offers[spec->n_offers++] = (binder_offer){cls, (uint32_t)json_integer_value(u)};
     }
     size_t i;
     json_t *t;
     json_array_foreach(json_object_get(out->view, "taints"), i, t)
     {
-        if(spec->n_taints < BINDREAD_MAX_TAINTS)
+        if(spec->n_taints < PLACEMENT_READ_MAX_TAINTS)
             out->taints[spec->n_taints++] = (binder_taint){json_string_value(json_object_get(t, "key")),
                                                            json_string_value(json_object_get(t, "value")),
                                                            json_string_value(json_object_get(t, "effect"))};
@@ -344,16 +344,16 @@ cozy_result bindread_node(engine *e, const json_t *node, const json_t *gpunode, 
     return COZY_OK;
 }
 
-void bindread_node_view_free(bindread_node_view *v)
+void placement_read_node_view_free(placement_read_node_view *v)
 {
     json_decref(v->view);
     v->view = NULL;
 }
 
-int bindread_template_claim_is(const json_t *c, const json_t *t, const char *uid)
+int placement_read_template_claim_is(const json_t *c, const json_t *t, const char *uid)
 {
     const json_t *labels = json_object_get(json_object_get(c, "metadata"), "labels");
-    const char *tl = json_string_value(json_object_get(labels, BINDREAD_TEMPLATE_LABEL));
+    const char *tl = json_string_value(json_object_get(labels, PLACEMENT_READ_TEMPLATE_LABEL));
     const json_t *spec = json_object_get(c, "spec");
     const char *cls = json_string_value(json_object_get(spec, "class"));
     const char *want = json_string_value(json_object_get(t, "class"));
@@ -371,7 +371,7 @@ int bindread_template_claim_is(const json_t *c, const json_t *t, const char *uid
     return 0;
 }
 
-int bindread_pv_nodes(const json_t *pv, json_t *out)
+int placement_read_pv_nodes(const json_t *pv, json_t *out)
 {
     const json_t *terms = json_object_get(
         json_object_get(json_object_get(json_object_get(pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
@@ -405,7 +405,7 @@ int bindread_pv_nodes(const json_t *pv, json_t *out)
     return limited;
 }
 
-size_t bindread_volume_nodes(const json_t *spec, bindread_bound_pv_fn pv_of, void *ud, const char **nodes, size_t max,
+size_t placement_read_volume_nodes(const json_t *spec, placement_read_bound_pv_fn pv_of, void *ud, const char **nodes, size_t max,
                              json_t **keep)
 {
     json_t *allowed = NULL;
@@ -421,7 +421,7 @@ size_t bindread_volume_nodes(const json_t *spec, bindread_bound_pv_fn pv_of, voi
             continue;
         json_t *pv = pv_of(ud, pvc);
         json_t *these = json_object();
-        if(pv && these && bindread_pv_nodes(pv, these)) {
+        if(pv && these && placement_read_pv_nodes(pv, these)) {
             if(!allowed)
                 allowed = json_incref(these);
             else {
@@ -447,7 +447,7 @@ size_t bindread_volume_nodes(const json_t *spec, bindread_bound_pv_fn pv_of, voi
                 nodes[n++] = k;
         }
         if(n == 0 && max > 0)
-            nodes[n++] = BINDREAD_NO_NODE; /* no Node has this name */
+            nodes[n++] = PLACEMENT_READ_NO_NODE; /* no Node has this name */
     }
     *keep = allowed;
     return n;

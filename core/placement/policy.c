@@ -1,13 +1,13 @@
-/* bindpolicy.c — the binder's Lua hooks and the usage table
- * (bindpolicy.h). Rules: DESIGN.md §5 (budgets at bind), §6 (the chooser),
+/* policy.c — the binder's Lua hooks and the usage table
+ * (policy.h). Rules: DESIGN.md §5 (budgets at bind), §6 (the chooser),
  * docs/decisions/0020 §3 and 0024.
  */
-#include "controller/bindpolicy.h"
+#include "placement/policy.h"
 
 #include <stdio.h>
 #include <string.h>
 
-void bindpolicy_init(bindpolicy *bp, engine *e, const binder_state *st)
+void placement_policy_init(placement_policy *bp, engine *e, const binder_state *st)
 {
     memset(bp, 0, sizeof *bp);
     bp->e = e;
@@ -15,18 +15,18 @@ void bindpolicy_init(bindpolicy *bp, engine *e, const binder_state *st)
     bp->allowed = json_object();
 }
 
-void bindpolicy_free(bindpolicy *bp)
+void placement_policy_free(placement_policy *bp)
 {
     json_decref(bp->allowed);
     bp->allowed = NULL;
 }
 
-int bindpolicy_holds(binder_phase p)
+int placement_policy_holds(binder_phase p)
 {
     return p == BINDER_BOUND || p == BINDER_ATTACHED || p == BINDER_LOST;
 }
 
-static void usage_add(bindpolicy *bp, const char *ns, const char *cls, long long delta)
+static void usage_add(placement_policy *bp, const char *ns, const char *cls, long long delta)
 {
     cozy_err err;
     if(engine_binder_usage_add(bp->e, ns, cls, delta, &err) != COZY_OK)
@@ -34,7 +34,7 @@ static void usage_add(bindpolicy *bp, const char *ns, const char *cls, long long
 }
 
 typedef struct feed_ctx {
-    bindpolicy *bp;
+    placement_policy *bp;
     cozy_result rc;
     cozy_err *err;
 } feed_ctx;
@@ -42,12 +42,12 @@ typedef struct feed_ctx {
 static void feed_claim(void *ud, const binder_claim_status *c)
 {
     feed_ctx *f = ud;
-    if(f->rc != COZY_OK || !bindpolicy_holds(c->phase))
+    if(f->rc != COZY_OK || !placement_policy_holds(c->phase))
         return;
     f->rc = engine_binder_usage_add(f->bp->e, c->ns, c->class_name, (long long)c->count, f->err);
 }
 
-cozy_result bindpolicy_feed(bindpolicy *bp, cozy_err *err)
+cozy_result placement_policy_feed(placement_policy *bp, cozy_err *err)
 {
     json_object_clear(bp->allowed);
     cozy_result rc = engine_binder_usage_reset(bp->e, err);
@@ -58,7 +58,7 @@ cozy_result bindpolicy_feed(bindpolicy *bp, cozy_err *err)
     return f.rc;
 }
 
-int bindpolicy_choose(bindpolicy *bp, const binder_set_view *sv, const binder_candidate *cands, size_t n,
+int placement_policy_choose(placement_policy *bp, const binder_set_view *sv, const binder_candidate *cands, size_t n,
                       engine_binder_choice *out)
 {
     engine_binder_choice ch;
@@ -104,7 +104,7 @@ int bindpolicy_choose(bindpolicy *bp, const binder_set_view *sv, const binder_ca
 }
 
 /* What this pass allowed and is not Bound yet leaves the usage table. */
-void bindpolicy_settle(bindpolicy *bp)
+void placement_policy_settle(placement_policy *bp)
 {
     const char *k;
     json_t *v;
@@ -119,7 +119,7 @@ void bindpolicy_settle(bindpolicy *bp)
     json_object_clear(bp->allowed);
 }
 
-int bindpolicy_budget(bindpolicy *bp, const binder_claim_status *c, char *why, size_t why_size,
+int placement_policy_budget(placement_policy *bp, const binder_claim_status *c, char *why, size_t why_size,
                       engine_binder_verdict *out)
 {
     engine_binder_verdict v;
@@ -136,7 +136,7 @@ int bindpolicy_budget(bindpolicy *bp, const binder_claim_status *c, char *why, s
         /* the set waits whole: what this pass allowed and is not Bound yet
          * (the set's earlier claims) is taken back now, so no later set of
          * the pass counts it */
-        bindpolicy_settle(bp);
+        placement_policy_settle(bp);
         snprintf(why, why_size, "%s", v.message);
         return 0;
     }
@@ -148,29 +148,29 @@ int bindpolicy_budget(bindpolicy *bp, const binder_claim_status *c, char *why, s
     return 1;
 }
 
-void bindpolicy_on_event(bindpolicy *bp, const binder_event *e)
+void placement_policy_on_event(placement_policy *bp, const binder_event *e)
 {
     binder_claim_status cs;
     if(binder_state_claim_get(bp->st, e->ns, e->name, &cs) != BINDER_OK)
         return;
     char key[BINDER_MAX_NAMESPACE + BINDER_MAX_NAME + 2];
     snprintf(key, sizeof key, "%s/%s", e->ns, e->name);
-    if(json_object_get(bp->allowed, key) && e->from == BINDER_PENDING && bindpolicy_holds(e->to)) {
+    if(json_object_get(bp->allowed, key) && e->from == BINDER_PENDING && placement_policy_holds(e->to)) {
         json_object_del(bp->allowed, key); /* added when it was allowed */
         return;
     }
-    if(bindpolicy_holds(e->from) != bindpolicy_holds(e->to))
-        usage_add(bp, e->ns, cs.class_name, bindpolicy_holds(e->to) ? (long long)cs.count : -(long long)cs.count);
+    if(placement_policy_holds(e->from) != placement_policy_holds(e->to))
+        usage_add(bp, e->ns, cs.class_name, placement_policy_holds(e->to) ? (long long)cs.count : -(long long)cs.count);
 }
 
-void bindpolicy_on_delete(bindpolicy *bp, const char *ns, const char *name)
+void placement_policy_on_delete(placement_policy *bp, const char *ns, const char *name)
 {
     binder_claim_status cs;
-    if(binder_state_claim_get(bp->st, ns, name, &cs) == BINDER_OK && bindpolicy_holds(cs.phase))
+    if(binder_state_claim_get(bp->st, ns, name, &cs) == BINDER_OK && placement_policy_holds(cs.phase))
         usage_add(bp, ns, cs.class_name, -(long long)cs.count);
 }
 
-int bindpolicy_refuse(json_t *refused, const char *ns, const char *vm, const char *node)
+int placement_policy_refuse(json_t *refused, const char *ns, const char *vm, const char *node)
 {
     char rk[BINDER_MAX_NAMESPACE + BINDER_MAX_NAME + 2];
     snprintf(rk, sizeof rk, "%s/%s", ns, vm);
@@ -180,12 +180,12 @@ int bindpolicy_refuse(json_t *refused, const char *ns, const char *vm, const cha
         if(json_object_set_new(refused, rk, r) != 0)
             return 0;
     }
-    if(json_object_get(r, node) || json_object_size(r) >= BINDPOLICY_MAX_REFUSED)
+    if(json_object_get(r, node) || json_object_size(r) >= PLACEMENT_POLICY_MAX_REFUSED)
         return 0;
     return json_object_set_new(r, node, json_true()) == 0;
 }
 
-size_t bindpolicy_avoid(const json_t *refused, const binder_set_view *sv, const binder_candidate *cands, size_t n,
+size_t placement_policy_avoid(const json_t *refused, const binder_set_view *sv, const binder_candidate *cands, size_t n,
                         binder_candidate *kept, size_t *at, size_t *left_out)
 {
     const json_t *r = NULL;
