@@ -115,10 +115,13 @@ static void flush_templates(placement *L)
             json_decref(out);
             continue; /* transport: tried again */
         }
-        if(code / 100 == 2)
+        if(code / 100 == 2) {
+            pl_explain(L, "template claim %s/%s created for VMI %s", ns, name,
+                       kobject_annotation(v, "gpu.cozystack.io/vmi") ? kobject_annotation(v, "gpu.cozystack.io/vmi")
+                                                                     : "?");
             log_write(LOG_INFO, "binder", "created a template claim for its VMI", "namespace", ns, "gpuclaim", name,
                       NULL);
-        else if(code != 409) {
+        } else if(code != 409) {
             const char *m = json_string_value(json_object_get(out, "message"));
             log_write(LOG_WARN, "binder", "cannot create the template claim; the VMI's launcher pod stays gated",
                       "namespace", ns, "gpuclaim", name, "error", m ? m : "", NULL);
@@ -139,6 +142,8 @@ static void flush_templates(placement *L)
          * precondition failed (another object of the name) */
         code = L->io.remove(L->io.ud, PLACEMENT_CLAIM, ns, name, json_string_value(v) ? json_string_value(v) : "",
                             &err);
+        if(code / 100 == 2)
+            pl_explain(L, "template claim %s/%s deleted (its VMI is final)", ns, name);
         if(code / 100 == 2 || code == 404 || code == 409)
             json_object_del(L->tdeletes, key);
     }

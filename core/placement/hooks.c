@@ -6,6 +6,7 @@
  */
 #include "placement/internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,9 +56,28 @@ static void count_transition(placement *L, const binder_event *ev)
     free(cls);
 }
 
+void pl_note(placement *L, const placement_note *n)
+{
+    if(L->io.note)
+        L->io.note(L->io.ud, n);
+}
+
+void pl_explain(placement *L, const char *fmt, ...)
+{
+    if(!L->io.note)
+        return;
+    char m[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_EXPLAIN, .message = m});
+}
+
 static void on_event(void *ud, const binder_event *ev)
 {
     placement *L = ud;
+    pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_TRANSITION, .event = ev});
     placement_policy_on_event(&L->bp, ev);
     count_transition(L, ev);
     const char *set = binder_state_claim_set(L->st, ev->ns, ev->name);
@@ -113,12 +133,18 @@ static int on_choose(void *ud, const binder_set_view *sv, const binder_candidate
     binder_candidate kept[BINDER_MAX_CANDIDATES];
     size_t at[BINDER_MAX_CANDIDATES], left;
     size_t k = placement_policy_avoid(L->refused, sv, cands, n, kept, at, &left);
+    L->choose_calls++;
+    if(left)
+        pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_AVOIDED, .ns = sv->ns, .name = sv->vm ? sv->vm : "",
+                                     .left = left, .candidates = n});
     policy_deadline(L);
     engine_binder_choice ch;
     int i = placement_policy_choose(&L->bp, sv, kept, k, &ch);
     if(i >= 0 && (size_t)i < k)
         i = (int)at[i];
     if(ch.outcome != ENGINE_ALLOWED) {
+        pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_POLICY_FAILED, .outcome = ch.outcome,
+                                     .message = ch.message});
         char lbl[64];
         snprintf(lbl, sizeof lbl, "kind=\"%s\"", engine_outcome_name(ch.outcome));
         metrics_counter_add("cozygpu_binder_policy_failures_total", lbl, 1);
@@ -149,9 +175,13 @@ static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t w
     engine_binder_verdict v;
     int ok = placement_policy_budget(&L->bp, c, why, why_size, &v);
     if(!ok && v.outcome != ENGINE_ALLOWED)
+        pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_BUDGET_FAILED, .ns = c->ns, .name = c->name,
+                                     .outcome = v.outcome, .message = v.message});
+    if(!ok && v.outcome != ENGINE_ALLOWED)
         log_write(LOG_WARN, "binder", "the budget check at bind failed; the claim waits", "namespace", c->ns,
                   "gpuclaim", c->name, "kind", engine_outcome_name(v.outcome), "error", v.message, NULL);
     if(L->bp.last_error.msg[0]) {
+        pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_USAGE_ERROR, .message = L->bp.last_error.msg});
         log_write(LOG_ERROR, "binder", "the budget usage table failed; it is counted again", "error",
                   L->bp.last_error.msg, NULL);
         L->bp.last_error.msg[0] = 0;

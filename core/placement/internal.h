@@ -101,7 +101,13 @@ struct placement {
     int more;            /* the last flush stopped at its budget with writes left: wake at once */
     int progressed;      /* a write of the current flush succeeded (no retry at once after failures only) */
     long long class_log_ms; /* a failing class_status call was last logged then */
+    unsigned long choose_calls; /* the chooser was asked this often */
 };
+
+/* io.note when the caller gave one. */
+void pl_note(placement *L, const placement_note *n);
+/* An EXPLAIN note (printf format), built only when the caller listens. */
+void pl_explain(placement *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- model.c ---- */
 

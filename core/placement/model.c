@@ -301,6 +301,16 @@ void placement_free(placement *L)
     free(L);
 }
 
+const binder_state *placement_state(const placement *L)
+{
+    return L->st;
+}
+
+unsigned long placement_choose_calls(const placement *L)
+{
+    return L->choose_calls;
+}
+
 int placement_more(const placement *L)
 {
     return L->more;

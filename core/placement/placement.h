@@ -38,6 +38,7 @@
 
 #include "base/keyset.h"
 #include "base/result.h"
+#include "binder/binder.h"
 #include "engine/engine.h"
 
 /* The kinds of object the model reads. */
@@ -73,6 +74,30 @@ char *placement_key_of(placement_kind k, const json_t *obj, char *buf, size_t n)
  * object, owned by the caller) in place. Returns 0 to write it, 1 when
  * nothing needs writing, -1 to give up (nothing written). */
 typedef int (*placement_mutate_fn)(json_t *obj, void *ctx);
+
+/* What the model tells an observer (io.note), beside its logs and
+ * metrics: `simulate` shows these as a step's events. */
+typedef enum placement_note_kind {
+    PLACEMENT_NOTE_TRANSITION,    /* .event: a claim's status changed in a pass */
+    PLACEMENT_NOTE_AVOIDED,       /* .ns/.name (the VM), .left of .candidates: nodes its VMIs failed on left out
+                                     (all tried again when left == candidates; DESIGN.md §6, last rule) */
+    PLACEMENT_NOTE_POLICY_FAILED, /* .outcome, .message: binder.lua failed; placed in packing order (decision 0024) */
+    PLACEMENT_NOTE_BUDGET_FAILED, /* .ns/.name (the claim), .outcome, .message: the budget check failed; it waits */
+    PLACEMENT_NOTE_USAGE_ERROR,   /* .message: the budget usage table failed (counted again) */
+    PLACEMENT_NOTE_EXPLAIN,       /* .message: a sentence on why a set waits or what the leader did (a template
+                                     claim created or deleted, a claim of a template name not the VMI's own, a
+                                     set limited to its volume's nodes, GPUs a VMI uses that no claim covers);
+                                     said again each time it holds */
+} placement_note_kind;
+
+typedef struct placement_note {
+    placement_note_kind kind;
+    const binder_event *event;
+    const char *ns, *name;
+    size_t left, candidates;
+    engine_outcome outcome;
+    const char *message;
+} placement_note;
 
 /* What the model reads and writes through. Every write returns the HTTP
  * status the API server gave (200/201 done, 404 gone, 409 conflict, ...)
@@ -110,6 +135,9 @@ typedef struct placement_io {
      * only that object (preconditions.uid: 409 when another one has the
      * name). */
     long (*remove)(void *ud, placement_kind k, const char *ns, const char *name, const char *uid, cozy_err *err);
+    /* Optional (NULL: none): told what placement_note_kind lists, as it
+     * happens (the note and its strings live for the call only). */
+    void (*note)(void *ud, const placement_note *n);
 } placement_io;
 
 typedef struct placement placement;
@@ -173,5 +201,14 @@ void placement_flush(placement *p);
  * due (-1: none waits). */
 int placement_more(const placement *p);
 long placement_class_wait_ms(const placement *p);
+
+/* The binder's state (read-only; NULL before a build): what a report
+ * shows (binder.h's binder_state_claims, binder_state_index). Valid until
+ * the next call that changes the model. */
+const binder_state *placement_state(const placement *p);
+
+/* How many times the chooser (binder.lua) was asked since the model was
+ * made. */
+unsigned long placement_choose_calls(const placement *p);
 
 #endif

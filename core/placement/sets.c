@@ -89,6 +89,20 @@ void pl_raw_update(placement *L, const char *key, const json_t *vmi, const char 
         free(r);
     }
     if(used) {
+        char m[300] = "";
+        size_t w = 0;
+        const char *rn;
+        json_t *u;
+        json_object_foreach(used, rn, u)
+        {
+            if(w < sizeof m)
+                w += (size_t)snprintf(m + w, sizeof m - w, "%s%lld %s", w ? ", " : "",
+                                      (long long)json_integer_value(u), rn);
+        }
+        pl_explain(L, "VMI %s uses GPUs on %s that no claim of it covers: they are taken from what %s offers (%s)", key,
+                   node, node, m);
+    }
+    if(used) {
         r = calloc(1, sizeof *r);
         if(!r || !(r->key = strdup(key)) || !(r->node = strdup(node))) {
             if(r)
@@ -155,20 +169,27 @@ static void template_claims(placement *L, const json_t *vmi, const json_t *tmpl,
  * VMI's uid, of the class and count the VMI's entries ask (decision 0027;
  * the launcher webhook checks the same before it pins). A claim not
  * created yet counts as ours (it will be). */
-static int template_claims_ours(placement *L, const json_t *vmi, const json_t *tmpl)
+static int template_claims_ours(placement *L, const json_t *vmi, const json_t *tmpl, int final)
 {
     const char *ns = kobject_meta_str(vmi, "namespace"), *uid = kobject_meta_str(vmi, "uid");
     size_t i;
     json_t *t;
+    int all = 1;
     json_array_foreach(tmpl, i, t)
     {
-        json_t *c = pl_get(L, PLACEMENT_CLAIM, ns, json_string_value(json_object_get(t, "name")));
+        const char *cn = json_string_value(json_object_get(t, "name"));
+        json_t *c = pl_get(L, PLACEMENT_CLAIM, ns, cn);
         int ok = !c || placement_read_template_claim_is(c, t, uid);
         json_decref(c);
         if(!ok)
-            return 0;
+            pl_explain(L,
+                       "GPUClaim %s/%s is not VMI %s/%s's own template claim (no template label, another owner uid, "
+                       "class or count; decision 0027): %s",
+                       ns, cn, ns, kobject_meta_str(vmi, "name"),
+                       final ? "kept, though the VMI is final" : "never taken over, the VMI's set waits");
+        all &= ok;
     }
-    return 1;
+    return all;
 }
 
 /* placement_read_volume_nodes' lookup for the leader: PVC `pvc` of the set
@@ -214,6 +235,13 @@ static void volume_nodes(placement *L, const char *ns, const char *name, const j
     json_t *keep = NULL;
     size_t n = placement_read_volume_nodes(spec, bound_pv, &q, nodes, BINDER_MAX_SET_NODES, &keep);
     cozy_err err;
+    if(n) {
+        char m[600] = "";
+        size_t used = 0;
+        for(size_t i = 0; i < n && used < sizeof m; i++)
+            used += (size_t)snprintf(m + used, sizeof m - used, "%s%s", i ? ", " : "", nodes[i]);
+        pl_explain(L, "VM %s/%s: its bound volumes allow only %s (DESIGN.md §6)", ns, name, m);
+    }
     if(binder_state_set_nodes(L->st, ns, name, nodes, n, &err) != BINDER_OK)
         log_write(LOG_WARN, "binder", "cannot limit the VM's claims to its volume's nodes", "namespace", ns, "vm", name,
                   "error", err.msg, NULL);
@@ -251,7 +279,8 @@ void pl_apply_set(placement *L, const char *ns, const char *name)
     int not_ours = 0;
     if(tmpl) {
         template_claims(L, vmi, tmpl, phase);
-        not_ours = !template_claims_ours(L, vmi, tmpl);
+        not_ours = !template_claims_ours(L, vmi, tmpl,
+                                         phase == BINDER_VMI_SUCCEEDED || phase == BINDER_VMI_FAILED);
         const char *fnode = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
         if(phase == BINDER_VMI_FAILED && fnode) {
             /* remembered against the VM (its VMIs share its name), so that

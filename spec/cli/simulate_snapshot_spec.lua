@@ -99,7 +99,7 @@ describe("cozygpu simulate from a snapshot", function()
     assert.matches("\n20 expect lines held, 0 failed\n$", out)
     -- gpu-3's GPUNode lists 4, its kubelet 3: the leader's problem, shown
     assert.matches("note: snapshot: node gpu%-3: the GPUNode shows 4 of nvidia%.com/AD102GL_L40S, status%.allocatable 3", out)
-    assert.matches("note: snapshot: 1 Node without a GPUNode left out", out)
+    assert.matches("note: snapshot: 1 Node without a GPUNode offers nothing", out)
   end)
 
   it("reads the same snapshot given with --snapshot, as one file or as a directory of files", function()
@@ -227,8 +227,12 @@ steps:
     local n1, g1 = gpu_node("gpu-1", 4)
     local d1 = claim("t", "d1", 1, { phase = "Bound", node = "gpu-1" })
     local d2 = claim("t", "d2", 1, { phase = "Attached", node = "gpu-1", attachedTo = "vd2", reason = "Attached" })
-    d1.metadata.deletionTimestamp = "2026-12-01T10:00:00Z"
-    d2.metadata.deletionTimestamp = "2026-12-01T10:00:00Z"
+    -- as the API server shows a claim being deleted: the leader's
+    -- protection finalizer holds it (an object with none would be gone)
+    for _, d in ipairs { d1, d2 } do
+      d.metadata.deletionTimestamp = "2026-12-01T10:00:00Z"
+      d.metadata.finalizers = { "gpu.cozystack.io/claim-protection" }
+    end
     local snap = write_list(cluster(n1, g1, d1, vm("t", "vd1", "d1"), d2, vm("t", "vd2", "d2", "Always"),
       running_vmi("t", "vd2", "gpu-1", 1, "d2")))
     local sc = tmp(".yaml", [[

@@ -105,7 +105,7 @@ vms: [{namespace: t, name: vm, claims: [c, c]}]
 classes: [{name: l40s}]
 claims: [{namespace: t, name: c, class: l40s, count: 1}]
 vms: [{namespace: t, name: a, claims: [c]}, {namespace: t, name: b, claims: [c]}]
-]], "vms%[1%]%.claims: VM t/b: claims%[0%]: claim \"c\" is named by VM a too" },
+]], "vms%[1%]%.claims%[0%]: claim \"c\" is named by VM a too" },
     { "a claim of another namespace", [[
 classes: [{name: l40s}]
 claims: [{namespace: t, name: c, class: l40s, count: 1}]
