@@ -413,7 +413,6 @@ int placement_build(placement *L)
         model_clear(L);
         return -1;
     }
-    log_write(LOG_INFO, "binder", "rebuilt the binder's state from the caches", NULL);
     return 0;
 }
 
