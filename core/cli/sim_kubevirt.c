@@ -19,10 +19,13 @@
  * (virt-launcher-<vmi>, owned by the VMI: garbage collected with it)
  * carries the VMI's labels and claims annotation and, as the launcher
  * webhook makes it (decision 0025), the scheduling gate
- * gpu.cozystack.io/claims. kube-scheduler places an ungated pod on the
- * node its required node affinity pins it to when that node is Ready and
- * not cordoned; the VMI then runs there (Pending -> Running: Scheduling
- * and Scheduled pass within the round).
+ * gpu.cozystack.io/claims, and the tolerations of the classes its GPUs
+ * name (the toleration rule, policies/launcher-tolerations.lua).
+ * kube-scheduler places an ungated pod on the node its required node
+ * affinity pins it to when that node is Ready, not cordoned, and every
+ * NoSchedule or NoExecute taint of it is tolerated (the scheduler's
+ * NodeUnschedulable and TaintToleration filters); the VMI then runs there
+ * (Pending -> Running: Scheduling and Scheduled pass within the round).
  */
 #include "cli/sim.h"
 
@@ -98,6 +101,64 @@ static void create_vmi(sim_store *st, const json_t *vm, const char *why, sim_say
         say(ud, ns, name, "None", "Pending", NULL, why);
 }
 
+/* The tolerations of the classes VMI `vmi`'s gpus and hostDevices name
+ * (by spec.resourceName), as the launcher webhook's toleration rule gives
+ * its pod. A new array. */
+static json_t *class_tolerations(sim_store *st, const json_t *vmi)
+{
+    json_t *out = json_array();
+    json_t *classes = sim_store_list(st, PLACEMENT_CLASS);
+    const json_t *dev = json_object_get(json_object_get(json_object_get(vmi, "spec"), "domain"), "devices");
+    static const char *const lists[] = {"gpus", "hostDevices"};
+    for(int l = 0; l < 2; l++) {
+        size_t i;
+        json_t *d;
+        json_array_foreach(json_object_get(dev, lists[l]), i, d)
+        {
+            const char *dn = json_string_value(json_object_get(d, "deviceName"));
+            size_t k;
+            json_t *c;
+            json_array_foreach(classes, k, c)
+            {
+                const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
+                if(!dn || !rn || strcmp(dn, rn))
+                    continue;
+                size_t t;
+                json_t *tol;
+                json_array_foreach(json_object_get(json_object_get(c, "spec"), "tolerations"), t, tol)
+                {
+                    int have = 0;
+                    size_t h;
+                    json_t *x;
+                    json_array_foreach(out, h, x) have |= json_equal(x, tol);
+                    if(!have)
+                        json_array_append(out, tol);
+                }
+            }
+        }
+    }
+    json_decref(classes);
+    return out;
+}
+
+/* Whether toleration `t` tolerates taint `x` (k8s.io/api core/v1
+ * Toleration.ToleratesTaint: an empty effect matches every effect; an
+ * empty key with Exists matches every key). */
+static int tolerates(const json_t *t, const json_t *x)
+{
+    const char *tk = json_string_value(json_object_get(t, "key")), *op = json_string_value(json_object_get(t, "operator"));
+    const char *tv = json_string_value(json_object_get(t, "value")), *te = json_string_value(json_object_get(t, "effect"));
+    const char *xk = json_string_value(json_object_get(x, "key")), *xv = json_string_value(json_object_get(x, "value"));
+    const char *xe = json_string_value(json_object_get(x, "effect"));
+    if(te && *te && (!xe || strcmp(te, xe)))
+        return 0;
+    if(tk && *tk && (!xk || strcmp(tk, xk)))
+        return 0;
+    if(op && !strcmp(op, "Exists"))
+        return 1;
+    return (!tk || !*tk) ? 0 : !strcmp(tv ? tv : "", xv ? xv : "");
+}
+
 /* The launcher pod of live VMI `vmi`, when it has none: gated, or (a VMI
  * found running, as a snapshot shows it) already on the VMI's node. */
 static int ensure_pod(sim_store *st, const json_t *vmi)
@@ -122,7 +183,8 @@ static int ensure_pod(sim_store *st, const json_t *vmi)
     const char *ann = kobject_annotation(vmi, PLACEMENT_READ_CLAIMS_ANNOTATION);
     if(ann)
         json_object_set_new(md, "annotations", json_pack("{s:s}", PLACEMENT_READ_CLAIMS_ANNOTATION, ann));
-    json_t *spec = json_pack("{s:[{s:s,s:s}]}", "containers", "name", "compute", "image", "virt-launcher");
+    json_t *spec = json_pack("{s:[{s:s,s:s}],s:o}", "containers", "name", "compute", "image", "virt-launcher",
+                             "tolerations", class_tolerations(st, vmi));
     const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
     binder_vmi_phase ph = placement_read_vmi_phase(vmi);
     json_t *status;
@@ -168,8 +230,9 @@ static int gated(const json_t *pod)
     return json_array_size(json_object_get(json_object_get(pod, "spec"), "schedulingGates")) > 0;
 }
 
-/* Whether Node `name` takes new pods: Ready and not cordoned. */
-static int node_takes(sim_store *st, const char *name)
+/* Whether Node `name` takes `pod`: Ready, not cordoned, and its
+ * NoSchedule and NoExecute taints tolerated by the pod. */
+static int node_takes(sim_store *st, const char *name, const json_t *pod)
 {
     json_t *n = sim_store_get(st, PLACEMENT_NODE, NULL, name);
     if(!n)
@@ -185,6 +248,18 @@ static int node_takes(sim_store *st, const char *name)
             ready = !strcmp(s, "True");
     }
     int ok = ready && !json_is_true(json_object_get(json_object_get(n, "spec"), "unschedulable"));
+    json_t *x;
+    json_array_foreach(json_object_get(json_object_get(n, "spec"), "taints"), i, x)
+    {
+        const char *e = json_string_value(json_object_get(x, "effect"));
+        if(!e || !strcmp(e, "PreferNoSchedule"))
+            continue;
+        int tolerated = 0;
+        size_t k;
+        json_t *t;
+        json_array_foreach(json_object_get(json_object_get(pod, "spec"), "tolerations"), k, t) tolerated |= tolerates(t, x);
+        ok &= tolerated;
+    }
     json_decref(n);
     return ok;
 }
@@ -196,7 +271,7 @@ static int schedule(sim_store *st, const json_t *pod, sim_say_fn say, void *ud)
     if(gated(pod) || json_object_get(json_object_get(pod, "spec"), "nodeName"))
         return 0;
     const char *node = pinned(pod);
-    if(!node || !node_takes(st, node))
+    if(!node || !node_takes(st, node, pod))
         return 0;
     const char *ns = kobject_meta_str(pod, "namespace");
     const char *vname = json_string_value(json_object_get(json_object_get(pod, "metadata"), "labels") ?

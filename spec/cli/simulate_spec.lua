@@ -184,3 +184,90 @@ steps:
     assert.matches(H.pat(f) .. ":%d+:%d+: ", err)
   end)
 end)
+
+-- The leader's own code runs the scenario (decision 0041): what a step
+-- shows depends only on the steps before it, a class being deleted goes
+-- as the leader lets it go, and a pod runs only where kube-scheduler
+-- would put it.
+describe("cozygpu simulate runs the leader's placement model", function()
+  local function run_json(text)
+    local f = write(text)
+    local out, err, code = H.run { "simulate", "--output", "json", f }
+    os.remove(f)
+    return json.decode(out), out .. err, code
+  end
+  local function claim(step, ref)
+    for _, c in ipairs(step.claims) do
+      if c.claim == ref then return c end
+    end
+  end
+
+  it("shows at step 0 what a scenario without its later steps shows (a later deleteClaim changes nothing before it)", function()
+    local two = [[
+classes: [{name: l40s}]
+nodes:
+  - {name: gpu-1, capacity: {l40s: 1}}
+  - {name: gpu-2, capacity: {l40s: 2}}
+claims:
+  - {namespace: t, name: a, class: l40s, count: 1}
+  - {namespace: t, name: b, class: l40s, count: 1}
+vms: [{namespace: t, name: vm, claims: [a, b]}]
+]]
+    local without, o1 = run_json(two .. "steps: []\n")
+    local with, o2 = run_json(two .. "steps:\n  - deleteClaim: t/b\n")
+    assert.is_not_nil(without, o1)
+    assert.is_not_nil(with, o2)
+    -- a VM's claims go to one node (DESIGN.md §6): the one with room for both
+    for _, doc in ipairs { without, with } do
+      assert.are.same({ "Bound", "gpu-2" }, { claim(doc.steps[1], "t/a").phase, claim(doc.steps[1], "t/a").node })
+      assert.are.same({ "Bound", "gpu-2" }, { claim(doc.steps[1], "t/b").phase, claim(doc.steps[1], "t/b").node })
+    end
+    assert.are.same(without.steps[1].claims, with.steps[1].claims)
+    -- and the deleted claim goes: nothing runs on it (its finalizer is let go)
+    assert.is_nil(claim(with.steps[2], "t/b"))
+  end)
+
+  it("deletes a class no claim names at once, and keeps one a claim names (its protection finalizer, decision 0037)", function()
+    local doc, out = run_json([[
+classes: [{name: l40s}, {name: h100}]
+nodes: [{name: gpu-1, capacity: {l40s: 2, h100: 1}}]
+claims: [{namespace: t, name: a, class: l40s, count: 1}]
+steps:
+  - classDeleting: [l40s, h100]
+    addClaims: [{namespace: t, name: late, class: l40s, count: 1}]
+]])
+    assert.is_not_nil(doc, out)
+    local s = doc.steps[2]
+    assert.are.same({ "Bound", "gpu-1" }, { claim(s, "t/a").phase, claim(s, "t/a").node })
+    -- an order made after the delete waits: the class takes no new order
+    assert.are.same({ "Pending", "ClassBeingDeleted" }, { claim(s, "t/late").phase, claim(s, "t/late").reason })
+    local offers = s.nodes[1].offers
+    assert.is_nil(offers.h100, "h100 went: no claim held it")
+    assert.are.equal(2, offers.l40s)
+  end)
+
+  it("runs a VMI only on a node whose NoSchedule taints its pod tolerates (the classes' tolerations)", function()
+    local doc, out = run_json([[
+classes:
+  - {name: plain}
+  - {name: tolerant, tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]}
+nodes:
+  - {name: gpu-1, capacity: {plain: 1, tolerant: 1}, taints: [{key: dedicated, value: gpu, effect: NoSchedule}]}
+claims:
+  - {namespace: t, name: p, class: plain, count: 1}
+  - {namespace: t, name: q, class: tolerant, count: 1}
+vms:
+  - {namespace: t, name: vp, claims: [p], runStrategy: Always}
+  - {namespace: t, name: vq, claims: [q], runStrategy: Always}
+]])
+    assert.is_not_nil(doc, out)
+    local s = doc.steps[1]
+    -- the binder reads only gpu.cozystack.io/ taints: both claims are bound
+    assert.are.same({ "Bound", "gpu-1" }, { claim(s, "t/p").phase, claim(s, "t/p").node })
+    assert.are.same({ "Attached", "gpu-1" }, { claim(s, "t/q").phase, claim(s, "t/q").node })
+    local vms = {}
+    for _, v in ipairs(s.vms) do vms[v.vm] = v end
+    assert.are.equal("Pending", vms["t/vp"].vmi) -- its pod does not tolerate dedicated=gpu
+    assert.are.same({ "Running", "gpu-1" }, { vms["t/vq"].vmi, vms["t/vq"].node })
+  end)
+end)
