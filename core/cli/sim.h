@@ -72,6 +72,10 @@ int sim_split_ref(sim *s, const char *ref, const char *path, char *ns, char *nam
 void sim_list(sim *s, json_t *list, const char *path, void (*fn)(sim *, json_t *, const char *));
 /* fn on a name or each of a list of names, PATH or PATH[i]. */
 void sim_each_name(sim *s, json_t *v, const char *path, void (*fn)(sim *, const char *, const char *));
+/* The leader takes what changed (rounds of the placement model alone,
+ * no KubeVirt round) until its writes change nothing more: between two
+ * actions of a step. Nothing before the first leader. */
+void sim_leader_catch_up(sim *s);
 /* A VMI's phase change, as the step's event and a table line. */
 void sim_vmi_event(void *s, const char *ns, const char *vmi, const char *from, const char *to, const char *node,
                    const char *why);

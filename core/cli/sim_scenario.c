@@ -786,17 +786,31 @@ static void delete_claim(sim *s, const char *ref, const char *path)
 void sim_scenario_step(sim *s, json_t *step, const char *path)
 {
     char p[200];
+    /* the actions in this order, each taken by the leader before the next
+     * (sim_leader_catch_up): what happens at once in a cluster is what
+     * one action does, and a step lists its actions in no order of its own */
 #define SUB(k) (snprintf(p, sizeof p, "%s.%s", path, k), p)
-    sim_list(s, json_object_get(step, "addNodes"), SUB("addNodes"), def_node);
-    sim_list(s, json_object_get(step, "addClaims"), SUB("addClaims"), def_claim);
-    sim_list(s, json_object_get(step, "addVMs"), SUB("addVMs"), def_vm);
+#define THEN() (s->bad[0] ? (void)0 : sim_leader_catch_up(s))
+    json_t *v;
+    if((v = json_object_get(step, "addNodes"))) {
+        sim_list(s, v, SUB("addNodes"), def_node);
+        THEN();
+    }
+    if((v = json_object_get(step, "addClaims"))) {
+        sim_list(s, v, SUB("addClaims"), def_claim);
+        THEN();
+    }
+    if((v = json_object_get(step, "addVMs"))) {
+        sim_list(s, v, SUB("addVMs"), def_vm);
+        THEN();
+    }
     static const char *const flags[] = {"cordon",     "uncordon",      "notReady",     "ready",
                                         "deleteNode", "layoutPending", "layoutApplied"};
     for(size_t i = 0; i < sizeof flags / sizeof *flags && !s->bad[0]; i++) {
-        json_t *v = json_object_get(step, flags[i]);
-        if(v) {
+        if((v = json_object_get(step, flags[i]))) {
             act = flags[i];
             sim_each_name(s, v, SUB(flags[i]), node_action);
+            THEN();
         }
     }
     json_t *cap = json_object_get(step, "capacity");
@@ -805,21 +819,32 @@ void sim_scenario_step(sim *s, json_t *step, const char *path)
             sim_list(s, cap, SUB("capacity"), capacity);
         else
             capacity(s, cap, SUB("capacity"));
+        THEN();
     }
-    if(json_object_get(step, "classDeleting") && !s->bad[0])
+    if(json_object_get(step, "classDeleting") && !s->bad[0]) {
         sim_each_name(s, json_object_get(step, "classDeleting"), SUB("classDeleting"), class_deleting);
-    if(json_object_get(step, "start") && !s->bad[0])
+        THEN();
+    }
+    if(json_object_get(step, "start") && !s->bad[0]) {
         sim_each_name(s, json_object_get(step, "start"), SUB("start"), vm_start);
-    if(json_object_get(step, "stop") && !s->bad[0])
+        THEN();
+    }
+    if(json_object_get(step, "stop") && !s->bad[0]) {
         sim_each_name(s, json_object_get(step, "stop"), SUB("stop"), vm_stop);
+        THEN();
+    }
     json_t *fin = json_object_get(step, "vmiFinal");
     if(fin && !s->bad[0]) {
         if(json_is_array(fin))
             sim_list(s, fin, SUB("vmiFinal"), vmi_final);
         else
             vmi_final(s, fin, SUB("vmiFinal"));
+        THEN();
     }
-    if(json_object_get(step, "deleteClaim") && !s->bad[0])
+    if(json_object_get(step, "deleteClaim") && !s->bad[0]) {
         sim_each_name(s, json_object_get(step, "deleteClaim"), SUB("deleteClaim"), delete_claim);
+        THEN();
+    }
+#undef THEN
 #undef SUB
 }

@@ -14,12 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "format/kobject.h"
+
+/* The creationTimestamp of the first object the store makes
+ * (2026-01-01T00:00:00Z). */
+#define SIM_EPOCH ((time_t)1767225600)
 
 struct sim_store {
     json_t *objs[PLACEMENT_KINDS]; /* "ns/name" -> object (insertion order) */
     unsigned long long rv;         /* the last resourceVersion given */
     unsigned long long uid;        /* the last uid given */
+    unsigned long long created;    /* objects created: the next creationTimestamp's offset (seconds) */
     keyset *changes;               /* keys changed since sim_store_changes */
     void (*note)(void *ud, const placement_note *n);
     void *note_ud;
@@ -114,6 +120,14 @@ long sim_store_create(sim_store *st, placement_kind k, json_t *obj)
     }
     if(!json_is_integer(json_object_get(md, "generation")))
         json_object_set_new(md, "generation", json_integer(1));
+    if(!kobject_meta_str(obj, "creationTimestamp")) {
+        /* one second apart, in the order created: a new leader takes
+         * claims by creationTimestamp (whole seconds), as in a cluster
+         * where they were made that far apart */
+        char ts[32];
+        json_object_set_new(md, "creationTimestamp", json_string(clock_rfc3339(SIM_EPOCH + (time_t)st->created++, ts,
+                                                                               sizeof ts)));
+    }
     if(!json_object_get(obj, "apiVersion"))
         json_object_set_new(obj, "apiVersion", json_string(placement_api_version[k]));
     if(!json_object_get(obj, "kind"))

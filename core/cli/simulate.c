@@ -278,6 +278,24 @@ static void leader_start(sim *s)
     keyset_free(&seen);
 }
 
+void sim_leader_catch_up(sim *s)
+{
+    if(!s->p)
+        return;
+    for(int round = 0; round < SIM_MAX_ROUNDS && !s->bad[0]; round++) {
+        keyset *ch = sim_store_changes(s->st);
+        if(!ch && !placement_more(s->p))
+            return;
+        if(ch)
+            placement_apply(s->p, ch);
+        keyset_free(&ch);
+        placement_reconcile(s->p, PLACEMENT_PASS_CHANGES);
+        placement_flush(s->p);
+    }
+    if(!s->bad[0])
+        sim_bad(s, "the leader did not catch up after %d rounds (a bug: please report it)", SIM_MAX_ROUNDS);
+}
+
 /* Settles the world: rounds of the leader (the changed objects, a pass,
  * its writes) then KubeVirt's part, until a round changes nothing. */
 static void settle(sim *s, int full)
@@ -697,7 +715,8 @@ static void usage(FILE *f)
         "              volumeNodes?: [NODE..]}\n"
         "  namespaces: [Namespace objects], resourceQuotas: [ResourceQuota objects]\n"
         "  steps:    - {name?, ACTIONS.., expect?: [..]}\n"
-        "Actions (a NODE, VM, CLASS or CLAIM value may be one name or a list):\n"
+        "Actions, applied in this order, each taken by the leader before the next (a\n"
+        "NODE, VM, CLASS or CLAIM value may be one name or a list):\n"
         "  addNodes, addClaims, addVMs: [as above]\n"
         "  cordon, uncordon, notReady, ready, deleteNode, layoutPending, layoutApplied: NODE\n"
         "  capacity: {node, class, units} (or a list)    classDeleting: CLASS\n"

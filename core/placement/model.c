@@ -324,6 +324,21 @@ long placement_class_wait_ms(const placement *L)
     return left < 0 ? 0 : (long)left;
 }
 
+/* qsort: claims by metadata.creationTimestamp (RFC 3339 with whole
+ * seconds, which sorts as text), then namespace, then name. */
+static int by_creation(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    static const char *const fields[] = {"creationTimestamp", "namespace", "name"};
+    for(size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        const char *p = kobject_meta_str(x, fields[i]), *q = kobject_meta_str(y, fields[i]);
+        int c = strcmp(p ? p : "", q ? q : "");
+        if(c)
+            return c;
+    }
+    return 0;
+}
+
 int placement_build(placement *L)
 {
     cozy_err err;
@@ -352,8 +367,18 @@ int placement_build(placement *L)
         model_clear(L);
         return -1;
     }
-    json_array_foreach(json_object_get(list, "items"), i, o)
-    {
+    /* in the order they were ordered: the API lists by key (namespace,
+     * then name), the binder places waiting claims in the order it took
+     * them, and a new leader must not let a later order pass an earlier
+     * one (metadata.creationTimestamp, whole seconds; ties by key) */
+    json_t *items = json_object_get(list, "items");
+    size_t n_items = json_array_size(items);
+    json_t **sorted = n_items ? calloc(n_items, sizeof *sorted) : NULL;
+    json_array_foreach(items, i, o) if(sorted) sorted[i] = o;
+    if(sorted)
+        qsort(sorted, n_items, sizeof *sorted, by_creation);
+    for(i = 0; i < n_items; i++) {
+        o = sorted ? sorted[i] : json_array_get(items, i);
         take_claim(L, o, 1);
         if(kobject_meta_str(o, "namespace") && kobject_meta_str(o, "name")) {
             char key[600];
@@ -369,6 +394,7 @@ int placement_build(placement *L)
             keyset_add(&L->writes, key);
         }
     }
+    free(sorted);
     json_decref(list);
     /* sets next (which VMI holds which claims), then raw-name use (a VMI
      * its claims do not cover), then what each node offers */

@@ -234,10 +234,10 @@ nodes: [{name: gpu-1, capacity: {l40s: 2, h100: 1}}]
 claims: [{namespace: t, name: a, class: l40s, count: 1}]
 steps:
   - classDeleting: [l40s, h100]
-    addClaims: [{namespace: t, name: late, class: l40s, count: 1}]
+  - addClaims: [{namespace: t, name: late, class: l40s, count: 1}]
 ]])
     assert.is_not_nil(doc, out)
-    local s = doc.steps[2]
+    local s = doc.steps[3]
     assert.are.same({ "Bound", "gpu-1" }, { claim(s, "t/a").phase, claim(s, "t/a").node })
     -- an order made after the delete waits: the class takes no new order
     assert.are.same({ "Pending", "ClassBeingDeleted" }, { claim(s, "t/late").phase, claim(s, "t/late").reason })
