@@ -401,7 +401,13 @@ describe("cozygpu agent", function()
     d:fail { method = "PUT", path = GN_PATH .. "/status", status = 429, retryAfter = 30, count = -1 }
     set_spec { gpus = { { address = PF, mode = "VGPU", profile = "L40S-24Q", count = 1 } } }
     assert.truthy(P.wait_until(function() return tree:vgpu(VF[0]) == 1155 end, 10))
-    P.sleep(0.5) -- the status PUT is now waiting out its Retry-After
+    -- the status PUT has been told to wait (the double logs the 429 it
+    -- answered): the agent is now waiting out its Retry-After
+    assert.truthy(P.wait_until(function()
+      for _, r in ipairs(d:log()) do
+        if r.method == "PUT" and r.path == GN_PATH .. "/status" and r.status == 429 then return true end
+      end
+    end, 10), "the agent sent no status PUT the double answered 429:\n" .. (P.read(log) or ""))
     local t0 = os.time()
     P.kill(pid, "TERM")
     assert.truthy(P.wait_exit(pid, 10), "the agent did not stop")

@@ -61,6 +61,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
   -- refuses it (shown first); the leader's own check is what a cluster
   -- without that policy relies on, so the policy's binding is taken away
   -- for the edit and put back (each once the API server applies it).
+  -- Returns the VMI as the edit left it.
   local function edit_claims_annotation(name, value)
     local path = vmis_path(NS) .. "/" .. name
     local MP = "application/merge-patch+json"
@@ -71,10 +72,11 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
     c:must { "delete", "validatingadmissionpolicybinding", "cozygpu-vmi-claims-fixed" }
     assert(P.wait_until(function() return c:request("PATCH", path .. "?dryRun=All", body(value), MP) == 200 end, 20, 0.2),
       "policy cozygpu-vmi-claims-fixed still refused after its binding went")
-    merge_patch(path, body(value))
+    local edited = merge_patch(path, body(value))
     c:must { "apply", "-f", "deploy/58-tenant-edits-policy.yaml" }
     assert(P.wait_until(function() return c:request("PATCH", path .. "?dryRun=All", body(value .. "-x"), MP) == 403 end, 20, 0.2),
       "policy cozygpu-vmi-claims-fixed not back in force")
+    return edited
   end
 
   local function add_claim(name, count, class, ns)
@@ -187,7 +189,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
 
   -- the kubelet's Ready condition of `node` turned to `status`, the other
   -- conditions kept (a read-modify-write: the node-lifecycle controller
-  -- writes Nodes too)
+  -- writes Nodes too); returns the Node as written
   local function set_ready(node, status)
     for _ = 1, 20 do
       local n = must("GET", "/api/v1/nodes/" .. node)
@@ -199,7 +201,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
         end
       end
       local st, body = c:request("PUT", "/api/v1/nodes/" .. node .. "/status", n)
-      if st == 200 then return end
+      if st == 200 then return body end
       assert(st == 409, ("PUT node %s status -> %s %s"):format(node, tostring(st), enc(body)))
     end
     error("node " .. node .. ": status not written")
@@ -609,10 +611,12 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       -- update; deploy/58's policy refuses it, edit_claims_annotation): the
       -- leader still does not pin it
       local v2 = vmi("vm-o2", nil, "Pending")
-      edit_claims_annotation("vm-o2", "o1")
-      launcher("virt-launcher-vm-o2-x", v2, { annotations = { [GATE] = "o1" }, gates = { GATE } })
-      -- nothing to wait for: the pod must stay as it is
-      P.sleep(2)
+      local edited = edit_claims_annotation("vm-o2", "o1")
+      local lp = launcher("virt-launcher-vm-o2-x", v2, { annotations = { [GATE] = "o1" }, gates = { GATE } })
+      -- the leader has taken the edit (VMI watch) and the pod (pod watch):
+      -- the pod must stay as it is
+      applied("virtualmachineinstances", edited)
+      applied("pods", lp)
       local p = pod("virt-launcher-vm-o2-x")
       assert.are.same({ { name = GATE } }, p.spec.schedulingGates)
       assert.is_nil(p.spec.affinity)
@@ -642,8 +646,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       add_claim("w1")
       wait_reason("w1", "NoNodeWithRoom")
       -- the tenant annotates the running VMI with claims that do not exist
-      edit_claims_annotation("raw", "nothing")
-      P.sleep(2) -- nothing to wait for: the claim must keep waiting
+      applied("virtualmachineinstances", edit_claims_annotation("raw", "nothing")) -- the claim must keep waiting
       local cl = claim("w1")
       assert.are.equal("Pending", cl.status.phase)
       assert.are.equal("NoNodeWithRoom", ready_cond(cl).reason)
@@ -710,21 +713,20 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       add_claim("pool-w3-l40s") -- the tenant's own claim, of the name the VMI's would have
       wait_claim("pool-w3-l40s", "Bound", "gpu-1")
       local v = template_vmi("pool-w3")
-      launcher("virt-launcher-pool-w3-x", v, { gates = { GATE }, labels = { ["gpu.cozystack.io/class-reference"] = "true" } })
-      P.sleep(2) -- nothing to wait for: the pod must stay gated
+      local lp = launcher("virt-launcher-pool-w3-x", v, { gates = { GATE }, labels = { ["gpu.cozystack.io/class-reference"] = "true" } })
+      applied("virtualmachineinstances", v)
+      applied("pods", lp) -- the pod must stay gated
       local p = pod("virt-launcher-pool-w3-x")
       assert.are.same({ { name = GATE } }, p.spec.schedulingGates)
       local cl = claim("pool-w3-l40s")
       assert.are.same({}, cl.metadata.ownerReferences or {})
       -- it runs anyway (say the webhook was off): the claim is not attached to it
-      vmi_phase("pool-w3", "Running", "gpu-1")
-      P.sleep(2)
+      applied("virtualmachineinstances", vmi_phase("pool-w3", "Running", "gpu-1"))
       cl = claim("pool-w3-l40s")
       assert.are.equal("Bound", cl.status.phase)
       assert.is_nil(cl.status.attachedTo)
       -- and when the VMI is final, the tenant's claim is not deleted with it
-      vmi_phase("pool-w3", "Succeeded", "gpu-1")
-      P.sleep(2)
+      applied("virtualmachineinstances", vmi_phase("pool-w3", "Succeeded", "gpu-1"))
       cl = claim("pool-w3-l40s")
       assert.are.equal("pool-w3-l40s", cl.metadata.name)
       assert.is_nil(cl.metadata.deletionTimestamp)
@@ -910,8 +912,11 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       must("PUT", vmis_path(NS) .. "/vm-dt", v)
       wait_claim("dt1", "Attached", "gpu-1")
       -- deleted: KubeVirt's finalizer keeps it while the guest shuts down
-      must("DELETE", vmis_path(NS) .. "/vm-dt")
-      P.sleep(2) -- nothing to wait for: the claim must stay Attached
+      -- (the DELETE answers the object with its deletionTimestamp: an
+      -- update on the VMI watch)
+      local deleting = must("DELETE", vmis_path(NS) .. "/vm-dt")
+      assert.is_string(deleting.metadata.deletionTimestamp, enc(deleting))
+      applied("virtualmachineinstances", deleting) -- the claim must stay Attached
       local cl = claim("dt1")
       assert.are.equal("Attached", cl.status.phase) -- DESIGN §6: not on a deletion timestamp alone
       vmi_phase("vm-dt", "Succeeded", "gpu-1")
@@ -923,8 +928,9 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       add_claim("g1") -- no node at all
       wait_reason("g1", "NoNodeWithRoom")
       local v = vmi("vm-g", "g1", "Pending")
-      launcher("virt-launcher-vm-g-x", v, { gates = { GATE } })
-      P.sleep(2) -- nothing to wait for: the pod must stay gated
+      local lp = launcher("virt-launcher-vm-g-x", v, { gates = { GATE } })
+      applied("virtualmachineinstances", v)
+      applied("pods", lp) -- the pod must stay gated
       local p = pod("virt-launcher-vm-g-x")
       assert.are.same({ { name = GATE } }, p.spec.schedulingGates)
       assert.is_nil(p.spec.affinity)
@@ -1007,12 +1013,14 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
       vmi("vm-nr-a", "nr-a", "Running", "gpu-1")
       wait_claim("nr-a", "Attached", "gpu-1")
       invariants_hold()
-      set_ready("gpu-1", "False")
+      local notready = set_ready("gpu-1", "False")
       local cl = wait_claim("nr-a", "Lost", "gpu-1")
       assert.are.equal("WaitingForVMIEnd", ready_cond(cl).reason)
-      -- nothing to wait for: nr-b must keep its hold (the running VMI's unit
-      -- is its Lost claim's, not raw use on top of it)
-      P.sleep(3)
+      -- the leader has taken the NotReady node and its own write of nr-a
+      -- (Lost): nr-b must keep its hold (the running VMI's unit is its Lost
+      -- claim's, not raw use on top of it)
+      applied("nodes", notready)
+      applied("gpuclaims", cl)
       cl = claim("nr-b")
       assert.are.same({ "Bound", "gpu-1" }, { cl.status.phase, cl.status.node }, enc(cl.status))
       invariants_hold()

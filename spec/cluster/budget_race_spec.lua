@@ -13,6 +13,7 @@
 local P = require "proc"
 local K = require "kube_cluster"
 local G = require "gpu_nodes"
+local E = require "controller_env" -- E.review: one AdmissionReview to one replica over TLS
 local json = H.json
 
 local NS = "tenant-a"
@@ -33,12 +34,23 @@ describe("budget race through kube-apiserver (two replicas)", function()
     c:must { "patch", "resourcequota", "gpu", "-n", NS, "--type=merge", "-p",
       ('{"spec":{"hard":{"gpuclass.cozystack.io/devices":"%d"}}}'):format(LIMIT) }
     for i = 1, 8 do G.add_node(c, "gpu-" .. i, 8) end -- 64 units: room never refuses
-    -- the replicas' caches show the new limit before the orders start
-    assert(P.wait_until(function()
-      local st, body = P.http { url = ("http://127.0.0.1:%d/readyz"):format(c.replicas["replica-a"].probe_port), timeout = 2 }
-      return st == 200 and body
-    end, 10, 0.2))
-    P.sleep(1)
+    -- the replicas' caches show the new limit before the orders start:
+    -- each replica's webhook, asked directly, admits an order of 3 (over
+    -- the old limit of 2, within the new one)
+    for id, r in pairs(c.replicas) do
+      local last
+      assert(P.wait_until(function()
+        local ok, st, body = pcall(E.review, r, "/validate/gpuclaim", { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+          request = { uid = "b0d9e700-0000-4000-8000-000000000001",
+            kind = { group = "cozystack.io", version = "v1alpha1", kind = "GPUClaim" },
+            resource = { group = "cozystack.io", version = "v1alpha1", resource = "gpuclaims" },
+            operation = "CREATE", namespace = NS, name = "probe", userInfo = { username = "alice" },
+            object = { apiVersion = "cozystack.io/v1alpha1", kind = "GPUClaim",
+              metadata = { name = "probe", namespace = NS }, spec = { class = "l40s", count = 3 } } } })
+        last = ok and json.encode(body) or tostring(st)
+        return ok and st == 200 and body.response and body.response.allowed
+      end, 30, 0.2), ("replica %s does not admit an order of 3 under the limit of %d: %s"):format(id, LIMIT, tostring(last)))
+    end
     local dir = c.dir .. "/orders"
     assert(os.execute("mkdir -p " .. P.q(dir)))
     local cmds = {}

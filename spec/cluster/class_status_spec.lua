@@ -110,6 +110,32 @@ describe("GPUClass status (two replicas on a real control plane)", function()
     return v
   end
 
+  -- waits until the leader has applied every object the class status is
+  -- made of, as the API server holds it now (the newest resourceVersion of
+  -- each kind; cozygpu_binder_applied_resource_version, decision 0040)
+  local function caught_up(what)
+    for _, res in ipairs { "nodes", "gpunodes", "gpuclaims", "gpuclasses" } do
+      local newest = 0
+      for _, x in ipairs(c:state(res).items) do
+        newest = math.max(newest, tonumber(x.metadata.resourceVersion))
+      end
+      assert(newest == 0 or c:wait_applied(res, newest),
+        ("%s: the leader did not apply %s up to resourceVersion %d"):format(what, res, newest))
+    end
+  end
+  -- a change the status does not read (an annotation on a node), taken by
+  -- the leader through a whole pass and flush (its applied gauge says when)
+  local touches = 0
+  local function touch(what)
+    local name = next(nodes)
+    touches = touches + 1
+    local st, n = c:request("PATCH", "/api/v1/nodes/" .. name,
+      { metadata = { annotations = { ["spec.cozygpu.test/touch"] = tostring(touches) } } }, "application/merge-patch+json")
+    assert(st == 200, ("PATCH node %s -> %s %s"):format(name, tostring(st), json.encode(n)))
+    assert(c:wait_applied("nodes", n.metadata.resourceVersion),
+      ("%s: the leader did not apply node %s at resourceVersion %s"):format(what, name, n.metadata.resourceVersion))
+  end
+
   it("shows 0 free while no node offers the class, then what the nodes offer", function()
     wait_status("no node")
     assert.are.equal(0, class().status.free)
@@ -257,15 +283,20 @@ describe("GPUClass status (two replicas on a real control plane)", function()
 
   it("writes nothing while nothing changes, and a new leader writes nothing that is already shown", function()
     wait_status("settled")
-    -- the claim "nothing happens" is observed over a short window: the
-    -- leader's binder flushes class status at least once a second
+    -- the leader has taken everything the status is made of: a write from
+    -- here on is one it should not make
+    caught_up("settled")
     local writes, versions = class_writes(), class_versions()
     -- the count is live: the classes' creation and the leader's status
     -- writes so far are in it
     assert.is_true(writes > 0, "kube-apiserver's metrics show no GPUClass write at all")
     local holder, lead = c:leader()
     local m0 = assert(c:metrics(lead))
-    P.sleep(3)
+    -- "nothing happens" is observed over whole passes of the leader's
+    -- binder, each ending in a flush of class status, instead of a window
+    -- of time: two changes the status does not read, each taken and flushed
+    touch("nothing changed")
+    touch("nothing changed")
     assert.are.equal(0, class_writes() - writes, "kube-apiserver counted GPUClass writes while nothing changed")
     assert.are.same(versions, class_versions())
     local m1 = assert(c:metrics(lead))
@@ -285,9 +316,12 @@ describe("GPUClass status (two replicas on a real control plane)", function()
       m = c:metrics(new)
       return m and m['cozygpu_leader'] == 1 and m['cozygpu_class_capacity_devices{class="l40s"}'] == 6
     end, 60, 0.2), "the new leader never built its state within 60 s: " .. json.encode(m or {}))
-    -- its binder has flushed once (the gauges come from the flush); a few
-    -- more flushes and a status-writer round: still nothing written
-    P.sleep(3)
+    -- its binder has flushed once (the gauges come from the flush); it has
+    -- applied everything the status is made of, and then passes over two
+    -- changes the status does not read: still nothing written
+    caught_up("after the take-over")
+    touch("after the take-over")
+    touch("after the take-over")
     wait_status("after the take-over")
     assert.are.equal(0, class_writes() - writes, "kube-apiserver counted GPUClass writes after the take-over")
     assert.are.same(versions, class_versions())

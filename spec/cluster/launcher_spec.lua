@@ -81,6 +81,13 @@ describe("launcher pods placed by kube-scheduler", function()
       spec = spec }, VIRT_CONTROLLER)
   end
   local function pod(name, ns) return c:get(pods_path(ns) .. name) end
+  -- waits until the leader has applied `obj` as it is now (its watch event
+  -- of `resource`, decision 0040): what a "must stay" check waits for
+  local function applied(resource, obj)
+    assert(c:wait_applied(resource, obj.metadata.resourceVersion),
+      ("the leader did not apply %s %s at resourceVersion %s"):format(resource, obj.metadata.name,
+        tostring(obj.metadata.resourceVersion)))
+  end
   local function gated(p)
     for _, g in ipairs(p.spec.schedulingGates or {}) do
       if g.name == GATE then return true end
@@ -178,7 +185,11 @@ describe("launcher pods placed by kube-scheduler", function()
       local sc = x and scheduled_cond(x)
       return sc and sc.reason == "SchedulingGated"
     end, 30, 0.2), json.encode(pod(p.metadata.name)))
-    P.sleep(2)
+    -- the leader has taken the VMI and the pod as kube-scheduler left it:
+    -- the pod stays gated, so unscheduled
+    applied("virtualmachineinstances", v)
+    applied("pods", pod(p.metadata.name))
+    assert.is_true(gated(pod(p.metadata.name)))
     assert.is_nil(pod(p.metadata.name).spec.nodeName)
     -- room: the leader binds the claim to the new node, pins the pod and
     -- removes the gate; kube-scheduler then places it there
@@ -417,9 +428,17 @@ describe("launcher pods placed by kube-scheduler", function()
     assert.are.equal(1, #open)
     assert.are.same({ { matchFields = { pinned(node) } } },
       open[1].spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
-    -- an observation window: the other stays gated however often the
-    -- leader looks (its pass runs at least once a second)
-    P.sleep(3)
+    -- the other stays gated once the leader has taken every launcher pod
+    -- and VMI as they are now (its own ungate among them) and the claim
+    for _, p in ipairs(pods) do
+      local x = pod(p.metadata.name, NS_B)
+      if x then applied("pods", x) end
+    end
+    for _, v in ipairs(pair) do
+      local x = c:get("/apis/kubevirt.io/v1/namespaces/" .. NS_B .. "/virtualmachineinstances/" .. v.metadata.name)
+      if x then applied("virtualmachineinstances", x) end
+    end
+    applied("gpuclaims", c:get(claims_path(NS_B) .. "shared"))
     -- (a pod gone counts as not ungated: the garbage collector takes the
     -- made-up VMI's pod, whose owner does not exist)
     local n = 0

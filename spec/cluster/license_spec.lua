@@ -193,6 +193,22 @@ local function wait_copy(ns, fn, what)
   end, T, 0.2), ("%s: copy in %s is %s"):format(what, ns, json.encode(last or {})))
   return last
 end
+-- Returns once the leader's copier has written out every pair it had due
+-- at the call. The copier (its own thread, license.c) publishes no
+-- "applied up to" (the binder's gauge, decision 0040, is not its), but it
+-- takes its queue whole and writes every due pair in the pass that follows:
+-- a new claim in tenant-d (entitled, a user already) makes it write that
+-- copy with one owner more, twice. The second claim's pass was taken after
+-- the pass that wrote the first was done.
+local pokes = 0
+local function copier_done()
+  for _ = 1, 2 do
+    pokes = pokes + 1
+    local owners = math.min(#users("tenant-d") + 1, 32)
+    claim("tenant-d", "poke" .. pokes)
+    wait_copy("tenant-d", function(x) return x and #x.metadata.ownerReferences == owners end, "the copier's poke")
+  end
+end
 local function cond()
   return K.condition(get("/apis/cozystack.io/v1alpha1/gpuclasses/" .. CLASS), "LicenseReady")
 end
@@ -331,7 +347,13 @@ describe("the leader's license copier through kube-apiserver (two replicas)", fu
     -- owned by its users: alice's claim in tenant-a
     assert.are.equal("a1", got["tenant-a"].metadata.ownerReferences[1].name)
     -- once settled nothing is written again while nothing changes: no
-    -- copy and no class changes resourceVersion over a few seconds
+    -- copy and no class changes resourceVersion over a few seconds. The
+    -- passing of time is what is tested: the copier (its own thread,
+    -- license.c) wakes at least once a second, and a copier that rewrote
+    -- on a wake would show within the window; with nothing changing there
+    -- is no event to apply, and it publishes no count of its wakes (the
+    -- applied gauge, decision 0040, is the binder's). The copies already
+    -- hold what check_copy wants: a write now is one it should not make
     local cls = get("/apis/cozystack.io/v1alpha1/gpuclasses/" .. CLASS)
     P.sleep(4)
     local now = copies()
@@ -384,12 +406,14 @@ describe("the leader's license copier through kube-apiserver (two replicas)", fu
       err = refused({ "delete", "secret", COPY, "-n", ns }, { kubeconfig = who })
       assert.matches("cozygpu-license-copies", err, 1, true)
     end
-    -- system:masters may: the leader does not watch the copies, so they
-    -- stay as edited until the pair needs a write
+    -- system:masters may: the leader does not watch the copies (decision
+    -- 0035), so they stay as edited until the pair needs a write: once the
+    -- copier has written out all it had due (a write of the pair still
+    -- queued would have put the copy back), the edit is still there
     local before = copies()[ns]
     ok { "label", "secret", COPY, "-n", ns, "extra=1" }
     ok { "annotate", "secret", COPY, "-n", ns, "tenant.example.com/note=x" }
-    P.sleep(3)
+    copier_done()
     local s = copies()[ns]
     assert.are.equal("1", s.metadata.labels.extra)
     assert.are.equal(before.metadata.uid, s.metadata.uid)
@@ -604,7 +628,9 @@ describe("the leader's license copier through kube-apiserver (two replicas)", fu
     -- never read: RBAC grants nothing there (a refused read fails the
     -- session), and no copy appears
     assert.are.equal("no", ((c:kubectl { "auth", "can-i", "list", "secrets", "-n", "hoster-tokens", CONTROLLER }):gsub("%s+$", "")))
-    P.sleep(2)
+    -- no wait needed: the copier writes a pass's copies before its
+    -- conditions (license.c flush), so the pass that wrote
+    -- SecretNamespaceNotAllowed above had written any copy of the class
     assert.are.same({}, copies())
     -- back in cozy-gpu: copied again
     source({ [KEY] = TOKEN2 })
@@ -657,7 +683,7 @@ describe("the license copier without a watch of its copies (one leader, --resync
 
   it("re-asserts every --resync: a deleted or edited copy comes back, an untouched one is not rewritten", function()
     wait_copies { "tenant-a", "tenant-c" }
-    local t0 = os.time()
+    local t0 = K.now()
     local untouched = copies()["tenant-a"]
     local uid = copies()["tenant-c"].metadata.uid
     ok { "delete", "secret", COPY, "-n", "tenant-c" }
@@ -669,10 +695,22 @@ describe("the license copier without a watch of its copies (one leader, --resync
       return x and x.metadata.annotations == nil and x.metadata.labels["app.kubernetes.io/managed-by"] == "cozygpu"
     end, "the edited copy put back")
     check_copy(copies()["tenant-c"], TOKEN1)
-    -- several resyncs went by (at least three periods): the untouched copy
-    -- was PUT as it is, which the API server stores as no change
-    local rest = 6 - (os.time() - t0)
-    if rest > 0 then P.sleep(rest) end
+    -- several resyncs went by: the untouched copy was PUT as it is (three
+    -- times since t0, by the API server's audit log), which the API server
+    -- stores as no change
+    local puts
+    assert(P.wait_until(function()
+      puts = 0
+      for _, ev in ipairs(c:audit(function(ev)
+        local o = ev.objectRef or {}
+        return ev.verb == "update" and o.resource == "secrets" and o.namespace == "tenant-a" and o.name == COPY
+          and ev.user and ev.user.username == "system:serviceaccount:cozy-gpu:cozygpu-controller"
+          and ev.responseStatus and ev.responseStatus.code == 200
+      end)) do
+        if K.epoch(ev.requestReceivedTimestamp) >= t0 then puts = puts + 1 end
+      end
+      return puts >= 3
+    end, T, 0.5), ("the leader PUT tenant-a's copy %d times since the test began, not 3 (--resync 2s)"):format(puts or 0))
     local now = copies()["tenant-a"]
     assert.are.equal(untouched.metadata.uid, now.metadata.uid)
     assert.are.equal(untouched.metadata.resourceVersion, now.metadata.resourceVersion)
@@ -723,7 +761,11 @@ describe("the license copier without a watch of its copies (one leader, --resync
     wait_cond("True", "TokenFound")
     local start = restart("replica-z")
     ok { "patch", "gpuclass", CLASS, "--type=json", "-p", '[{"op":"remove","path":"/spec/license"}]' }
-    -- a replica that does not lead writes nothing
+    -- a replica that does not lead writes nothing. The passing of time is
+    -- what is tested: no replica leads, and one that does not publishes
+    -- nothing of its copier or binder (the applied gauge, decision 0040, is
+    -- the leader's), so there is nothing that would say it has looked; the
+    -- window holds several wakes of a copier (one a second at most)
     P.sleep(2)
     assert.are.equal("tenant-a,tenant-c", set_of(copies()))
     start()

@@ -79,8 +79,24 @@ describe("raw names through kube-apiserver", function()
     c:must({ "create", "-f", "-" }, { stdin = json.encode { apiVersion = "resource.k8s.io/v1",
       kind = "ResourceClaimTemplate", metadata = { name = "gpu-template", namespace = NS },
       spec = { spec = { devices = { requests = { { name = "gpu", exactly = { deviceClassName = GPU_CLASS } } } } } } } })
-    -- the controller's caches hold them before the first review
-    P.sleep(2)
+    -- the controller's caches hold them before the first review: each
+    -- replica's cozygpu_watch_cache_objects of a DRA kind counts what the
+    -- API server lists of it
+    for _, r in pairs(c.replicas) do
+      local last = {}
+      assert(P.wait_until(function()
+        local m = c:metrics(r)
+        if not m then return false end
+        for _, res in ipairs { "deviceclasses", "resourceclaims", "resourceclaimtemplates" } do
+          local st, list = c:request("GET", "/apis/resource.k8s.io/v1/" .. res)
+          assert(st == 200, "GET " .. res .. " -> " .. tostring(st))
+          local have = m[('cozygpu_watch_cache_objects{resource="%s"}'):format(res)] or 0
+          last[res] = ("%d of %d"):format(have, #list.items)
+          if have ~= #list.items then return false end
+        end
+        return true
+      end, 30, 0.2), ("replica %s's caches do not hold the DRA objects: %s"):format(r.identity, json.encode(last)))
+    end
   end }
   setup(session.setup)
   teardown(session.teardown)

@@ -183,6 +183,32 @@ local function helpers(env)
     error("VMI " .. name .. ": status not written (409 twenty times)")
   end
 
+  -- Returns once the leader's usage writer has done every key it had
+  -- queued at the call. It publishes no "applied up to" of its own (the
+  -- binder's gauge, decision 0040, is not its thread's), but it takes its
+  -- queue whole, one batch after the other, and puts back a record's
+  -- monitor label in place: the record of claim `poke` (another claim's,
+  -- not one under test) is pointed at another monitor (as the admin), and
+  -- the label waited back, twice. The second edit is queued after the
+  -- first put-back was written, so its batch was taken after the batch
+  -- holding the first edit, and with it every key queued before, was done.
+  function h.usage_done(poke)
+    local rec = h.records_of(assert(h.claim(poke), "no claim " .. poke))[1]
+    assert(rec, "claim " .. poke .. " has no record to poke")
+    local mon = rec.metadata.labels[MONITOR_LABEL]
+    for i = 1, 2 do
+      local st, v = env.c:request("PATCH", WL .. "/" .. rec.metadata.name,
+        { metadata = { labels = { [MONITOR_LABEL] = "spec-poke-" .. i } } }, "application/merge-patch+json")
+      assert(st == 200, ("PATCH record %s -> %s %s"):format(rec.metadata.name, tostring(st), json.encode(v)))
+      local last
+      assert(P.wait_until(function()
+        last = env.c:get(WL .. "/" .. rec.metadata.name)
+        return last and last.metadata.labels and last.metadata.labels[MONITOR_LABEL] == mon
+      end, T, 0.1), ("the usage writer did not put back record %s's monitor label: %s"):format(rec.metadata.name,
+        json.encode(last or {})))
+    end
+  end
+
   -- a tenant's merge patch of a Workload (kind "workload") or monitor, as
   -- bob: the patched object
   function h.tenant_patch(kind, name, patch)
@@ -336,8 +362,12 @@ describe("usage records (two replicas through kube-apiserver)", function()
     -- the protection finalizer holds it (decision 0026)
     cl = h.claim("u2")
     assert.is_truthy(cl and cl.metadata.deletionTimestamp)
-    -- an observation window (nothing to wait for: the record must not go)
-    P.sleep(2)
+    -- the leader's binder has taken the deletion (and kept it Attached),
+    -- and its usage writer has done the claim's key (queued by the watch
+    -- before the binder's, usage_done): the record must not go
+    assert(c:wait_applied("gpuclaims", cl.metadata.resourceVersion),
+      "the leader did not apply the deletion of u2 at resourceVersion " .. cl.metadata.resourceVersion)
+    h.usage_done("u1")
     local still = h.wait_record("u2", true)
     assert.are.equal(w.metadata.uid, still.metadata.uid)
     h.must_tenant { "-n", NS, "delete", "vmi", "vm-u2" }
@@ -542,8 +572,11 @@ describe("usage records (two replicas through kube-apiserver)", function()
     local second = h.wait_record(twin, false)
     assert.are_not.equal(first.metadata.name, second.metadata.name)
     first = h.wait_record(long, false)
-    -- an observation window (nothing to wait for: no write must come)
-    P.sleep(3)
+    -- the usage writer has done all it had queued, twice over (a write of
+    -- either record queues the key of the other's fight: usage_done); no
+    -- write must have come
+    h.usage_done("short-1")
+    h.usage_done("short-1")
     -- still the same two objects, not written again (resourceVersion)
     local again1 = h.wait_record(long, false)
     local again2 = h.wait_record(twin, false)

@@ -40,6 +40,13 @@ local function ready_cond(c)
   return nil
 end
 
+-- waits until the double holds a request in a latency rule (the leader's
+-- slow write has started): what comes next reaches the leader in one batch
+local function wait_delayed(d, what)
+  assert(P.wait_until(function() return (d:state().delayed or 0) >= 1 end, 15, 0.02),
+    "the leader's " .. what .. " never reached the double's latency rule")
+end
+
 -- units held per node by Bound/Attached claims, from the API
 local function held(d)
   local out = {}
@@ -75,7 +82,7 @@ describe("the leader's binder against the double (an injected slow write)", func
     -- create reach it in one batch (its watch then holds only the new one)
     d:latency { method = "PUT", path = "/apis/cozystack.io/v1alpha1/namespaces/", ms = 1500, count = 1 }
     add_claim(d, "busy", 1)
-    P.sleep(0.3)
+    wait_delayed(d, "status write of claim busy")
     -- r1 is unused: the tenant may take the protection finalizer off
     -- (as with kubernetes.io/pvc-protection) and delete it at once
     must(d, "PATCH", "/apis/cozystack.io/v1alpha1/namespaces/" .. NS .. "/gpuclaims/r1",
@@ -112,7 +119,7 @@ describe("the leader's binder against the double (an injected slow write)", func
     d:latency { method = "PATCH", path = path, ms = 1500, count = 1 }
     -- (each GPUNode goes with its Node: the double's garbage collector)
     must(d, "DELETE", "/api/v1/nodes/gpu-2")
-    P.sleep(0.3)
+    wait_delayed(d, "class status write (free 1)")
     must(d, "DELETE", "/api/v1/nodes/gpu-1")
     must(d, "PATCH", path, { spec = { displayName = "NVIDIA L40S, no node left" } }, "application/merge-patch+json")
     assert(P.wait_until(function() return free() == 0 end, 15),

@@ -482,8 +482,13 @@ cases:
     assert.truthy(P.wait_until(function()
       return ((E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] or 0) >= 1
     end, 10))
-    P.sleep(1)
-    local rst, rbody = P.http { url = c.url .. "/readyz", cacert = c.cacert }
+    -- the caches have listed (/readyz names them while they have not):
+    -- readiness now hangs on the bundle alone
+    local rst, rbody
+    assert.truthy(P.wait_until(function()
+      rst, rbody = P.http { url = c.url .. "/readyz", cacert = c.cacert }
+      return not (rbody or ""):find("watch caches not synced", 1, true)
+    end, 15), "the watch caches never listed: " .. tostring(rbody))
     assert.equal(503, rst)
     -- /readyz says why: the ConfigMap's error, on one line
     assert.truthy(rbody:find("^not ready: policy bundle did not load: ConfigMap cozy%-gpu/cozygpu%-policies: data%[lib%.lua%]: a module key needs a name\n$"), rbody)
@@ -503,7 +508,13 @@ cases:
     end
     assert.truthy(P.wait_until(function() return count("no policy bundle serves") >= 1 end, 15),
       "the binder never said it waits for a bundle:\n" .. (P.read(c.log) or ""))
-    P.sleep(2) -- a window in which the old loop rebuilt at least twice (once per wake, a wake a second at most)
+    -- a window in which the old loop rebuilt at least twice (once per
+    -- wake, a wake a second at most). The passing of time is what is
+    -- tested here: a binder waiting for a bundle neither flushes nor counts
+    -- a pass, so no gauge or counter marks its wakes (its applied gauge,
+    -- decision 0040, is published after a flush); the check can only pass
+    -- falsely on a machine so slow that the binder woke less than twice
+    P.sleep(2)
     assert.equal(1, count("rebuilt the binder's state from the caches"))
     assert.equal(1, count("no policy bundle serves"))
     local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
@@ -578,9 +589,16 @@ cases:
     assert.truthy(P.wait_until(function()
       return ((E.metrics(c) or {})['cozygpu_policy_reloads_total{result="failure"}'] or 0) >= 1
     end, 15), "the broken ConfigMap was never tried")
-    P.sleep(1)
-    -- never the defaults in place of the hoster's broken rules
-    assert.equal(503, (P.http { url = c.url .. "/readyz", cacert = c.cacert }))
+    -- never the defaults in place of the hoster's broken rules: once every
+    -- cache has listed, /readyz hangs on the bundle alone, and says the
+    -- hoster's did not load
+    local rst, rbody
+    assert.truthy(P.wait_until(function()
+      rst, rbody = P.http { url = c.url .. "/readyz", cacert = c.cacert }
+      return not (rbody or ""):find("watch caches not synced", 1, true)
+    end, 15), "the watch caches never listed: " .. tostring(rbody))
+    assert.equal(503, rst)
+    assert.truthy((rbody or ""):find("policy bundle did not load", 1, true), rbody)
     assert.equal(0, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
   end)
 
@@ -792,7 +810,10 @@ return rule "site/slow" {
     os.remove(done)
     os.execute(("(curl -sS --max-time 20 --cacert %s -H 'Content-Type: application/json' --data-binary @%s -o %s -w '%%{http_code}' %s/validate/vmi > %s.code; date +%%s.%%N > %s) &"):format(
       P.q(c.cacert), P.q(body), P.q(out), c.url, P.q(out), P.q(done)))
-    P.sleep(0.5)
+    -- the review is in flight: a review thread runs it (its rule spins 1.5 s)
+    assert.truthy(P.wait_until(function()
+      return ((E.metrics(c) or {})["cozygpu_webhook_review_threads_busy"] or 0) >= 1
+    end, 5, 0.02), "the slow review never reached a review thread")
     P.kill(c.pid, "TERM")
     assert.truthy(P.wait_exit(c.pid, 15), "controller did not exit")
     running = {}
@@ -846,7 +867,11 @@ return rule "site/busy" {
     H.write(body, json.encode(reviews()[1].review))
     os.execute(("(curl -sS --max-time 30 --cacert %s -H 'Content-Type: application/json' --data-binary @%s -o /dev/null %s/validate/vmi) >/dev/null 2>&1 &"):format(
       P.q(c.cacert), P.q(body), c.url))
-    P.sleep(1)
+    -- the only worker is busy with it (the probe listener's /metrics)
+    assert.truthy(P.wait_until(function()
+      local _, text = P.http { url = probe .. "/metrics", timeout = 2 }
+      return tonumber((text or ""):match("\ncozygpu_webhook_review_threads_busy (%S+)")) == 1
+    end, 10, 0.1), "the busy review never reached the review thread")
     -- the only worker is busy: the probe listener answers anyway, at once
     for _, path in ipairs { "/healthz", "/readyz" } do
       local st, text = P.http { url = probe .. path, timeout = 2 }

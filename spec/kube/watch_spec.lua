@@ -119,8 +119,14 @@ describe("watch (410 as " .. expired .. ")", function()
     local lp = P.spawn({ "lua5.4", "spec/kube/load.lua", d.url, "250", "7", "53", "89", loadlog }, d.dir .. "/load.err")
     finally(function() P.stop(lp) end)
     assert(P.wait_exit(lp, 120), "load did not finish")
-    -- long enough for at least one resync after the load
-    P.sleep(2.5)
+    -- at least one resync after the load: the driver lists configmaps again
+    -- (the double's request log, emptied now, shows its LISTs, watches apart)
+    assert(S.call(d, "DELETE", "/_double/log") == 200)
+    assert(P.wait_until(function()
+      for _, e in ipairs(S.log(d)) do
+        if e.method == "GET" and not e.watch and e.path:match("/configmaps$") then return true end
+      end
+    end, 10, 0.2), "no relist of configmaps within 10 s after the load (--resync 2)")
     S.call(d, "POST", "/api/v1/namespaces/t1/configmaps", '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"sentinel","labels":{"app":"x"}}}')
     local lines, sum = finish(w)
     assert.is_true(sum.reached)

@@ -164,7 +164,8 @@ function Double:log() return control(self, "GET", "log") end
 --- Empties the request log.
 function Double:reset_log() return control(self, "DELETE", "log") end
 
---- {resourceVersion, compacted, watches, items} where items are the stored
+--- {resourceVersion, compacted, watches, delayed (requests a latency rule
+--- holds now), items} where items are the stored
 --- objects of `resource` (plural) sorted by namespace/name (omitted without
 --- a resource).
 function Double:state(resource)

@@ -43,7 +43,20 @@ describe("webhook review threads", function()
     local res = srv.dir .. "/load.out"
     os.execute(("(%s --url %s/validate --cacert %s --concurrency 8 --duration 4 --warmup 0 --label pool %s > %s.tmp 2>%s.err; mv %s.tmp %s) >/dev/null 2>&1 &"):format(
       P.q(load), srv.url, P.q(srv.certs.ca), P.q(body), P.q(res), P.q(res), P.q(res), P.q(res)))
-    P.sleep(1)
+    -- the load is under way on its connections before the stuck review
+    -- arrives: the server counts its connections and has answered reviews
+    -- on them (a fixed wait raced a slow start of the load client)
+    local conns, fast
+    assert.truthy(P.wait_until(function()
+      local _, text = P.http { url = srv.url .. "/metrics", cacert = srv.certs.ca }
+      conns = tonumber((text or ""):match("\ncozygpu_webhook_connections (%S+)")) or 0
+      fast = 0
+      for v in (text or ""):gmatch('\ncozygpu_admission_reviews_total{webhook="test%-validate",decision="allowed"} (%S+)') do
+        fast = fast + tonumber(v)
+      end
+      return conns >= 8 and fast >= 16
+    end, 10), ("the load client did not start: %s connections, %s reviews answered; %s"):format(
+      tostring(conns), tostring(fast), P.read(res .. ".err") or ""))
     local stuck = background(srv, "slow-2000", "uid-stuck")
     assert.truthy(P.wait_until(function() return (P.read(srv.log) or ""):match("slow review sleeping") end, 10))
     assert.truthy(P.wait_until(function() return metric(srv, "cozygpu_webhook_review_threads_busy") == 1 end, 2))

@@ -58,7 +58,8 @@
  *                          "time","contentType","watch"}] of API requests, oldest first.
  *   DELETE /_double/log    empties it.
  *   GET  /_double/state?resource=gpuclasses   {"resourceVersion","compacted",
- *                          "watches","items":[objects, sorted by namespace/name]}
+ *                          "watches","delayed","items":[objects, sorted by namespace/name]}
+ *                          (delayed: requests a latency rule holds now)
  *                          (a plural served at several versions: the first
  *                          in the table; or name one as plural.version.group)
  *
@@ -347,6 +348,7 @@ static unsigned long long g_floor;       /* watch/continue from R needs R >= g_f
 static unsigned long g_cut_gen[NTYPES];  /* bumped by /_double/cut */
 static int g_cut_mode[NTYPES];           /* 0 close, 1 abrupt, 2 expired */
 static int g_watches;                    /* open watch streams */
+static int g_delayed;                    /* requests held by a latency rule now */
 static int g_stopping;
 
 typedef struct rule {
@@ -2696,7 +2698,8 @@ static enum MHD_Result serve_control(rq *r, const char *body, size_t len)
         char a[32], b[32];
         snprintf(a, sizeof a, "%llu", g_rv);
         snprintf(b, sizeof b, "%llu", g_floor);
-        out = json_pack("{s:s,s:s,s:i}", "resourceVersion", a, "compacted", b, "watches", g_watches);
+        out = json_pack("{s:s,s:s,s:i,s:i}", "resourceVersion", a, "compacted", b, "watches", g_watches, "delayed",
+                        g_delayed);
         if (res) {
             int idx = -1;
             for (size_t i = NTYPES; i-- > 0;) if (type_named(i, res)) idx = (int)i; /* the first named */
@@ -2747,10 +2750,14 @@ static int apply_faults(rq *r, enum MHD_Result *rc)
         }
         if (ru->count > 0) ru->count--;
     }
+    if (delay > 0) g_delayed++;
     pthread_mutex_unlock(&g_lock);
     if (delay > 0) {
         struct timespec ts = { delay / 1000, (delay % 1000) * 1000000L };
         nanosleep(&ts, NULL);
+        pthread_mutex_lock(&g_lock);
+        g_delayed--;
+        pthread_mutex_unlock(&g_lock);
     }
     if (!fail) return 0;
     char ra[16];
