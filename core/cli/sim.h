@@ -32,6 +32,9 @@ typedef struct sim {
     const json_t *settings;  /* --config or the defaults (borrowed) */
     engine *e;               /* the bundle's engine: binder.lua, budgets at bind (borrowed) */
     engine *re;              /* runtime.binder: what nodes offer (borrowed) */
+    engine *ae;              /* the bundle again, for admission of what a step creates (borrowed) */
+    int in_step;             /* a step's actions are being applied (admission applies) */
+    unsigned long reviews;   /* admission reviews made (their uids) */
     int quiet;               /* the silent validation run */
     int json;                /* --output json */
     sim_store *st;           /* the cluster's objects */
@@ -72,6 +75,14 @@ int sim_split_ref(sim *s, const char *ref, const char *path, char *ns, char *nam
 void sim_list(sim *s, json_t *list, const char *path, void (*fn)(sim *, json_t *, const char *));
 /* fn on a name or each of a list of names, PATH or PATH[i]. */
 void sim_each_name(sim *s, json_t *v, const char *path, void (*fn)(sim *, const char *, const char *));
+/* What cozygpu's webhooks say of creating `obj` (a GPUClaim or a
+ * VirtualMachine a step adds; kubectl as the cluster admin would): the
+ * bundle's admission rules (engine_review) over the store's objects as the
+ * cluster view. Returns the object as admitted (a new reference, any
+ * mutation applied), or NULL when refused: then a note and an event
+ * {kind: refused, object, message} say why, as kubectl would print it.
+ * Objects the scenario starts with were admitted before: not reviewed. */
+json_t *sim_admit(sim *s, json_t *obj, const char *path);
 /* The leader takes what changed (rounds of the placement model alone,
  * no KubeVirt round) until its writes change nothing more: between two
  * actions of a step. Nothing before the first leader. */

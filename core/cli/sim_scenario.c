@@ -359,8 +359,16 @@ static void def_claim(sim *s, json_t *o, const char *path)
     json_t *c = json_pack("{s:s,s:s,s:{s:s,s:s},s:{s:s,s:I}}", "apiVersion", "cozystack.io/v1alpha1", "kind",
                           "GPUClaim", "metadata", "name", name, "namespace", ns, "spec", "class", cls, "count",
                           json_integer_value(cnt));
-    if(sim_store_create(s->st, PLACEMENT_CLAIM, c) == 409)
-        sim_bad(s, "%s.name: claim %s/%s is defined twice", path, ns, name);
+    json_t *have = sim_store_get(s->st, PLACEMENT_CLAIM, ns, name);
+    json_decref(have);
+    if(have) {
+        json_decref(c);
+        return sim_bad(s, "%s.name: claim %s/%s is defined twice", path, ns, name);
+    }
+    json_t *admitted = sim_admit(s, c, path);
+    json_decref(c);
+    if(admitted)
+        sim_store_create(s->st, PLACEMENT_CLAIM, admitted);
 }
 
 /* ------------------------------------------------------------ VMs */
@@ -541,7 +549,17 @@ static void def_vm(sim *s, json_t *o, const char *path)
     json_t *vm = json_pack("{s:s,s:s,s:{s:s,s:s},s:{s:s,s:{s:o,s:o}}}", "apiVersion", "kubevirt.io/v1", "kind",
                            "VirtualMachine", "metadata", "name", name, "namespace", ns, "spec", "runStrategy", rs,
                            "template", "metadata", tmd, "spec", tspec);
-    sim_store_create(s->st, PLACEMENT_VM, vm);
+    json_t *admitted = sim_admit(s, vm, path);
+    json_decref(vm);
+    if(admitted)
+        sim_store_create(s->st, PLACEMENT_VM, admitted);
+    else if(vols) { /* refused: its volume goes too (kubectl apply of the three would leave them; keep it simple) */
+        char pvc[300], pv[400];
+        snprintf(pvc, sizeof pvc, "%s-data", name);
+        snprintf(pv, sizeof pv, "%s-%s-data", ns, name);
+        sim_store_delete(s->st, PLACEMENT_PVC, ns, pvc, NULL);
+        sim_store_delete(s->st, PLACEMENT_PV, NULL, pv, NULL);
+    }
 }
 
 /* A Kubernetes object of the scenario (namespaces, resourceQuotas): a

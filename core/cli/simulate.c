@@ -32,6 +32,7 @@
 #include "format/config.h"
 #include "format/kobject.h"
 #include "format/manifest.h"
+#include "admission/review.h"
 #include "placement/read.h"
 
 _Static_assert(ENGINE_BINDER_MAX_CANDIDATES == BINDER_MAX_CANDIDATES, "the chooser is given what the binder finds");
@@ -276,6 +277,50 @@ static void leader_start(sim *s)
         return sim_bad(s, "the budget usage table: %s", err.msg);
     keyset *seen = sim_store_changes(s->st); /* the build read all of it */
     keyset_free(&seen);
+}
+
+json_t *sim_admit(sim *s, json_t *obj, const char *path)
+{
+    if(!s->in_step)
+        return json_incref(obj);
+    json_t *view = json_array();
+    for(int k = 0; k < PLACEMENT_KINDS; k++) {
+        json_t *all = sim_store_list(s->st, (placement_kind)k);
+        json_array_extend(view, all);
+        json_decref(all);
+    }
+    cozy_err err = {{0}};
+    json_t *groups = json_pack("[s,s]", "system:masters", "system:authenticated");
+    review_options ro = {.username = "kubernetes-admin", .groups = groups, .phases = ENGINE_BOTH};
+    json_t *out = NULL;
+    engine_outcome outcome;
+    json_t *admitted = NULL;
+    if(engine_set_cluster(s->ae, view, s->settings, &err) != COZY_OK ||
+       review_document(s->ae, obj, path, ++s->reviews, &ro, &out, &outcome, &err) != COZY_OK) {
+        sim_bad(s, "%s: the admission review failed: %s", path, err.msg);
+    } else {
+        const json_t *resp = json_object_get(out, "response");
+        if(json_is_true(json_object_get(resp, "allowed"))) {
+            json_t *ops = review_decode_patch(resp);
+            if(!ops)
+                admitted = json_incref(obj);
+            else if(engine_apply_patch(s->ae, obj, ops, &admitted, &err) != COZY_OK)
+                sim_bad(s, "%s: the admission patch does not apply: %s", path, err.msg);
+            json_decref(ops);
+        } else {
+            const char *m = json_string_value(json_object_get(json_object_get(resp, "status"), "message"));
+            char ref[600];
+            snprintf(ref, sizeof ref, "%s %s/%s", json_string_value(json_object_get(obj, "kind")),
+                     kobject_meta_str(obj, "namespace") ? kobject_meta_str(obj, "namespace") : "",
+                     kobject_meta_str(obj, "name"));
+            sim_say(s, "  %s refused at admission: %s\n", ref, m ? m : "");
+            sim_event(s, json_pack("{s:s,s:s,s:s}", "kind", "refused", "object", ref, "message", m ? m : ""));
+        }
+    }
+    json_decref(out);
+    json_decref(groups);
+    json_decref(view);
+    return admitted;
 }
 
 void sim_leader_catch_up(sim *s)
@@ -594,7 +639,9 @@ static void run_step(sim *s, json_t *step, size_t idx)
     if(s->bad[0])
         return;
     begin_step(s, idx + 1, name);
+    s->in_step = 1;
     sim_scenario_step(s, step, path);
+    s->in_step = 0;
     json_t *lc = json_object_get(step, "leaderChange");
     int full = 0;
     if(lc && !s->bad[0]) {
@@ -836,13 +883,15 @@ int sim_main(int argc, char **argv)
     const json_t *pb = json_object_get(settings, "policyBudget");
     eo.instructions = json_integer_value(json_object_get(pb, "instructions"));
     eo.memory_bytes = json_integer_value(json_object_get(pb, "memoryBytes"));
-    engine *e = NULL, *re = NULL;
+    engine *e = NULL, *re = NULL, *ae = NULL;
     engine_options reo = eo; /* runtime.binder: the library alone, as the leader opens it */
     reo.bundle_dir = NULL;
     reo.override_dir = NULL;
-    if(engine_open(&e, &eo, &err) != COZY_OK || engine_open_runtime(&re, &reo, "binder", &err) != COZY_OK) {
+    if(engine_open(&e, &eo, &err) != COZY_OK || engine_open(&ae, &eo, &err) != COZY_OK ||
+       engine_open_runtime(&re, &reo, "binder", &err) != COZY_OK) {
         fprintf(stderr, "cozygpu simulate: %s\n", err.msg);
         engine_close(e);
+        engine_close(ae);
         json_decref(snap_recs);
         json_decref(settings);
         json_decref(recs);
@@ -855,14 +904,15 @@ int sim_main(int argc, char **argv)
         goto out;
     }
     /* first silently, so that bad input is refused before anything is shown */
-    *s = (sim){.file = file, .doc = doc, .e = e, .re = re, .snap_recs = snap_recs, .settings = settings, .quiet = 1};
+    *s = (sim){.file = file, .doc = doc, .e = e, .re = re, .ae = ae, .snap_recs = snap_recs, .settings = settings,
+               .quiet = 1};
     int rc = run(s);
     json_decref(s->out);
     if(rc) {
         fprintf(stderr, "cozygpu simulate: %s\n", s->bad);
         goto out;
     }
-    *s = (sim){.file = file, .doc = doc, .e = e, .re = re, .snap_recs = snap_recs, .settings = settings,
+    *s = (sim){.file = file, .doc = doc, .e = e, .re = re, .ae = ae, .snap_recs = snap_recs, .settings = settings,
                .json = !strcmp(output, "json")};
     rc = run(s);
     if(rc) {
@@ -891,6 +941,7 @@ int sim_main(int argc, char **argv)
 out:
     free(s);
     engine_close(e);
+    engine_close(ae);
     engine_close(re);
     json_decref(snap_recs);
     json_decref(settings);
