@@ -364,15 +364,26 @@ static json_t *vm_of(sim_store *st, const char *ns, const char *name)
     return sim_store_get(st, PLACEMENT_VM, ns, name);
 }
 
-int sim_kubevirt_start(sim_store *st, json_t *runs, const char *ns, const char *name, sim_say_fn say, void *ud)
+/* VM ns/name (a new reference, NULL when none) and its VM controller
+ * memory, whose "stopped" becomes `stopped` (virtctl start or stop). */
+static json_t *vm_asked(sim_store *st, json_t *runs, const char *ns, const char *name, int stopped, json_t **run)
 {
     json_t *vm = vm_of(st, ns, name);
     if(!vm)
-        return -1;
+        return NULL;
     char key[600];
     snprintf(key, sizeof key, "%s/%s", ns, name);
-    json_t *run = run_of(runs, key);
-    json_object_set_new(run, "stopped", json_false());
+    *run = run_of(runs, key);
+    json_object_set_new(*run, "stopped", json_boolean(stopped));
+    return vm;
+}
+
+int sim_kubevirt_start(sim_store *st, json_t *runs, const char *ns, const char *name, sim_say_fn say, void *ud)
+{
+    json_t *run;
+    json_t *vm = vm_asked(st, runs, ns, name, 0, &run);
+    if(!vm)
+        return -1;
     if(!strcmp(strategy(vm), "Halted"))
         set_strategy(st, vm, "Always"); /* virtctl start: Halted -> Always */
     json_decref(vm);
@@ -392,13 +403,10 @@ int sim_kubevirt_start(sim_store *st, json_t *runs, const char *ns, const char *
 
 int sim_kubevirt_stop(sim_store *st, json_t *runs, const char *ns, const char *name, sim_say_fn say, void *ud)
 {
-    json_t *vm = vm_of(st, ns, name);
+    json_t *run;
+    json_t *vm = vm_asked(st, runs, ns, name, 1, &run);
     if(!vm)
         return -1;
-    char key[600];
-    snprintf(key, sizeof key, "%s/%s", ns, name);
-    json_t *run = run_of(runs, key);
-    json_object_set_new(run, "stopped", json_true());
     if(!strcmp(strategy(vm), "Always"))
         set_strategy(st, vm, "Halted"); /* virtctl stop: Always -> Halted */
     json_decref(vm);

@@ -99,15 +99,24 @@ static int released(const json_t *obj)
 
 static void drop(sim_store *st, placement_kind k, const char *key);
 
-long sim_store_create(sim_store *st, placement_kind k, json_t *obj)
+/* The store's key of `obj` into key (n bytes); -1 (obj released) when it
+ * has no metadata.name. */
+static int obj_key(json_t *obj, char *key, size_t n)
 {
-    const char *ns = kobject_meta_str(obj, "namespace"), *name = kobject_meta_str(obj, "name");
-    char key[600];
+    const char *name = kobject_meta_str(obj, "name");
     if(!name) {
         json_decref(obj);
-        return 422;
+        return -1;
     }
-    key_of(ns, name, key, sizeof key);
+    key_of(kobject_meta_str(obj, "namespace"), name, key, n);
+    return 0;
+}
+
+long sim_store_create(sim_store *st, placement_kind k, json_t *obj)
+{
+    char key[600];
+    if(obj_key(obj, key, sizeof key))
+        return 422;
     if(json_object_get(st->objs[k], key)) {
         json_decref(obj);
         return 409;
@@ -201,13 +210,9 @@ static void collect(sim_store *st, const char *uid)
 
 long sim_store_replace(sim_store *st, placement_kind k, json_t *obj)
 {
-    const char *ns = kobject_meta_str(obj, "namespace"), *name = kobject_meta_str(obj, "name");
     char key[600];
-    if(!name) {
-        json_decref(obj);
+    if(obj_key(obj, key, sizeof key))
         return 422;
-    }
-    key_of(ns, name, key, sizeof key);
     json_t *old = json_object_get(st->objs[k], key);
     if(!old) {
         json_decref(obj);
