@@ -143,9 +143,15 @@ describe("cozygpu simulate: budgets at bind", function()
 
   it("frees the budget when a claim is deleted, and a child's own larger key never lifts its parent's (R2)", function()
     assert.are.equal("Bound", claims_at(doc, 5)["tenant-a-c/batch"].phase)
-    local t2 = claims_at(doc, 6)["tenant-a-b/train2"]
-    assert.are.same({ "Pending", "OverBudget" }, { t2.phase, t2.reason })
-    assert.matches('tenant "tenant%-a": gpuclass%.cozystack%.io/devices is 3; 2 more GPUs do not fit', t2.message)
+    -- the new order is refused when made (the GPUClaim webhook checks the
+    -- same budgets at order time) on tenant-a's 3, not tenant-a-b's own 10
+    assert.is_nil(claims_at(doc, 6)["tenant-a-b/train2"])
+    local refused
+    for _, e in ipairs(doc.steps[6].events) do
+      if e.kind == "refused" and e.object == "GPUClaim tenant-a-b/train2" then refused = e.message end
+    end
+    assert.matches('tenant "tenant%-a": gpuclass%.cozystack%.io/devices is 3, 2 in use elsewhere in the tenant tree; 2 more is short by 1',
+      refused or "")
     assert.are.equal(0, doc.expectFailed)
   end)
 
@@ -189,16 +195,30 @@ vms:
   end)
 
   it("keeps counting across a leader change (the usage is counted again from the claims' status)", function()
-    local f = write(H.read("examples/scenarios/tenant-tree-budget.yaml") .. [[
+    local f = write([[
+classes: [{name: l40s}]
+nodes: [{name: gpu-1, capacity: {l40s: 4}}]
+namespaces:
+  - metadata: {name: tenant-root, labels: {tenant.cozystack.io/tenant-root: ""}}
+  - metadata: {name: tenant-a, labels: {tenant.cozystack.io/tenant-root: "", tenant.cozystack.io/tenant-a: ""}}
+resourceQuotas:
+  - metadata: {name: gpu, namespace: tenant-a}
+    spec: {hard: {gpuclass.cozystack.io/devices: "2"}}
+claims:
+  - {namespace: tenant-a, name: a, class: l40s, count: 1}
+  - {namespace: tenant-a, name: b, class: l40s, count: 1}
+  - {namespace: tenant-a, name: c, class: l40s, count: 1}
+steps:
   - name: a new leader
     leaderChange: true
     expect:
-      - {claim: tenant-a-b/train2, phase: Pending, reason: OverBudget}
-      - {claim: tenant-a-c/batch, phase: Bound, node: gpu-3}
-  - name: tenant-a-c deletes batch; train2 fits (1 + 2 = 3)
-    deleteClaim: tenant-a-c/batch
+      - {claim: tenant-a/a, phase: Bound}
+      - {claim: tenant-a/b, phase: Bound}
+      - {claim: tenant-a/c, phase: Pending, reason: OverBudget}
+  - name: a is deleted; c fits (1 + 1 = 2)
+    deleteClaim: tenant-a/a
     expect:
-      - {claim: tenant-a-b/train2, phase: Bound}
+      - {claim: tenant-a/c, phase: Bound}
 ]])
     local d = sim { f }
     os.remove(f)

@@ -239,8 +239,14 @@ steps:
     assert.is_not_nil(doc, out)
     local s = doc.steps[3]
     assert.are.same({ "Bound", "gpu-1" }, { claim(s, "t/a").phase, claim(s, "t/a").node })
-    -- an order made after the delete waits: the class takes no new order
-    assert.are.same({ "Pending", "ClassBeingDeleted" }, { claim(s, "t/late").phase, claim(s, "t/late").reason })
+    -- an order made after the delete is refused by the GPUClaim webhook
+    -- (the class takes no new order), as kube-apiserver would answer it
+    assert.is_nil(claim(s, "t/late"))
+    local refused
+    for _, e in ipairs(s.events) do
+      if e.kind == "refused" and e.object == "GPUClaim t/late" then refused = e.message end
+    end
+    assert.matches('GPUClass "l40s" is being deleted', refused or "", 1, true)
     local offers = s.nodes[1].offers
     assert.is_nil(offers.h100, "h100 went: no claim held it")
     assert.are.equal(2, offers.l40s)
