@@ -71,11 +71,14 @@ BENCH_ARGS ?=
 # the binder's index and state machine (core/binder/, header-only uthash) with its bench
 BINDER_BENCH := $(BUILD)/bin/cozygpu-binder-bench
 BINDER_BENCH_ARGS ?=
+# the state machine's files (binder.h over binder_internal.h)
+BINDER_SM_SRC := core/binder/binder_store.c core/binder/binder_queue.c core/binder/binder_choose.c \
+	core/binder/binder_pass.c core/binder/binder_verify.c
 
-$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h core/binder/binder.c core/binder/binder.h \
-		core/base/result.h core/base/result.c
+$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h $(BINDER_SM_SRC) core/binder/binder.h \
+		core/binder/binder_internal.h core/base/result.h core/base/result.c
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c core/binder/binder.c core/base/result.c
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c $(BINDER_SM_SRC) core/base/result.c
 
 bench-binder: $(BINDER_BENCH)
 	@echo "the binder's index alone, then its state machine (no API, no Lua): placement and events, medians of repeated runs:"

@@ -1,5 +1,5 @@
 /* binder_rules_check — checks of the binder's state machine
- * (core/binder/binder.c) against each rule of DESIGN.md §6 and decision
+ * (core/binder/binder_*.c) against each rule of DESIGN.md §6 and decision
  * 0020, run under ASan/UBSan by spec/core/run-binder-rules-check.sh.
  *
  * Every expected value is read off the rule text quoted above its case,

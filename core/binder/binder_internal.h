@@ -1,0 +1,231 @@
+/* binder_internal.h — shared by the binder's files only (binder_store.c,
+ * binder_queue.c, binder_choose.c, binder_pass.c, binder_verify.c); not a
+ * public interface. The public one is binder.h, which says what each rule
+ * is and where it comes from (DESIGN.md §6,
+ * docs/decisions/0020-claim-lifecycle-and-binding.md, 0021, 0023).
+ *
+ * The store's objects (binder_store.c says how they are kept), the state,
+ * the scratch types of a pass, and the functions one file calls in
+ * another (binder_i_*).
+ */
+#ifndef COZYGPU_BINDER_BINDER_INTERNAL_H
+#define COZYGPU_BINDER_BINDER_INTERNAL_H
+
+#include "binder/binder.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* uthash: report a failed allocation instead of exit(): the element is not
+ * added and its hh.tbl is NULL, which the callers check. */
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
+#include <utlist.h>
+
+#define MAX_TOLS 32
+/* "ns\0name" of a claim or set, with its terminating NUL */
+#define KEY_MAX (BINDER_MAX_NAMESPACE + 1 + BINDER_MAX_NAME + 1)
+#define MSG_MAX 256
+
+typedef struct sm_class {
+    char *name;
+    binder_on_cordon on_cordon;
+    int deleting;
+    binder_toleration *tols; /* strings owned */
+    size_t n_tols;
+    UT_hash_handle hh; /* binder_state.classes, by name */
+} sm_class;
+
+typedef struct sm_node {
+    char *name;
+    uint32_t flags;
+    binder_offer *offers; /* class names owned */
+    size_t n_offers;
+    binder_taint *taints; /* strings owned */
+    size_t n_taints;
+    unsigned stamp;    /* pass that looked at it (scratch) */
+    UT_hash_handle hh; /* binder_state.nodes, by name */
+} sm_node;
+
+struct sm_set;
+struct wbucket;
+
+/* The claims of one class name by phase (binder_state_class_view), kept
+ * as claims come, change phase and go. Made when a claim first names the
+ * class, freed with the state. */
+typedef struct sm_tally {
+    char *name;
+    uint64_t units[BINDER_PHASE_LAST];
+    uint64_t claims[BINDER_PHASE_LAST];
+    UT_hash_handle hh; /* binder_state.tallies, by name */
+} sm_tally;
+
+typedef struct sm_claim {
+    char *ns, *name, *class_name;
+    sm_tally *tally;
+    uint32_t count;
+    int tmpl;
+    binder_phase phase;
+    char *node;
+    char *attached_to;
+    binder_reason reason;
+    char msg[MSG_MAX];
+    uint64_t seq;
+    struct sm_set *set;
+    size_t gi;   /* its group in the current pass (scratch) */
+    unsigned stamp; /* pass that took it as a lone group (scratch) */
+    int dirty;      /* on binder_state.dirty */
+    int vol;        /* waits on a hook's answer (budget, chooser), not on room */
+    struct sm_claim *dnext, *dprev;
+    struct wbucket *wb; /* the waiting bucket it is in, NULL: none */
+    struct sm_claim *wnext, *wprev;
+    char *key;   /* "ns\0name" */
+    size_t keylen;
+    UT_hash_handle hh; /* binder_state.claims, by key, creation order */
+} sm_claim;
+
+typedef struct sm_set {
+    char *ns, *name;
+    sm_claim **claims;
+    size_t n;
+    binder_vmi_phase phase;
+    char *node;
+    uint64_t seq;
+    char *key; /* "ns\0name" */
+    size_t keylen;
+    unsigned stamp; /* pass that took it as a group (scratch) */
+    char **allowed;   /* the only nodes the set may go to (a volume bound to them), NULL: any */
+    size_t n_allowed;
+    struct onode *on;             /* the list of sets whose VMI is on `node`, NULL: not in one */
+    struct sm_set *onext, *oprev; /* utlist, in on->head */
+    UT_hash_handle hh; /* binder_state.sets, by key, creation order */
+} sm_set;
+
+/* The sets whose VMI names node `node` (set->node), so that a node's
+ * arrival finds them without a walk of every set (binder_i_mark_sets_on). */
+typedef struct onode {
+    char *node;
+    struct sm_set *head; /* utlist, onext/oprev */
+    UT_hash_handle hh;
+} onode;
+
+/* Waiting claims of one class (the claims whose sets a gain of room in
+ * that class may let move or be placed); class "" holds the claims that
+ * wait on a hook's answer (OverBudget, a chooser's refusal), retried by
+ * every pass as a full pass would. */
+typedef struct wbucket {
+    char *cls;
+    sm_claim *head; /* utlist, wnext/wprev */
+    UT_hash_handle hh;
+} wbucket;
+
+#define MAX_GAINED 64
+
+struct binder_state {
+    binder_index *ix;
+    sm_class *classes; /* uthash heads */
+    sm_node *nodes;
+    sm_claim *claims;
+    sm_set *sets;
+    uint64_t seq;
+    /* incremental reconcile (binder_reconcile) */
+    sm_claim *dirty;     /* utlist, dnext/dprev: claims whose set must be looked at */
+    wbucket *waits;      /* by class name */
+    char *gained[MAX_GAINED]; /* classes that gained room on a usable node since they were last retried */
+    size_t n_gained;
+    size_t gained_floor; /* during a pass: gained[0..floor) are being retried now; a gain
+                            after that point is a new one, for the next pass */
+    int full;            /* the next binder_reconcile runs a full pass */
+    unsigned stamp;
+    onode *on_node;      /* by node name: the sets whose VMI is there */
+    sm_tally *tallies;   /* by class name */
+};
+
+
+/* cozy_say's message, and `rc` (the binder's own result codes) */
+#define fail(err, rc, ...) (cozy_say((err), __VA_ARGS__), (rc))
+
+/* --------------------------------------------------------- pass types */
+
+typedef struct pass {
+    binder_state *st;
+    const binder_hooks *h;
+    size_t events;
+    int refused; /* the last binder_i_choose() had candidates and the hook took none */
+} pass;
+
+/* The claims of one set (a VM's, or a lone claim), in a scratch array. */
+typedef struct group {
+    sm_claim *m[BINDER_MAX_SET_CLAIMS];
+    size_t n;
+    sm_set *set;
+} group;
+
+/* Needs of the claims in g that `pick` selects, and their tolerations. */
+typedef struct needs {
+    binder_need need[BINDER_MAX_SET_CLASSES];
+    size_t n;
+    binder_toleration tols[MAX_TOLS * 4];
+    size_t n_tols;
+} needs;
+
+/* The claims booked on one node (binder_i_cap_collect fills it, at most
+ * 256 of them). */
+typedef struct cap_walk {
+    const binder_state *st;
+    const char *node;
+    sm_claim *list[256];
+    size_t n;
+} cap_walk;
+
+/* --------------------------------------------- binder_store.c: store */
+
+char *binder_i_dup_or_null(const char *s);
+int binder_i_same(const char *a, const char *b);
+sm_class *binder_i_class_find(const binder_state *st, const char *name);
+sm_node *binder_i_node_find(const binder_state *st, const char *name);
+sm_claim *binder_i_claim_find(const binder_state *st, const char *ns, const char *name);
+/* Adds (sign +1) or removes (-1) claim c in its class's tally, at its phase. */
+void binder_i_tally(const sm_claim *c, int sign);
+void binder_i_view_of(const sm_claim *c, binder_claim_status *out);
+
+/* ----------------------------------- binder_queue.c: dirty and waiting */
+
+void binder_i_mark(binder_state *st, sm_claim *c);
+void binder_i_mark_set(binder_state *st, sm_set *s);
+/* Class `cls` gained room (or may have) on a usable node: its waiting
+ * claims' sets are retried by the next pass. */
+void binder_i_gain(binder_state *st, const char *cls);
+void binder_i_gain_node(binder_state *st, const sm_node *n);
+void binder_i_wait_remove(binder_state *st, sm_claim *c);
+/* Puts c in the waiting bucket it belongs in after a pass, or none. */
+void binder_i_wait_update(binder_state *st, sm_claim *c);
+/* Marks the claims booked on node `name`. */
+void binder_i_mark_node(binder_state *st, const char *name);
+/* Marks the sets whose VMI is scheduled or runs on node `name`. */
+void binder_i_mark_sets_on(binder_state *st, const char *name);
+
+/* -------------------------------- binder_choose.c: choosing a node */
+
+int binder_i_needs_of(const binder_state *st, const group *g, int (*pick)(const sm_claim *), needs *out);
+/* The candidates for the needs of group g: how many. */
+size_t binder_i_candidates_of(pass *p, const group *g, const needs *nd, binder_candidate *cands);
+/* The hook's pick among nc >= 1 candidates, or NULL (p->refused set). */
+const char *binder_i_pick_of(pass *p, const group *g, const binder_candidate *cands, size_t nc);
+/* Candidates for the needs, chosen by the hook, or NULL. */
+const char *binder_i_choose(pass *p, const group *g, const needs *nd);
+binder_rc binder_i_bind_group(binder_state *st, const group *g, int (*pick)(const sm_claim *), const char *node,
+                              uint32_t flags);
+
+/* ------------------------------------------------ binder_pass.c: pass */
+
+/* The node the index books the claim on (NULL: none). */
+const char *binder_i_booked(const binder_state *st, const sm_claim *c);
+binder_vmi_phase binder_i_vmi_of(const sm_claim *c);
+int binder_i_vmi_live(binder_vmi_phase ph);
+int binder_i_node_usable(const sm_node *n);
+/* binder_node_claims callback: adds the claim to the cap_walk `ud`. */
+void binder_i_cap_collect(void *ud, const binder_claim_view *v);
+int binder_i_movable(const sm_claim *c);
+
+#endif
