@@ -72,10 +72,13 @@ BENCH_ARGS ?=
 BINDER_BENCH := $(BUILD)/bin/cozygpu-binder-bench
 BINDER_BENCH_ARGS ?=
 
-$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h core/binder/binder.c core/binder/binder.h \
-		core/base/result.h core/base/result.c
+BINDER_INDEX_SRC := core/binder/index.c core/binder/index_nodes.c core/binder/index_query.c
+
+$(BINDER_BENCH): bench/binder.c $(BINDER_INDEX_SRC) core/binder/index.h core/binder/index_internal.h \
+		core/binder/binder.c core/binder/binder.h core/base/result.h core/base/result.c
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c core/binder/binder.c core/base/result.c
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c $(BINDER_INDEX_SRC) core/binder/binder.c \
+		core/base/result.c
 
 bench-binder: $(BINDER_BENCH)
 	@echo "the binder's index alone, then its state machine (no API, no Lua): placement and events, medians of repeated runs:"

@@ -5,4 +5,4 @@
 #   spec/core/run-binder-rules-check.sh [STEPS [SEED]]   (the random run; default 20000 steps, seed 12)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-exec sh "$here/run-san-check.sh" "" "$here/binder_rules_check.c" binder/index.c binder/binder.c base/result.c -- "$@"
+exec sh "$here/run-san-check.sh" "" "$here/binder_rules_check.c" binder/index.c binder/index_nodes.c binder/index_query.c binder/binder.c base/result.c -- "$@"
