@@ -27,10 +27,10 @@ WEBHOOK_CFLAGS := $(shell pkg-config --cflags $(WEBHOOK_PKGS) 2>/dev/null)
 WEBHOOK_LIBS   := $(shell pkg-config --libs $(WEBHOOK_PKGS) 2>/dev/null) -lpthread -lm
 # the webhook server (HTTP side, certificate pair) with the base layer
 # (result codes, log, metrics, buffers, file reads)
-WEBHOOK_SRC    := core/server/webhook.c core/server/tls.c core/base/metrics.c core/base/log.c core/base/result.c \
-	core/base/buf.c core/base/file.c
-WEBHOOK_HDR    := core/server/webhook.h core/server/tls.h core/base/metrics.h core/base/log.h core/base/result.h \
-	core/base/buf.h core/base/file.h
+WEBHOOK_SRC    := core/server/webhook.c core/server/webhook_http.c core/server/webhook_review.c core/server/tls.c \
+	core/base/metrics.c core/base/log.c core/base/result.c core/base/buf.c core/base/file.c
+WEBHOOK_HDR    := core/server/webhook.h core/server/webhook_internal.h core/server/tls.h core/base/metrics.h \
+	core/base/log.h core/base/result.h core/base/buf.h core/base/file.h
 
 LOAD_PKGS      := libcurl jansson yaml-0.1
 LOAD_CFLAGS    := $(shell pkg-config --cflags $(LOAD_PKGS) 2>/dev/null)
@@ -75,10 +75,13 @@ BINDER_BENCH_ARGS ?=
 BINDER_SM_SRC := core/binder/binder_store.c core/binder/binder_queue.c core/binder/binder_choose.c \
 	core/binder/binder_pass.c core/binder/binder_verify.c
 
-$(BINDER_BENCH): bench/binder.c core/binder/index.c core/binder/index.h $(BINDER_SM_SRC) core/binder/binder.h \
-		core/binder/binder_internal.h core/base/result.h core/base/result.c
+BINDER_INDEX_SRC := core/binder/index.c core/binder/index_nodes.c core/binder/index_query.c
+
+$(BINDER_BENCH): bench/binder.c $(BINDER_INDEX_SRC) core/binder/index.h core/binder/index_internal.h $(BINDER_SM_SRC) \
+		core/binder/binder.h core/binder/binder_internal.h core/base/result.h core/base/result.c
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c core/binder/index.c $(BINDER_SM_SRC) core/base/result.c
+	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c $(BINDER_INDEX_SRC) $(BINDER_SM_SRC) \
+		core/base/result.c
 
 bench-binder: $(BINDER_BENCH)
 	@echo "the binder's index alone, then its state machine (no API, no Lua): placement and events, medians of repeated runs:"

@@ -26,16 +26,19 @@ local function lines_of(cmd)
 end
 
 -- The metric families core/ exports: name -> "histogram" | "other". A name
--- is the string literal (or the #define'd literal) a metrics_declare,
+-- is the string literal (or the #define'd literal, in a source or in a
+-- header such as server/webhook_internal.h) a metrics_declare,
 -- metrics_declare_histogram, metrics_counter_add, metrics_gauge_set or
 -- metrics_histogram_observe call names first.
 local function exported_metrics()
   local defines, families = {}, {}
   local files = lines_of("find core -name '*.c' | sort")
   assert(#files > 0, "no core/ sources (run from the repository root)")
+  for _, f in ipairs(lines_of("find core -name '*.c' -o -name '*.h' | sort")) do
+    for macro, lit in H.read(f):gmatch("#define%s+([%w_]+)%s+\"(cozygpu_[%w_]+)\"") do defines[macro] = lit end
+  end
   for _, f in ipairs(files) do
     local text = H.read(f)
-    for macro, lit in text:gmatch("#define%s+([%w_]+)%s+\"(cozygpu_[%w_]+)\"") do defines[macro] = lit end
     for fn, first, rest in text:gmatch("metrics_([%w_]+)%s*%(%s*([^,%)]+),([^;]*)") do
       if fn == "declare" or fn == "declare_histogram" or fn == "counter_add" or fn == "gauge_set"
         or fn == "histogram_observe" then

@@ -1,9 +1,10 @@
-/* kube_check — test driver for core/kube/kube.c, core/kube/kubeconfig.c, core/kube/watch.c.
+/* kube_check — test driver for core/kube/kube.c, core/kube/kubeconfig.c, core/kube/watch.c,
+ * core/kube/watch_stream.c.
  *
  * Build (ASan+UBSan; see spec/kube/run-kube-check.sh):
  *   gcc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -g -fsanitize=address,undefined -Icore \
  *     -o build/bin/kube_check spec/kube/kube_check.c core/kube/kube.c core/kube/kubeconfig.c \
- *     core/kube/watch.c core/base/log.c core/format/yamlload.c core/base/result.c \
+ *     core/kube/watch.c core/kube/watch_stream.c core/base/log.c core/format/yamlload.c core/base/result.c \
  *     $(pkg-config --cflags --libs libcurl jansson yaml-0.1) -lpthread
  *
  * Commands (client options everywhere: --kubeconfig P --context C --server URL

@@ -14,6 +14,7 @@ san=""
 [ "${SAN:-0}" = 1 ] && san="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 gcc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -g -O1 $san -I"$core" \
     -o "$out" "$here/kube_check.c" "$core/kube/kube.c" "$core/kube/kubeconfig.c" "$core/kube/watch.c" \
+    "$core/kube/watch_stream.c" \
     "$core/base/log.c" "$core/format/yamlload.c" "$core/format/yamlscalar.c" "$core/base/result.c" \
     "$core/base/buf.c" "$core/base/b64.c" "$core/base/utf8.c" "$core/base/file.c" \
     $(pkg-config --cflags --libs libcurl jansson yaml-0.1) -lpthread

@@ -1,4 +1,4 @@
--- What one client can hold of the webhook server (core/server/webhook.c,
+-- What one client can hold of the webhook server (core/server/webhook_http.c,
 -- decision 0015; issue 11 defects 9 and 10), through the test driver
 -- spec/webhook/webhook_check.c and the misbehaving clients of
 -- spec/webhook/clients.py: connections per address and in all, the time

@@ -1,4 +1,4 @@
--- The webhook server's review threads (core/server/webhook.c, "review pool";
+-- The webhook server's review threads (core/server/webhook_review.c, "review pool";
 -- docs/decisions/0017): libmicrohttpd's threads only move bytes and a
 -- complete review waits for a free review thread, so a review stuck until
 -- its deadline holds one review thread and no connection or I/O thread

@@ -31,7 +31,8 @@
  *
  * Build (the lead's Makefile has the rule; by hand):
  *   gcc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -g -Icore -o build/tests/webhook_check \
- *     spec/webhook/webhook_check.c core/server/webhook.c core/base/metrics.c core/base/log.c core/base/result.c \
+ *     spec/webhook/webhook_check.c core/server/webhook.c core/server/webhook_http.c \
+ *     core/server/webhook_review.c core/server/tls.c core/base/metrics.c core/base/log.c core/base/result.c \
  *     $(pkg-config --cflags --libs libmicrohttpd gnutls jansson) -lpthread
  */
 #include <errno.h>

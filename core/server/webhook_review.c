@@ -1,0 +1,256 @@
+/* webhook_review.c — the webhook server's review side: the review of one
+ * AdmissionReview and the pool of review threads that run them.
+ *
+ * A review request is parsed (duplicate keys refused, issue 11), checked
+ * (admission.k8s.io/v1 AdmissionReview with a request.uid), reviewed by the
+ * callback within its deadline, and its answer checked (fail closed: a
+ * failed review or an unusable answer is a 500 refusal). libmicrohttpd's
+ * threads never run a review: see "review pool" below (decision 0017).
+ */
+#include "server/webhook.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "server/webhook_internal.h"
+
+/* NULL when `doc` is an admission.k8s.io/v1 AdmissionReview with a request
+   and a request.uid; else what is wrong with it. */
+static const char *wh_review_problem(const json_t *doc, char *buf, size_t len)
+{
+    if(!json_is_object(doc))
+        return "the body is not a JSON object";
+    const char *av = json_string_value(json_object_get(doc, "apiVersion"));
+    const char *kind = json_string_value(json_object_get(doc, "kind"));
+    if(!kind || strcmp(kind, "AdmissionReview") != 0) {
+        snprintf(buf, len, "kind is %s%s%s, want \"AdmissionReview\"", kind ? "\"" : "", kind ? kind : "missing",
+                 kind ? "\"" : "");
+        return buf;
+    }
+    if(!av || strcmp(av, "admission.k8s.io/v1") != 0) {
+        snprintf(buf, len, "apiVersion is %s%s%s, want \"admission.k8s.io/v1\" (admissionReviewVersions: [v1])",
+                 av ? "\"" : "", av ? av : "missing", av ? "\"" : "");
+        return buf;
+    }
+    const json_t *req = json_object_get(doc, "request");
+    if(!json_is_object(req))
+        return "request is missing or not an object";
+    const char *uid = json_string_value(json_object_get(req, "uid"));
+    if(!uid || !*uid)
+        return "request.uid is missing or empty";
+    return NULL;
+}
+
+/* NULL when the callback's answer is usable; else why not. */
+static const char *wh_response_problem(const json_t *out, const char *uid)
+{
+    if(!json_is_object(out))
+        return "no AdmissionReview";
+    const json_t *resp = json_object_get(out, "response");
+    if(!json_is_object(resp))
+        return "response missing";
+    const char *ruid = json_string_value(json_object_get(resp, "uid"));
+    if(!ruid || strcmp(ruid, uid) != 0)
+        return "response.uid differs from request.uid";
+    if(!json_is_boolean(json_object_get(resp, "allowed")))
+        return "response.allowed missing";
+    return NULL;
+}
+
+/* Leaves a plain-text answer in r for the I/O thread (review threads). */
+static void wh_answer_text(wh_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void wh_answer_text(wh_req *r, unsigned status, const char *fmt, ...)
+{
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    r->ans_status = status;
+    r->ans_ctype = "text/plain; charset=utf-8";
+    r->ans_text = n < 0 ? NULL : msg; /* NULL: the I/O thread closes the connection */
+    r->ans_len = n < 0 ? 0 : (size_t)n;
+}
+
+/* Parses, checks and reviews r's body, and leaves the answer in r. Runs on
+ * a review thread; touches neither the connection nor MHD. */
+static void wh_review(webhook_server *s, wh_req *r)
+{
+    const webhook_endpoint *ep = r->ep;
+    const wh_endpoint_labels *lab = &s->labels[r->ep_index];
+    json_error_t jerr;
+    /* duplicate keys are refused, as `cozygpu review` refuses them: one
+     * decoding for both (issue 11) */
+    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    cozy_buf_free(&r->body); /* parsed: its bytes go back to the budget */
+    r->body = (cozy_buf){ 0 };
+    webhook_body_release(s, r->reserved);
+    r->reserved = 0;
+    if(!doc) {
+        wh_answer_text(r, MHD_HTTP_BAD_REQUEST, "cozygpu webhook %s: the body is not JSON: %s (line %d, column %d)\n",
+                       ep->name, jerr.text, jerr.line, jerr.column);
+        return;
+    }
+    char why[256];
+    const char *problem = wh_review_problem(doc, why, sizeof why);
+    if(problem) {
+        json_decref(doc);
+        wh_answer_text(r, MHD_HTTP_BAD_REQUEST,
+                       "cozygpu webhook %s: the body is not an admission.k8s.io/v1 AdmissionReview: %s\n", ep->name,
+                       problem);
+        return;
+    }
+    const char *uid = json_string_value(json_object_get(json_object_get(doc, "request"), "uid"));
+    struct timespec deadline = r->start;
+    deadline.tv_sec += s->timeout_ms / 1000;
+    deadline.tv_nsec += (s->timeout_ms % 1000) * 1000000L;
+    if(deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    json_t *out = NULL;
+    webhook_decision said = WEBHOOK_ERROR;
+    const char *bad;
+    if(webhook_elapsed_ns(&deadline, &now) >= 0) {
+        /* waited for a review thread past its deadline: the API server has
+           given up or is about to; refuse without running it */
+        bad = "its deadline passed while it waited for a review thread (every one was busy)";
+    } else {
+        int rc = s->review(s->ctx, ep, doc, &deadline, &out, &said);
+        bad = rc != 0 ? "the review callback failed" : wh_response_problem(out, uid);
+    }
+    const char *decision;
+    if(bad) {
+        log_write(LOG_ERROR, WH_COMPONENT, "review failed; refusing (fail closed)", "webhook", ep->name, "uid", uid,
+                  "error", bad, NULL);
+        json_decref(out);
+        char msg[300];
+        snprintf(msg, sizeof msg, "cozygpu webhook %s: internal error", ep->name);
+        out = json_pack("{s:O?,s:s,s:{s:s,s:b,s:{s:i,s:s}}}", "apiVersion", json_object_get(doc, "apiVersion"), "kind",
+                        "AdmissionReview", "response", "uid", uid, "allowed", 0, "status", "code", 500, "message", msg);
+        decision = lab->error;
+    } else {
+        int allowed = json_is_true(json_object_get(json_object_get(out, "response"), "allowed"));
+        decision = said == WEBHOOK_ERROR               ? lab->error
+                   : said == WEBHOOK_ALLOWED && allowed ? lab->allowed
+                                                        : lab->denied;
+    }
+    json_decref(doc);
+    char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    if(!text) { /* out of memory: the API server's failurePolicy Fail refuses for us */
+        wh_answer_text(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "cozygpu webhook %s: internal error\n", ep->name);
+        return;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double took = webhook_elapsed_ns(&r->start, &now) / 1e9;
+    metrics_counter_add(WH_REVIEWS, decision, 1);
+    metrics_histogram_observe(WH_DURATION, lab->webhook, took);
+    if(webhook_elapsed_ns(&deadline, &now) > 0)
+        log_write(LOG_WARN, WH_COMPONENT, "review answered after its deadline", "webhook", ep->name, NULL);
+    r->ans_status = MHD_HTTP_OK;
+    r->ans_ctype = "application/json";
+    r->ans_text = text;
+    r->ans_len = strlen(text);
+}
+
+/* --- review pool ----------------------------------------------------------
+ * libmicrohttpd's threads only move bytes: a complete review request is
+ * queued (FIFO) and its connection suspended (MHD_suspend_connection); one
+ * of n_pool review threads takes it, runs wh_review, leaves the answer in
+ * the request and resumes the connection (MHD_resume_connection, which
+ * wakes the I/O thread through its inter-thread channel); MHD then calls
+ * webhook_access again and the answer is queued there. So a review stuck until
+ * its deadline holds one review thread and nothing else: other reviews go
+ * to the free threads, whatever connection or I/O thread they came on
+ * (issue 11; decision 0017). */
+
+/* Under q_lock, so that the last value set is the current one. */
+static void wh_pool_gauges(webhook_server *s)
+{
+    metrics_gauge_set(WH_QUEUED, "", (double)s->q_len);
+    metrics_gauge_set(WH_BUSY, "", (double)s->busy);
+}
+
+/* Suspends r's connection and queues r for a review thread (I/O thread).
+   Returns 0, or -1 when the pool is stopping (nothing done). */
+int webhook_pool_push(webhook_server *s, wh_req *r, struct MHD_Connection *con)
+{
+    pthread_mutex_lock(&s->q_lock);
+    if(s->q_stop) {
+        pthread_mutex_unlock(&s->q_lock);
+        return -1;
+    }
+    r->con = con;
+    atomic_store(&r->state, WHR_QUEUED);
+    MHD_suspend_connection(con); /* before a review thread can see r and resume it */
+    r->qnext = NULL;
+    if(s->q_tail)
+        s->q_tail->qnext = r;
+    else
+        s->q_head = r;
+    s->q_tail = r;
+    s->q_len++;
+    wh_pool_gauges(s);
+    pthread_cond_signal(&s->q_cond);
+    pthread_mutex_unlock(&s->q_lock);
+    return 0;
+}
+
+void *webhook_pool_main(void *arg)
+{
+    webhook_server *s = arg;
+    for(;;) {
+        pthread_mutex_lock(&s->q_lock);
+        while(!s->q_head && !s->q_stop)
+            pthread_cond_wait(&s->q_cond, &s->q_lock);
+        wh_req *r = s->q_head;
+        if(!r) { /* stopping and nothing left */
+            pthread_mutex_unlock(&s->q_lock);
+            return NULL;
+        }
+        s->q_head = r->qnext;
+        if(!s->q_head)
+            s->q_tail = NULL;
+        s->q_len--;
+        s->busy++;
+        wh_pool_gauges(s);
+        int stopping = s->q_stop;
+        pthread_mutex_unlock(&s->q_lock);
+        if(stopping)
+            wh_answer_text(r, MHD_HTTP_SERVICE_UNAVAILABLE, "cozygpu webhook %s: shutting down\n", r->ep->name);
+        else
+            wh_review(s, r);
+        pthread_mutex_lock(&s->q_lock);
+        s->busy--;
+        wh_pool_gauges(s);
+        pthread_mutex_unlock(&s->q_lock);
+        struct MHD_Connection *con = r->con;
+        atomic_store(&r->state, WHR_ANSWERED); /* r belongs to the I/O thread again */
+        MHD_resume_connection(con);
+    }
+}
+
+/* Stops the review threads once the queue is empty (what is still queued
+   is answered 503) and joins them; each finishes the review it runs, which
+   its deadline bounds. */
+void webhook_pool_stop(webhook_server *s)
+{
+    pthread_mutex_lock(&s->q_lock);
+    s->q_stop = 1;
+    pthread_cond_broadcast(&s->q_cond);
+    pthread_mutex_unlock(&s->q_lock);
+    for(unsigned i = 0; i < s->n_pool; i++)
+        pthread_join(s->pool[i], NULL);
+    s->n_pool = 0;
+}
