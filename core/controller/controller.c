@@ -9,9 +9,11 @@
  *   review.c    webhook threads' engines, the review callback, readiness
  *   status.c    the leader-only GPUClass status writer
  *   bind.c      the leader's binder loop (claim status, VMI deletes, pins)
- *   usage.c     the leader's usage records (Workloads) and their monitors
+ *   usage.c     the leader's usage records (Workloads) and their monitors:
+ *               the thread; usage_record.c the objects and their writes
  *   event.c     Events on the controller's own objects
- *   license.c   the leader's license token copies (DESIGN.md §8)
+ *   license.c   the leader's license token copies (DESIGN.md §8): the
+ *               state; license_copy.c, license_status.c, license_loop.c
  *
  * Threads:
  *   main        flags, start-up, then waits for SIGTERM/SIGINT and shuts

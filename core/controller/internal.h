@@ -2,15 +2,19 @@
  *
  * Not a public interface (that is controller.h): the state of the one
  * controller of a process, the policy bundle handle, and the entry points
- * each file gives the others. Every name is prefixed by its file:
+ * each file gives the others. Every name is prefixed by its file (the
+ * files of one feature share its prefix):
  *   ctl_cluster_  cluster.c  the cluster view the policies read
  *   ctl_bundle_   bundle.c   policies ConfigMap -> compiled bundle, reloads
  *   ctl_review_   review.c   webhook threads' engines, reviews, readiness
  *   ctl_status_   status.c   leader-only GPUClass status writer
  *   ctl_bind_     bind.c     the leader's binder loop: claim status, pins
- *   ctl_usage_    usage.c    the leader's usage records (Workloads) and monitors
+ *   ctl_usage_    usage.c, usage_record.c (usage_internal.h)
+ *                            the leader's usage records (Workloads) and monitors
  *   ctl_event_    event.c    Events on the controller's own objects
- *   ctl_license_  license.c  the leader's license token copies (DESIGN.md §8)
+ *   ctl_license_  license.c, license_copy.c, license_status.c,
+ *                 license_loop.c (license_internal.h)
+ *                            the leader's license token copies (DESIGN.md §8)
  *   ctl_key_      keys.c     sets of object keys (the loops' queues)
  *   ctl_proc      controller.c  the state, wired up by controller_main
  *
@@ -310,7 +314,7 @@ void ctl_bind_on_leader_change(void *ctx, int leading);
 void ctl_event_record(const json_t *obj, const char *api_version, const char *kind, const char *type,
                       const char *reason, const char *message);
 
-/* ---- usage.c ---- */
+/* ---- usage.c (ctl_usage_record_name: usage_record.c) ---- */
 
 /* The usage-record thread (pthread start routine; `arg` unused; returns
  * NULL once ctl.stopping is set). While this replica leads and every cache
@@ -360,7 +364,7 @@ void ctl_usage_on_leader_change(void *ctx, int leading);
  * after a restart (decision 0028). Returns 0, or -1 when the hash cannot
  * be computed (out unchanged). */
 int ctl_usage_record_name(const char *claim, char *out, size_t n);
-/* ---- license.c ---- */
+/* ---- license_loop.c (the defines: every license*.c) ---- */
 
 /* The copy of class C's token in a tenant namespace is the Secret
  * CTL_LICENSE_PREFIX C (docs/decisions/0004), labelled
