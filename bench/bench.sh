@@ -28,8 +28,8 @@
 #                     while F is sent back to back (cozygpu-load --hostile),
 #                     so one review thread is always stuck
 #
-# Targets (issue 3): p99 under 2 ms at 1,000 reviews/s, and at saturation at
-# least half the transport limit's throughput. Issue 11: with one review
+# Targets: p99 under 2 ms at 1,000 reviews/s, and at saturation at
+# least half the transport limit's throughput. Decision 0017: with one review
 # thread stuck, the fixed-rate p99 within 2x of the unloaded one.
 set -eu
 

@@ -1,5 +1,5 @@
-/* binder.c — the binder's index under load (core/binder/index.c; issue 12,
- * "Must show": placement of 1k claims on 100 nodes, 10k on 1k, 100k on 10k,
+/* binder.c — the binder's index under load (core/binder/index.c;
+ * the required figures: placement of 1k claims on 100 nodes, 10k on 1k, 100k on 10k,
  * time, placements per second, peak memory, and the cost of one event on
  * the full state; targets: 100k on 10k in under 2 s, one event under 1 ms,
  * memory under 200 MB).
@@ -462,8 +462,8 @@ static void sm_count(void *ud, const binder_event *ev)
     (*(size_t *)ud)++;
 }
 
-/* The leader's writes one change costs (issue 13 "writes per change are
- * bounded"): a claim status write per transition; a usage record write per
+/* The leader's writes one change costs (bounded per
+ * change): a claim status write per transition; a usage record write per
  * claim whose record appears, goes or changes (a Workload per Bound or
  * Attached claim, operational while Attached: DESIGN.md §3, decision
  * 0028); a GPUClass status write per class whose free or maxFreePerNode

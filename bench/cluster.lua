@@ -1,7 +1,7 @@
 --- `make bench-cluster` (and the end of `make bench`): VMI creates through
 --- the real API server (cluster/, docs/decisions/0033) at fixed rates, with
 --- cozygpu's webhooks registered and then with them removed, in one run;
---- the figure is the ratio of the two p99s at each rate (issue 19 item 8).
+--- the figure is the ratio of the two p99s at each rate (the webhooks' overhead).
 ---
 ---   lua5.4 bench/cluster.lua [--rates 10,25] [--count 100]
 ---

@@ -6,7 +6,7 @@
 -- (key binder.lua), as any policy file.
 --
 -- Default: pack, most-allocated first, so that whole nodes stay free for
--- large sets (issue 12): a node already holding units of the set's
+-- large sets (DESIGN.md §6): a node already holding units of the set's
 -- classes before an untouched one, then the fewest free units of those
 -- classes; ties keep the order the candidates came in (the index's
 -- packing order, where the node that waited longest comes first).

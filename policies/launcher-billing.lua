@@ -29,8 +29,8 @@
 -- A GPU no claim covers (a raw-name GPU, or any GPU of a pod whose VMI
 -- names no claims) is billed by the pod alone, so the annotation may not
 -- override it: a key naming such a GPU resource is removed, whatever its
--- value, and Cozystack bills the containers' requests (issue 20, defect 4:
--- a VM that set the key to "0" on its VMI ran its GPU unbilled).
+-- value, and Cozystack bills the containers' requests (decision 0036,
+-- item 4: a VM that set the key to "0" on its VMI ran its GPU unbilled).
 --
 -- The annotation may be there already (KubeVirt copies the VMI's
 -- annotations to the pod, template.go filterVMIAnnotationsForPod): its

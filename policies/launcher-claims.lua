@@ -1,5 +1,5 @@
 -- The scheduling gate and the pin of virt-launcher pods (DESIGN.md §4
--- "virt-launcher pod create", issue 12 item 4, docs/decisions/0020 item 5
+-- "virt-launcher pod create", docs/decisions/0020 item 5
 -- and 0025). A virt-launcher pod whose VMI names GPUClaims
 -- (gpu.cozystack.io/claims; KubeVirt copies every VMI annotation to the
 -- pod, template.go filterVMIAnnotationsForPod) gets, when the claims are
@@ -10,9 +10,9 @@
 -- VMIs may name it (admitted at once on two replicas, before either
 -- replica's cache shows the other), and the leader ungates the pod of the
 -- one VMI its set gives the claim to: the gate is the serialization point
--- (issue 20 defect 5).
--- A virt-launcher pod of a VMI with template claims (DESIGN.md §3, issue 12
--- item 2, docs/decisions/0027: the class-reference label, which KubeVirt
+-- (decision 0036).
+-- A virt-launcher pod of a VMI with template claims (DESIGN.md §3,
+-- docs/decisions/0027: the class-reference label, which KubeVirt
 -- copies from the VMI, template.go podLabels, and no claims annotation) is
 -- judged against the claims `<vmi>-<class>` the leader creates for the
 -- classes its compute container requests: Bound or Attached to one node

@@ -3,7 +3,7 @@
 -- name permitted by KubeVirt, maxCount, one vGPU class per VM, vGPU
 -- entitlement, and the tenant budgets for the classes it asks for (§5).
 -- A VMI that names GPUClaims in gpu.cozystack.io/claims (DESIGN.md §3,
--- issue 12 contract item 1, docs/decisions/0019) takes its GPUs from them:
+-- docs/decisions/0019) takes its GPUs from them:
 -- the claims must exist in its namespace, not be being deleted, not be
 -- held by another live VMI, and its GPU entries must match them class by
 -- class; the claims already count against the budgets (§5 R6), so the
@@ -29,8 +29,8 @@ local function quoted_list(names)
   return table.concat(q, ", ")
 end
 
---- The refusals for the claims a VMI names (DESIGN.md §3 "GPUClaim", issue
---- 12 contract item 1, docs/decisions/0019): each named claim exists in
+--- The refusals for the claims a VMI names (DESIGN.md §3 "GPUClaim",
+--- docs/decisions/0019): each named claim exists in
 --- the VMI's namespace, is not being deleted, has a valid spec, and is
 --- not held by another live VMI (status.attachedTo names another VMI that
 --- is not final, DESIGN.md §6; or another VMI of the namespace that is
@@ -131,7 +131,7 @@ return rule "gpu/vmi-entries" {
   match = { kind = "VirtualMachineInstance", group = "kubevirt.io", operations = { "CREATE" } },
   validate = function(req, cluster)
     local vmi = req.object
-    -- wrong types read as "no entries": refuse them first (issue 11)
+    -- wrong types read as "no entries": refuse them first (found in hardening)
     local bad = {}
     for _, p in ipairs(gpu.shape_problems(object.get(vmi, "spec"))) do
       bad[#bad + 1] = deny(p.message, { field = p.field, code = 422 })

@@ -1,5 +1,5 @@
 -- bench/hostile/rule.lua — a hoster rule with a pattern that tenant data
--- can make expensive (issue 11, defect 2): lazy captures over a tenant's
+-- can make expensive (decision 0016): lazy captures over a tenant's
 -- annotation. `make bench` adds it to the controller's bundle (as the
 -- ConfigMap key bench-hostile.lua) and sends bench/hostile/review.yaml
 -- back to back, so that one review thread is always busy with it while

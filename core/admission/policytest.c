@@ -511,7 +511,7 @@ static void run_doc(const char *file, const char *label_of_file, const json_t *d
         }
         if(!reason && !json_is_object(json_object_get(tc, "expect")))
             reason = "a case needs expect: {...}";
-        /* strict keys (issue 11): a misspelt key would otherwise check nothing */
+        /* strict keys: a misspelt key would otherwise check nothing */
         if(!reason)
             reason = unknown_key(tc, CASE_KEYS, "", why, sizeof why);
         if(!reason)

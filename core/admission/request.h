@@ -5,7 +5,7 @@
  * uid, kind {group, version, kind}, resource, operation (CREATE, UPDATE,
  * DELETE, CONNECT), object (CREATE, UPDATE), oldObject (UPDATE), userInfo.
  * The API server always sends these with these types; anything else is a
- * forged or broken request, refused rather than judged (issue 11: the
+ * forged or broken request, refused rather than judged (found in hardening: the
  * webhook used to allow an over-maxCount VMI whose operation was missing,
  * a number, lower-case or CONNECT).
  */

@@ -250,7 +250,7 @@ typedef struct binder_class_view {
 } binder_class_view;
 
 /* The view of class `name` (GPUClass status.free and status.maxFreePerNode,
- * DESIGN.md §3; the per-class metrics of issue 13). All zero for a name no
+ * DESIGN.md §3; the per-class metrics of decision 0030). All zero for a name no
  * node, claim or class carries. O(pools of the class): the counts are kept
  * as claims and nodes change, never counted per call. */
 void binder_state_class_view(const binder_state *st, const char *name, binder_class_view *out);

@@ -1,4 +1,4 @@
-/* index.c — the binder's index (index.h; DESIGN.md §6, issue 12).
+/* index.c — the binder's index (index.h; DESIGN.md §6).
  *
  * Layout of the data:
  *   - nodes, claims, classes and node shapes in uthash tables (Debian's

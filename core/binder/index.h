@@ -1,7 +1,7 @@
 /* index.h — the binder's index: nodes, claims, and the free units of every
  * GPU class on every node, kept so that the nodes able to take a claim set
- * are found without scanning the cluster (DESIGN.md §6; issue 12,
- * "Capacity" and "Where the work lives").
+ * are found without scanning the cluster (DESIGN.md §6;
+ * decisions 0022 and 0041).
  *
  * The leader feeds it from its watches (one call per event: a node
  * changed, a claim created, bound, unbound, deleted) and asks it for
@@ -9,7 +9,7 @@
  * placement needs:
  *
  *   - a node: its name; per class the units it offers (the caller computes
- *     them as issue 12 "Capacity" says: GPUNode functions carrying the
+ *     them as decision 0022 says: GPUNode functions carrying the
  *     class's resource name, an IOMMU group counted once, capped at the
  *     Node's status.allocatable, minus raw-name use); the flags Ready,
  *     schedulable (not cordoned) and layout change pending; its
@@ -34,7 +34,7 @@
  * as the shapes offering it (node models x GPU taint sets: tens, not
  * thousands, on a real cluster).
  *
- * Packing order (issue 12: "the default heuristic packs, most-allocated
+ * Packing order (DESIGN.md §6: "the default heuristic packs, most-allocated
  * first, so that whole nodes stay free for large sets"): nodes that already
  * hold units of the class come before untouched ones; within each group,
  * fewest free units first (best fit); among equals, the node that has
@@ -225,7 +225,7 @@ binder_rc binder_verify(const binder_index *ix, cozy_err *err);
  * below what is bound (or the class disappears: its offer becomes 0): then
  * `*overcommitted` (may be NULL) is the number of the node's classes that
  * hold more than they offer, and the caller picks the claims that go Lost
- * (binder_node_claims, binder_unbind). Rule source: issue 12 "Capacity",
+ * (binder_node_claims, binder_unbind). Rule source: decision 0022,
  * DESIGN.md §6 ("a claim keeps its node while the node exists, matches the
  * class, has capacity ..."). O(classes on the node + taints).
  * Errors: BINDER_ERR_INPUT (empty or long name, class name, a unit count
@@ -286,7 +286,7 @@ typedef struct binder_claim_ref {
 #define BINDER_BIND_RESTORE 0x1u /* rebuilding from the API's claim status: record the binding even past
                                     what the node offers (it is reported as overcommit), never refuse it */
 
-/* Binds the `n` claims of a set to node `name`, all or none (issue 12: no
+/* Binds the `n` claims of a set to node `name`, all or none (DESIGN.md §6: no
  * claim left Bound on a node whose set failed to place). Each must be known
  * and unbound. Without BINDER_BIND_RESTORE, the node must have, per class,
  * at least the set's units of that class free: never more units than it
@@ -320,7 +320,7 @@ typedef struct binder_class_units {
 } binder_class_units;
 
 /* The units of class `class_name` (GPUClass status and metrics: DESIGN.md
- * §3 "status.free, status.maxFreePerNode", issue 13). `free` and
+ * §3 "status.free, status.maxFreePerNode", decision 0030). `free` and
  * `max_free` count only the nodes a new set of the class could be placed
  * on now: Ready, schedulable, no layout change pending, and every
  * NoSchedule/NoExecute `gpu.cozystack.io/` taint covered by the
@@ -335,7 +335,7 @@ binder_rc binder_class_units_get(const binder_index *ix, const char *class_name,
 
 /* ----------------------------------------------------------- candidates */
 
-/* The candidate nodes for a set (DESIGN.md §6, issue 12 "Capacity"): at
+/* The candidate nodes for a set (DESIGN.md §6, decision 0022): at
  * most `max` of them into out[0..max-1], in packing order (see the top of
  * this file) of the set's scarcest class (the one with the fewest nodes
  * having room), each checked for the other classes; `*n_out` is how many.

@@ -1,4 +1,4 @@
-/* index_nodes.c — the binder's index (index.h; DESIGN.md §6, issue 12):
+/* index_nodes.c — the binder's index (index.h; DESIGN.md §6):
  * slots, nodes, claims and binding.
  *
  * Every change (offer, flags, bind, unbind) moves a slot in O(1) between

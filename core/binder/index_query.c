@@ -1,4 +1,4 @@
-/* index_query.c — the binder's index (index.h; DESIGN.md §6, issue 12):
+/* index_query.c — the binder's index (index.h; DESIGN.md §6):
  * queries and verification.
  *
  * A query checks tolerations and the set's classes once per pool (nodes of

@@ -2,7 +2,7 @@
  * [--config FILE] [--policies DIR] [--override DIR] [--library DIR]
  * [--snapshot PATH]`: replays a scenario, optionally starting from a
  * snapshot of a live cluster's objects, through the binder's state machine
- * (binder/binder.h) with no cluster (issue 12 "Where the work lives"), its chooser the
+ * (binder/binder.h) with no cluster (decision 0041), its chooser the
  * bundle's binder.lua and its budget check at bind cozygpu.budget
  * (engine.h "the binder's Lua", decision 0024). simulate.c's header
  * describes the scenario format.

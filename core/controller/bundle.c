@@ -121,7 +121,7 @@ static void record_event(const json_t *cm, const char *type, const char *reason,
 /* ---- policy reload ------------------------------------------------------- */
 
 /* The reviews every bundle must answer without a policy failure before it
- * is served (issue 11: a bundle that failed on every review used to be
+ * is served (decision 0009: a bundle that failed on every review used to be
  * served): one request of each kind the webhooks receive (DESIGN.md §4),
  * shaped as the API server sends them. NAME and RESOURCE are replaced by a
  * GPUClass of the cluster (or stand-ins): the rules then run their GPU
@@ -358,7 +358,7 @@ static ctl_bundle *compile_bundle(const json_t *cm, cozy_err *err)
                 log_write(LOG_WARN, "reload", "ignoring a key that is neither a policy file (NAME.lua of letters, digits, - _ .) nor a policy test (NAME.test.yaml)", "configmap", cm_name,
                           "key", k, NULL);
                 /* said in a Warning Event too once the bundle serves
-                 * (issue 20, defect 11: a typo was reported as added) */
+                 * (decision 0031: a typo used to be reported as added) */
                 cozy_buf_printf(&b->ignored, "%s%s", b->ignored.len ? ", " : "", k);
                 continue;
             }

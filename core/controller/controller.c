@@ -427,7 +427,7 @@ shutdown:
     ctl_proc->stopping = 1; /* /readyz answers 503 from now on */
     pthread_cond_broadcast(&ctl_proc->cv);
     pthread_mutex_unlock(&ctl_proc->mu);
-    /* The Lease goes at once (issue 11), before the reviews in flight are
+    /* The Lease goes at once (a hardening fix), before the reviews in flight are
      * drained: another replica leads now, while this one still answers.
      * The writer first (it sees `stopping` and ends; its policy calls are
      * budgeted), so nothing writes once the Lease is released. */

@@ -139,8 +139,7 @@ kube_informer *ctl_cluster_informer(const kube_resource *r);
 /* The watch caches' transform (kube_informer_set_transform), for every
  * informer but the Secrets, ConfigMaps and usage records the controller
  * writes back whole: removes in place what no rule or the leader reads and
- * a tenant can make large (issue 20, "Load a tenant can put on the
- * leader"; decision 0038): metadata.managedFields; every annotation but
+ * a tenant can make large (decision 0038): metadata.managedFields; every annotation but
  * gpu.cozystack.io/ and workload.cozystack.io/ ones that is not a string,
  * is kubectl's last-applied-configuration or is longer than
  * CTL_CLUSTER_ANNOTATION_MAX; cloud-init payloads of VMI and VM volumes;

@@ -143,7 +143,7 @@ static const char *endpoint_kind(const webhook_endpoint *ep, const char **group)
     return *group = NULL, NULL;
 }
 
-/* A policy failure, per rule (issue 11: policy errors were neither logged
+/* A policy failure, per rule (found in hardening: policy errors were neither logged
  * per review nor counted per rule): cozygpu_policy_rule_errors_total{rule,
  * kind}, and a log line naming the rule, at most one per second per
  * process (a rule failing on every review must not flood the log; the
@@ -175,7 +175,7 @@ static void policy_error(const webhook_endpoint *ep, const engine_verdict *v)
               LOG_NUM "not_logged_since", n, NULL);
 }
 
-/* What each rule said and how long it took (issue 11: per-rule metrics):
+/* What each rule said and how long it took (per-rule metrics):
  * cozygpu_policy_rule_decisions_total{rule,decision} and
  * cozygpu_policy_rule_duration_seconds{rule}. Rule names are letters,
  * digits and - . _ / (cozygpu.policy refuses others), safe in a label. */

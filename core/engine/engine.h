@@ -89,7 +89,7 @@ typedef struct engine_rule_result {
  * it took (lua/runtime/admission.lua, M.review). Borrowed: valid until the
  * engine's next engine_review or engine_close. *n is 0 before any review
  * and after a review that failed. For per-rule metrics and `policy test`'s
- * per-rule results (issue 11). */
+ * per-rule results. */
 const engine_rule_result *engine_last_rules(const engine *e, size_t *n);
 
 /* 1 when the engine's bundle declares a rule named `name`, else 0

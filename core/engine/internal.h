@@ -96,7 +96,7 @@ int sandbox_push_chunk(lua_State *L, const char *path);
  * and '.', not starting with '.', no "..". */
 int sandbox_valid_module_name(const char *s);
 
-/* Records the globals of the loaded main chunk at `fn` (issue 11: a rule's
+/* Records the globals of the loaded main chunk at `fn` (decision 0014: a rule's
  * globals must not survive a review): tables it left in its globals become
  * read-only views, and the globals as loaded are kept, so that
  * sandbox_restore_envs puts them back. A chunk without an _ENV table is

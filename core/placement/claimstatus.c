@@ -204,7 +204,7 @@ static long delta_get(api_delta *m, const char *node, const char *cls)
 }
 
 /* Sends the status writes in an order in which the API never shows a node
- * holding more units of a class than it offers (issue 12 item 7), even
+ * holding more units of a class than it offers (decision 0020), even
  * when some writes fail: what the API shows booked on a node is what the
  * state holds plus the releases not written yet minus the bookings not
  * written yet; a write that books is sent only when that, plus its units,

@@ -18,7 +18,7 @@
 #include "format/kobject.h"
 #include "placement/read.h"
 
-/* The binder's counters of one transition (issue 13 "Metrics"):
+/* The binder's counters of one transition (decision 0030):
  * placements (a Pending claim Bound: its first node), moves (a Bound claim
  * to another node), rebinds (a Lost claim Bound or Attached again),
  * refusals (a claim left waiting, Pending or Lost, with a new reason), by

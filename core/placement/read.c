@@ -249,9 +249,9 @@ int placement_read_claim_in_use(const binder_state *st, const char *ns, const ch
  * booked on `node`), attached to nobody else, with at least as many units
  * as the VMI has entries. Otherwise its devices are in use on the node
  * with no claim booked for them (an annotation naming nothing, changed
- * after start, or claims held elsewhere: issue 12 item 5). Counting the
+ * after start, or claims held elsewhere: decision 0022). Counting the
  * units of a Lost-but-booked claim as raw use too would count them twice
- * and shrink the node's offer under its other holds (issue 20 item 9). */
+ * and shrink the node's offer under its other holds (decision 0021). */
 static int claims_cover(const binder_state *st, const json_t *vmi, const json_t *classes, const char *node,
                         long entries)
 {

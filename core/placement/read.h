@@ -74,7 +74,7 @@ int placement_read_claim_in_use(const binder_state *st, const char *ns, const ch
  * or Unknown with a status.nodeName — unless its own set in `st` (the
  * claims placement_read_vmi_claims gives, over `classes`) is Bound or Attached on
  * that node, attached to nobody else, with at least as many units as it
- * has entries (issue 12 item 5, decision 0022). A new {resource name:
+ * has entries (decision 0022). A new {resource name:
  * units}, or NULL when none. */
 json_t *placement_read_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes);
 

@@ -119,7 +119,7 @@ void pl_raw_update(placement *L, const char *key, const json_t *vmi, const char 
     }
 }
 
-/* What a template VMI's claims need (issue 12 item 2, decision 0027):
+/* What a template VMI's claims need (decision 0027):
  * while the VMI is not final, each of `tmpl` ([{name, class, count}]) that
  * the cache does not hold is queued for creation — labelled a template
  * claim, owned by the VMI (controller ownerReference: garbage collection
@@ -323,7 +323,7 @@ void pl_apply_set(placement *L, const char *ns, const char *name)
              * whose last VMI ended (Succeeded or Failed) and is still
              * there, as KubeVirt keeps it, is as stopped as one with no
              * VMI: its set carries the final phase (decision 0021 §6), so
-             * it gives them up too (issue 20 item 10; before, the live
+             * it gives them up too (decision 0026; before, the live
              * VMI's claims went Lost, and a new leader kept its launcher
              * pod gated). One lookup per claim the VMI names. */
             int moved = 0;

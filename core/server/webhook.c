@@ -4,7 +4,7 @@
  * threads (webhook_review.c), the connection reaper (webhook_http.c) and
  * the optional plain-HTTP probe listener; quiesces, drains and stops them.
  * The request side (the request life, the client bounds of decision 0015)
- * is in webhook_http.c, the review pool (issue 11; decision 0017) in
+ * is in webhook_http.c, the review pool (decision 0017) in
  * webhook_review.c, the types they share in webhook_internal.h.
  *
  * Certificates: MHD hands every TLS handshake to webhook_tls_retrieve()

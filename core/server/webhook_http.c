@@ -280,7 +280,7 @@ static enum MHD_Result wh_builtin(webhook_server *s, struct MHD_Connection *con,
 }
 
 /* The probe listener's handler: plain HTTP, on its own thread, so that
- * workers busy with reviews cannot make the replica look dead (issue 11).
+ * workers busy with reviews cannot make the replica look dead (a hardening fix).
  * GET or HEAD of /healthz, /readyz, /metrics; anything else 404 or 405. A
  * body is never read. */
 enum MHD_Result webhook_probe_access(void *cls, struct MHD_Connection *con, const char *url, const char *method,

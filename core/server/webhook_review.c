@@ -1,7 +1,7 @@
 /* webhook_review.c — the webhook server's review side: the review of one
  * AdmissionReview and the pool of review threads that run them.
  *
- * A review request is parsed (duplicate keys refused, issue 11), checked
+ * A review request is parsed (duplicate keys refused), checked
  * (admission.k8s.io/v1 AdmissionReview with a request.uid), reviewed by the
  * callback within its deadline, and its answer checked (fail closed: a
  * failed review or an unusable answer is a 500 refusal). libmicrohttpd's
@@ -88,7 +88,7 @@ static void wh_review(webhook_server *s, wh_req *r)
     const wh_endpoint_labels *lab = &s->labels[r->ep_index];
     json_error_t jerr;
     /* duplicate keys are refused, as `cozygpu review` refuses them: one
-     * decoding for both (issue 11) */
+     * decoding for both */
     json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &jerr);
     cozy_buf_free(&r->body); /* parsed: its bytes go back to the budget */
     r->body = (cozy_buf){ 0 };
@@ -173,7 +173,7 @@ static void wh_review(webhook_server *s, wh_req *r)
  * webhook_access again and the answer is queued there. So a review stuck until
  * its deadline holds one review thread and nothing else: other reviews go
  * to the free threads, whatever connection or I/O thread they came on
- * (issue 11; decision 0017). */
+ * (decision 0017). */
 
 /* Under q_lock, so that the last value set is the current one. */
 static void wh_pool_gauges(webhook_server *s)

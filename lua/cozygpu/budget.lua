@@ -103,7 +103,7 @@ local function usage(cluster, t, want, rn, claims)
       and in_subtree(cluster, ns, t) then
       -- a VMI naming claims (gpu.cozystack.io/claims) runs its class GPUs
       -- on them, and the claims count already: only its entries no class
-      -- carries are its own (issue 20, defect 7: counted twice)
+      -- carries are its own (decision 0036: they were counted twice)
       local named = claims_of(v)
       local by_claims = type(named) == "table" and #named > 0
       local n = 0
@@ -141,7 +141,7 @@ end
 -- user of namespace `viewer`, who may read its own namespace and those
 -- below it (Cozystack binds a tenant's roles in every descendant): users
 -- elsewhere (an ancestor's or a sibling's objects, under a budget they
--- share) are counted, not named (issue 20, defect 6 and invariant 4).
+-- share) are counted, not named (decision 0036, item 4 and invariant 4).
 local function in_use(cluster, viewer, used, users)
   if used == 0 then return "none in use" end
   if #users == 0 then return ("%d in use"):format(used) end

@@ -1,6 +1,6 @@
 --- cozygpu.capacity — what one node offers each GPU class, and whether it
 --- can take new claim sets at all (DESIGN.md §3 "GPUNode", §6 "Binder";
---- issue 12, contract item 5; docs/decisions/0022).
+--- docs/decisions/0022).
 ---
 --- Pure: every function reads only its arguments and looks at one node, so
 --- the leader calls it once per Node or GPUNode event, never over the

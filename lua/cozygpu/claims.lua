@@ -1,7 +1,7 @@
 --- cozygpu.claims — how a VirtualMachineInstance names the GPUClaims it
 --- uses (DESIGN.md §3 "GPUClaim": "A VMI names the ordered claims it uses in
 --- the annotation gpu.cozystack.io/claims (comma-separated claim names in
---- its namespace)"; issue 12, contract item 1; docs/decisions/0019).
+--- its namespace)"; docs/decisions/0019).
 ---
 --- The annotation's syntax (decision 0019):
 ---   * the value is split at every ',';
@@ -15,7 +15,7 @@
 ---   * no item may be empty ("", "a,,b", "a,") and no name may appear
 ---     twice: an empty value is a mistake, not "no claims" (remove the
 ---     annotation instead).
---- Template claims (DESIGN.md §3 "GPUClaim", issue 12 item 2,
+--- Template claims (DESIGN.md §3 "GPUClaim",
 --- docs/decisions/0027): a VMI with the class-reference label
 --- gpu.cozystack.io/class-reference=true, GPU entries that map to classes
 --- and no gpu.cozystack.io/claims annotation gets, from the leader, one
@@ -223,7 +223,7 @@ local function tally(order, by, name, n)
   by[name].count = quantity.add(by[name].count, n)
 end
 
---- The template claims a VMI gets (DESIGN.md §3, issue 12 item 2,
+--- The template claims a VMI gets (DESIGN.md §3,
 --- docs/decisions/0027): for a VMI that `templated` accepts, one
 --- {name, class, count} per GPUClass its GPU entries (cozygpu.gpu
 --- entries) map to, in the order the entries first name each class;

@@ -118,7 +118,7 @@ end
 --- hostDevices are lists of objects, domain.resources.limits and requests
 --- are maps). The API server's schema check for the CRD runs after the
 --- mutating webhooks, and entries() reads a wrong type as "no entries", so
---- a rule refuses these first (issue 11: a VMI whose `gpus` was an object
+--- a rule refuses these first (found in hardening: a VMI whose `gpus` was an object
 --- was allowed past maxCount). Returns a list of {field, message}, empty
 --- when every field present has its type.
 --- @param spec table the VMI `spec`

@@ -1,6 +1,6 @@
 --- cozygpu.pin — the launcher pod's scheduling gate and its pin to the
---- node of its GPUClaims (DESIGN.md §4 "virt-launcher pod create", issue 12
---- item 4, docs/decisions/0020 item 5 and 0025).
+--- node of its GPUClaims (DESIGN.md §4 "virt-launcher pod create",
+--- docs/decisions/0020 item 5 and 0025).
 ---
 --- A virt-launcher pod whose claims are not all Bound (or Attached) to one
 --- node waits behind the scheduling gate `gpu.cozystack.io/claims`
@@ -225,7 +225,7 @@ end
 --- and the leader, whose view is the binder's own, pins later. With
 --- `attached_only`, each claim must also be `Attached` to `vmi` itself: a
 --- claim only `Bound` may be named by two VMIs at once, and which of them
---- gets it is the leader's to decide (issue 20 defect 5: the gate is the
+--- gets it is the leader's to decide (decision 0036: the gate is the
 --- serialization point; decision 0025). Raises when `cluster` is not the
 --- cluster view.
 --- @param cluster table the cluster view

@@ -160,7 +160,7 @@ function M.deny(message, opts)
   opts = opts or {}
   local code = opts.code or 403
   -- a refusal is the client's (4xx); 500 is what the runtime answers when a
-  -- policy fails, and a deny must not look like one (issue 11)
+  -- policy fails, and a deny must not look like one (decision 0001)
   if math.type(code) ~= "integer" or code < 400 or code > 499 then error("deny: code must be an HTTP 4xx status (400-499)", 2) end
   return { verdict = "deny", message = message, field = opts.field, code = code }
 end

@@ -40,7 +40,7 @@ function M.load(host)
     local st, result = host.invoke(f.name, chunk)
     if st ~= "ok" then error(("%s: %s"):format(f.path, result), 0) end
     -- its globals as loaded are put back before every review: no answer
-    -- depends on which reviews came before (issue 11)
+    -- depends on which reviews came before (decision 0014)
     host.freeze(chunk)
     -- what the file returned is the policy's: read raw (no metamethod of
     -- its runs here), rules taken only as rule() made them
@@ -205,8 +205,8 @@ end
 -- built here, outside it, and goes back to the API server (and on to the
 -- tenant's client) whole. Without a bound, a tenant-controlled input that
 -- makes a rule refuse once per item (100,000 empty items in an annotation)
--- turned into a 30 MB answer and hundreds of MB per review (issue 12
--- review). The first refusals are the ones a person reads; the count of
+-- turned into a 30 MB answer and hundreds of MB per review (found in
+-- a review). The first refusals are the ones a person reads; the count of
 -- the others is said.
 local MAX_LISTED, MAX_MESSAGE = 16, 2048
 

@@ -48,7 +48,7 @@ end
 
 --- What a GPUClass's status shows of the binder's state (DESIGN.md §3:
 --- `status.free`, `status.maxFreePerNode`, nothing else, since every
---- authenticated user reads the class; issue 13; docs/decisions/0030).
+--- authenticated user reads the class; docs/decisions/0030).
 --- `free` is the units on the nodes a new order of the class could go to
 --- now (Ready, schedulable, no layout change pending, the class's
 --- tolerations covering the node's GPU taints), as the binder's index adds

@@ -1,4 +1,4 @@
--- `cozygpu` commands and subcommands (core/cli/main.c; issue 14 item 5):
+-- `cozygpu` commands and subcommands (core/cli/main.c):
 -- --help exits 0 with the usage on stdout, for every command and for
 -- `policy`, which has a subcommand; an unknown command or subcommand is
 -- named, the valid ones listed, exit 2.

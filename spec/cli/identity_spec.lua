@@ -1,5 +1,5 @@
 -- The Lease identity of `cozygpu controller` and `cozygpu agent` when no
--- --identity is given (issue 14 item 5): the same rule for both
+-- --identity is given (decision 0032): the same rule for both
 -- (lease_default_identity, core/kube/lease.h): $POD_NAME when set, else the
 -- host name and 12 random hex digits, new at each start. Read from the
 -- first log record that names it; no API server is needed for that (the

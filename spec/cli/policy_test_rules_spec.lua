@@ -1,4 +1,4 @@
--- `cozygpu policy test`, per-rule results (issue 11): `expect.rules` pins
+-- `cozygpu policy test`, per-rule results: `expect.rules` pins
 -- what each rule said (core/admission/policytest.c, engine_last_rules),
 -- and a failed case shows what every rule that ran said and how long it
 -- took. The expected words follow the admission driver's order

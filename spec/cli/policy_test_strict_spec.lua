@@ -1,4 +1,4 @@
--- Issue 11, defect 5: "policy test accepts typos. Unknown keys in a case or
+-- Found in hardening: "policy test accepts typos. Unknown keys in a case or
 -- in expect (alowed, mesage, cod) are ignored, so a misspelt expectation
 -- passes. A failed patched expectation shows no actual object or diff."
 local function run(cases)
@@ -63,7 +63,7 @@ describe("cozygpu policy test, strict", function()
   end)
 end)
 
--- Issue 11 (policy test): "a test file may name the policies and overrides
+-- Required of `policy test`: "a test file may name the policies and overrides
 -- it needs", so `cozygpu policy test DIR` runs each file against the rules
 -- it was written for.
 describe("cozygpu policy test, files that name their rules", function()
@@ -103,7 +103,7 @@ cases:
   end)
 end)
 
--- A new user's findings (issue 12 review): inline snapshots read as
+-- A new user's findings: inline snapshots read as
 -- strictly as kubectl reads a List (items a list of objects with
 -- apiVersion and kind, no List in a List), one line per case, and a
 -- warning mismatch that shows the warnings there were.

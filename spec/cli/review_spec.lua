@@ -147,7 +147,7 @@ local EXPECT = {
   ["admission/recorded/gatekeeper-input-review-pod-create-dryrun.json"] = { true },
   -- Kubernetes' API round-trip data: every field holds a placeholder
   -- ("operationValue"), a request no API server sends; refused as input
-  -- like the webhook refuses it (admission/request.h, issue 11)
+  -- like the webhook refuses it (admission/request.h)
   ["admission/k8s-api-testdata/admission.k8s.io.v1.AdmissionReview.json"] = "input error: request.operation must be one of CREATE, UPDATE, DELETE, CONNECT (got \"operationValue\")",
   ["admission/k8s-api-testdata/admission.k8s.io.v1.AdmissionReview.yaml"] = "input error: request.operation must be one of CREATE, UPDATE, DELETE, CONNECT (got \"operationValue\")",
   ["admission/k8s-docs/request-scale-update.v1.commented.yaml"] = { true },
@@ -231,7 +231,7 @@ cases:
     assert.matches("1 passed, 1 failed", out)
   end)
 
-  -- A fresh hoster's report (issue 10): a case expecting 403 from a rule that
+  -- A fresh hoster's report (decision 0012): a case expecting 403 from a rule that
   -- raised said only "expected status code 403, got 500"; which policy
   -- failed, and where, took a second run through `review` to find.
   it("shows the refusal's message when the status code differs", function()

@@ -1,4 +1,4 @@
--- `cozygpu simulate` from a snapshot of a live cluster (issue 12): the
+-- `cozygpu simulate` from a snapshot of a live cluster (decision 0041): the
 -- objects `kubectl get ... -o yaml` prints (a List, multi-document YAML,
 -- JSON, one file or a directory) become the scenario's starting state as a
 -- new leader would build it: claims restored from their status, what each

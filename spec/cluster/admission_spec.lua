@@ -1,4 +1,4 @@
--- cozygpu on a real API server (issue 19): deploy/ applied with kubectl
+-- cozygpu on a real API server (decision 0033): deploy/ applied with kubectl
 -- apply -k, the controller running as its ServiceAccount, the webhooks
 -- registered by the manifests and called by kube-apiserver over TLS. What a
 -- tenant sees is what kubectl prints.

@@ -1,5 +1,5 @@
 -- Holds, budgets and billing against a hostile tenant on a real control
--- plane (issue 20; docs/decisions/0036). The tenant is a user of tenant-a
+-- plane (docs/decisions/0036). The tenant is a user of tenant-a
 -- with Cozystack's broadest tenant role (cozy:tenant:super-admin, which
 -- aggregates cozygpu's deploy/15-tenant-roles.yaml); KubeVirt's part
 -- (VMIs, launcher pods, VMI status) is played as KubeVirt's own

@@ -1001,7 +1001,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
     end)
 
     it("a node going NotReady keeps a stopped VM's hold when a running VMI's claim there goes Lost (decision 0021 §2)", function()
-      -- issue 20 item 9: gpu-1 offers 2; nr-a attached to a running VMI, nr-b
+      -- decision 0021: gpu-1 offers 2; nr-a attached to a running VMI, nr-b
       -- held for a stopped VM; no other node
       G.add_node(c, "gpu-1", 2)
       add_claim("nr-a")
@@ -1046,7 +1046,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
     end
 
     it("a live VMI takes its claim from a stopped VM whose final VMI still exists (decision 0026 §6)", function()
-      -- issue 20 item 10
+      -- decision 0026: a live VMI's claims are given up with its VM
       G.add_node(c, "gpu-1", 1)
       local n = stopped_vm_with_final_vmi("vm-fs", "fs1")
       vmi("vm-fs-live", "fs1", "Running", n)
@@ -1060,7 +1060,7 @@ describe("the leader's binder through kube-apiserver (two replicas)", function()
     end)
 
     it("the launcher pod of a live VMI naming a stopped VM's claim (final VMI kept) is ungated by a new leader", function()
-      -- issue 20 item 10, the variant: the new leader rebuilds with both there
+      -- decision 0026, the variant: the new leader rebuilds with both there
       G.add_node(c, "gpu-1", 1)
       local n = stopped_vm_with_final_vmi("vm-fl", "fl1")
       local holder = lease_holder()

@@ -1,4 +1,4 @@
--- The budget race on a real control plane (issue 19, DESIGN.md §5,
+-- The budget race on a real control plane (decision 0033, DESIGN.md §5,
 -- decisions 0010, 0020 §3): 50 orders sent at once through kube-apiserver,
 -- so cozygpu's webhooks judge each against a watch cache that may not yet
 -- show the others, with two controller replicas, one of which holds the

@@ -1,4 +1,4 @@
--- GPUClass protection on a real control plane (issue 20 defect 8; DESIGN.md
+-- GPUClass protection on a real control plane (decision 0037; DESIGN.md
 -- §6 "a class being deleted keeps serving its Bound, Attached and Lost
 -- claims"; docs/decisions/0037): the leader puts the finalizer
 -- gpu.cozystack.io/class-protection on every class and takes it off a

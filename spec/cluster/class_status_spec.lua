@@ -1,8 +1,8 @@
 -- GPUClass status.free and status.maxFreePerNode, and the leader's
 -- per-class metrics, on a real control plane with two controller replicas
 -- running as their ServiceAccount (DESIGN.md §3 "status.free,
--- status.maxFreePerNode ... nothing else"; issue 13 items 2 and 3; issue 19
--- item 4; docs/decisions/0030).
+-- status.maxFreePerNode ... nothing else";
+-- docs/decisions/0030).
 --
 -- What the status should say is worked out here from what the API shows,
 -- by the rule, never from what the controller prints: a node counts when

@@ -1,4 +1,4 @@
--- cluster/cluster.sh when a component fails (issue 19, "Bad input"): `up`
+-- cluster/cluster.sh when a component fails (decision 0033): `up`
 -- names the component and its log, stops what it started, and leaves no
 -- process running; every wait has a deadline. The real binaries come from
 -- `make cluster-bins`; a failing component is a stand-in script in a copy

@@ -1,11 +1,11 @@
 -- One tenant's burst does not hold back another's bind, on a real control
--- plane (issue 20, "Fairness"). The leader's writes (claim statuses,
+-- plane (decision 0039). The leader's writes (claim statuses,
 -- protection finalizers, pins) go round robin across namespaces, in
 -- flushes of at most FLUSH_BUDGET_MS (core/controller/bind.c), between
 -- which it takes the events that came: a tenant's new order is bound while
 -- the writes of another tenant's thousand claims are still under way.
--- Before, every write of the backlog went first, in series (issue 20
--- measured 29-36 s behind a burst of 2,000).
+-- Before, every write of the backlog went first, in series (decision
+-- 0039 measured 29-36 s behind a burst of 2,000).
 local P = require "proc"
 local K = require "kube_cluster"
 local G = require "gpu_nodes"

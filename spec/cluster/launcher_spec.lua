@@ -1,5 +1,5 @@
 -- The launcher pod of a VMI naming GPUClaims, on a real control plane
--- (issue 19, DESIGN.md §4, decisions 0020, 0025): kube-apiserver calls
+-- (DESIGN.md §4, decisions 0020, 0025, 0033): kube-apiserver calls
 -- /mutate/launcher, which pins a pod whose claims are attached to its VMI
 -- to the claims' node, or gates it (gpu.cozystack.io/claims); then
 -- kube-scheduler, not the spec, decides where the pod goes. A gated pod
@@ -141,7 +141,7 @@ describe("launcher pods placed by kube-scheduler", function()
     assert.are.equal("gpu-node-1", node)
     local v = vmi("ready", "bound-a")
     -- gated by the webhook: a Bound claim is attached to no VMI yet, and
-    -- which VMI gets it is the leader's decision (issue 20 defect 5)
+    -- which VMI gets it is the leader's decision (decision 0036)
     local p = launcher(v)
     assert.is_true(gated(p))
     assert.is_nil(p.spec.affinity)

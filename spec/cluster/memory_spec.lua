@@ -1,5 +1,5 @@
 -- The leader's memory under a tenant's large objects, on a real control
--- plane (issue 20, "Load a tenant can put on the leader"; decision 0038).
+-- plane (decision 0038).
 -- A tenant can make every object it owns as large as the API server takes
 -- (annotations up to 256 KiB in all, apimachinery
 -- ValidateAnnotationsSize). The watch caches keep only what cozygpu reads

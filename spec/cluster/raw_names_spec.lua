@@ -1,4 +1,4 @@
--- The raw-name policy through a real API server (issue 19 item 6, DESIGN.md
+-- The raw-name policy through a real API server (decision 0033, DESIGN.md
 -- §4, policies/raw-names.lua): every way a tenant can ask for a GPU
 -- without a GPUClass on Kubernetes 1.36 — a device-plugin name, and DRA at
 -- resource.k8s.io/v1 (a ResourceClaim's `exactly` or `firstAvailable`

@@ -1,4 +1,4 @@
--- Least privilege, proven on a real API server (issue 19 item 5): what
+-- Least privilege, proven on a real API server (decision 0035): what
 -- each of cozygpu's ServiceAccounts may do, as `kubectl auth can-i --list`
 -- prints it (the RBAC authorizer's answer for deploy/'s roles), equals the
 -- reviewed allow-list deploy/rbac-allowlist.txt; and each runs its real

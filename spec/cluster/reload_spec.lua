@@ -71,7 +71,7 @@ return rule "site/no-vms-today" {
       err, 1, true)
   end)
 
-  -- issue 20, defect 11: a key with a typo was ignored while the Event
+  -- decision 0031: a key with a typo used to be ignored while the Event
   -- said it was added
   it("a key that is no policy file is named in a Warning Event, and the reload says it is ignored", function()
     add_key("site-typo.lau", 'return rule "site/typo" { match = { kind = "Pod" }, validate = function() return deny("x") end }')

@@ -1,4 +1,4 @@
--- Two controller replicas on a real control plane (issue 19 item 4):
+-- Two controller replicas on a real control plane (decision 0033):
 -- each answers reviews as `cozygpu review` does on the same state (read
 -- back from the API server), and leader election (DESIGN.md "Controller";
 -- client-go's leaderelection semantics, which the Lease fields follow:

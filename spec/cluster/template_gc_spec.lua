@@ -1,5 +1,5 @@
--- Template claims and usage records on a real control plane (issue 19,
--- decisions 0027, 0028): a VMI with GPU entries and no claims annotation
+-- Template claims and usage records on a real control plane (decisions
+-- 0027, 0028, 0033): a VMI with GPU entries and no claims annotation
 -- gets a claim the leader creates, owned by the VMI; the claim's usage
 -- record (a Cozystack Workload) is owned by the claim. When the VMI goes,
 -- kube-controller-manager's garbage collector, not cozygpu, deletes the

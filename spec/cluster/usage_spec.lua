@@ -1,5 +1,5 @@
 -- Usage records on a real control plane, two replicas (DESIGN.md §3
--- "Usage records"; docs/decisions/0028; issue 19 item 4). What is asserted
+-- "Usage records"; docs/decisions/0028). What is asserted
 -- comes from the rule: one Cozystack Workload per GPUClaim while its phase
 -- is Bound or Attached (status.kind gpu-device, resources
 -- <class>.gpuclass.cozystack.io/devices = spec.count, operational only

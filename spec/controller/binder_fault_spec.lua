@@ -1,7 +1,7 @@
 -- On the API server double by design (docs/decisions/0034): a real server
 -- cannot inject 409s and 500s, cut watches or compact on demand.
 -- A randomized fault run of the leader's binder against the API server
--- double (issue 12 "Must show"): claim creates and deletes, cordons, node
+-- double (the binder's required fault run): claim creates and deletes, cordons, node
 -- loss and return, node deletion, capacity changes, VM starts, runs and
 -- stops (pool workers with template claims too; a claims VMI runs only
 -- once the leader has ungated its launcher pod, and two VMIs may start on
@@ -21,7 +21,7 @@
 --   * a template claim exists only while its VMI is not final;
 --   * settled: exactly one usage record (Workload) per Bound or Attached
 --     claim, operational exactly while Attached, and none without such a
---     claim (issue 13, decision 0028), across the leader kills.
+--     claim (decision 0028), across the leader kills.
 -- The seed and step count are printed; COZYGPU_FAULT_SEED and
 -- COZYGPU_FAULT_STEPS replay or lengthen a run. The double and the
 -- replicas are real processes, so a replay repeats the same steps, not
@@ -139,7 +139,7 @@ describe("binder fault run", function()
       end
     end
 
-    -- usage records (DESIGN.md §3, issue 13, decision 0028): exactly one
+    -- usage records (DESIGN.md §3, decision 0028): exactly one
     -- Workload per Bound or Attached claim, owned by it (its uid), billing
     -- its count of its class, operational exactly while Attached; and no
     -- record of the controller's without such a claim (a Lost, Pending or
@@ -196,7 +196,7 @@ describe("binder fault run", function()
     -- virt-controller makes for it, gated as cozygpu's webhook gates a pod
     -- whose claims are not attached to its VMI (decision 0025; the double
     -- calls no webhook): only the leader removes the gate, for the VMI its
-    -- set gives the claims to (issue 20 defect 5). Returns the VM's entry.
+    -- set gives the claims to (decision 0036). Returns the VM's entry.
     local GATE = "gpu.cozystack.io/claims"
     local function start_vm(ns, names)
       nvmi = nvmi + 1
@@ -304,7 +304,7 @@ describe("binder fault run", function()
       end },
       { 3, "two VMs start on one claim", function()
         -- both admitted at once on two replicas before either cache showed
-        -- the other (issue 20 defect 5): the leader ungates one pod
+        -- the other (decision 0036): the leader ungates one pod
         local c = unused_claim()
         if not c then return end
         local ns, name = c:match("^([^/]+)/(.+)$")
@@ -375,7 +375,7 @@ describe("binder fault run", function()
         d:cut { mode = math.random() < 0.5 and "abrupt" or "close" }
       end },
       { 2, "record re-pointed at another claim and zeroed", function()
-        -- a tenant edit (issue 20 defect 1; Cozystack's tenant roles do not
+        -- a tenant edit (decision 0036; Cozystack's tenant roles do not
         -- give it, a broader role may): the record of one claim names
         -- another claim of its namespace as owner and bills 0; the leader
         -- puts owner and count back (decision 0028), which the records
@@ -458,7 +458,7 @@ describe("binder fault run", function()
       cl = items("gpuclaims")
       check_budget(cl, label)
       check_records(cl, label)
-      -- the billing invariants' checker (issue 20, decision 0036), all but
+      -- the billing invariants' checker (decision 0036), all but
       -- the first: no virt-controller runs beside the double, so the
       -- launcher pods that bill a running VMI's uncovered GPUs do not exist
       -- here (spec/cluster/billing_spec.lua checks that one with them)

@@ -203,7 +203,7 @@ describe("cozygpu controller", function()
     assert.is_true(expired >= 1, "no relist after 410 was counted")
   end)
 
-  -- Issue 11, defect 6: "A bundle that errors on every review is served.
+  -- Decision 0009, found in hardening: "A bundle that errors on every review is served.
   -- The self-check compiles the bundle but runs no review through it, and
   -- policy errors are neither logged per review nor counted per rule."
   it("does not serve a bundle that fails on a GPU VMI review, and counts and logs policy errors per rule", function()
@@ -497,7 +497,7 @@ cases:
     assert.is_false(r.response.allowed)
     assert.equal(500, r.response.status.code)
     -- the leader's binder waits for a bundle with the state it built once
-    -- (issue 20, defect 12: it rebuilt it from the caches on every wake,
+    -- (decision 0026: it used to rebuild it from the caches on every wake,
     -- about 20 times a second); the wait is logged once
     local function count(msg)
       local n = 0
@@ -602,7 +602,7 @@ cases:
     assert.equal(0, E.metrics(c)['cozygpu_policy_reloads_total{result="success"}'])
   end)
 
-  -- Issue 11, defect 11: "The webhook allows an over-maxCount VMI when
+  -- Found in hardening: "The webhook allows an over-maxCount VMI when
   -- request.operation is missing, a number, lower-case or CONNECT, or when
   -- gpus is an object; review refuses a missing operation. A body with
   -- duplicate keys is refused by review and judged on the last key by the
@@ -756,7 +756,7 @@ return rule "site/forever" {
     assert.equal(500, r.response.status.code)
     assert.equal(2, E.metrics(c).cozygpu_policy_errors_total)
     -- the deadline outcome is counted as an error review, from the engine's
-    -- code (issue 10), not from the status code
+    -- code (decision 0012), not from the status code
     local m = E.metrics(c)
     assert.equal(2, m['cozygpu_admission_reviews_total{webhook="vmi-validate",decision="error"}'])
     assert.is_nil(m['cozygpu_admission_reviews_total{webhook="vmi-validate",decision="denied"}'])
@@ -823,7 +823,7 @@ return rule "site/slow" {
     assert.equal("AdmissionReview", answer.kind)
     assert.equal(reviews()[1].review.request.uid, answer.response.uid)
     -- the Lease was released at SIGTERM, before the review in flight was
-    -- answered (issue 11: another replica leads at once): empty holder,
+    -- answered (a hardening fix: another replica leads at once): empty holder,
     -- 1 s duration
     local sp = lease(d)
     assert.equal("", sp.holderIdentity or "")
@@ -838,7 +838,7 @@ return rule "site/slow" {
       ("released at %s, answered at %s"):format(release.time, answered))
   end)
 
-  -- Issue 11, defect 2 (the controller's part): with its workers busy, the
+  -- Found in hardening (the controller's part): with its workers busy, the
   -- replica's probes timed out; on SIGTERM it logged that the grace had
   -- passed but kept running and kept renewing its Lease.
   it("answers probes while every worker is busy, and on SIGTERM releases the Lease at once and exits after the grace", function()

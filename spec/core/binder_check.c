@@ -2,7 +2,7 @@
  * (core/binder/index.c), run under ASan/UBSan by spec/core/run-binder-check.sh.
  *
  * Expected values come from the rules, not from the code's output:
- *   - DESIGN.md §6 and issue 12 "Capacity": a candidate is Ready,
+ *   - DESIGN.md §6 and decision 0022: a candidate is Ready,
  *     schedulable, has no pending layout change, its gpu.cozystack.io/
  *     taints are covered by the set's tolerations (Kubernetes'
  *     ToleratesTaint; NoSchedule and NoExecute filter, PreferNoSchedule and

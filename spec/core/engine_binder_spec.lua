@@ -21,7 +21,7 @@ local SPREAD = H.read("examples/binder-spread/binder.lua")
 describe("the binder's chooser (policies/binder.lua)", function()
   it("packs by default: a node holding units of the class first, then the fewest free units", function()
     local e = assert(core.engine {})
-    -- issue 12 / index.h packing order: untouched nodes come after touched ones
+    -- DESIGN.md §6 / index.h packing order: untouched nodes come after touched ones
     -- whatever their free units; among touched ones the fewest free wins
     local cands = { cand("untouched", 4, 0), cand("half", 4, 2), cand("one-used", 4, 1), cand("untouched-small", 1, 0) }
     local pos, outcome, msg = e:binder_choose(lone_set(), cands)

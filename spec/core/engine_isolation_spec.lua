@@ -1,6 +1,6 @@
 -- One hoster policy must not be able to change what another rule decides,
 -- crash the process, or run outside its budget (DESIGN.md §9, fail closed).
--- Each case is an attack a fresh user found after issue 10 landed its
+-- Each case is an attack a fresh user found after decision 0012 landed its
 -- structure; each broke the promise before the fix:
 --   unwrap:   `pairs({})` handed out Lua's real `next`, which reads through a
 --             read-only view and returns the table behind it, so a policy

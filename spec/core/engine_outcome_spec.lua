@@ -2,7 +2,7 @@
 -- the CLI and the metrics switch on it, never on an HTTP status or a
 -- message. Also: hoster sources from memory, keyed as the policies
 -- ConfigMap is (docs/decisions/0007), and the runtime's own Lua out of a
--- policy's reach (DESIGN.md §9, issue 10).
+-- policy's reach (DESIGN.md §9, decision 0012).
 local core, json = H.core, H.json
 
 local function pod_rule(name, body)
@@ -111,7 +111,7 @@ describe("the runtime's own Lua", function()
   end)
 end)
 
--- Reported while writing the policy reference (issue 10): json.object and
+-- Reported while writing the policy reference (decision 0012): json.object and
 -- json.array replaced the metatable of a read-only view, so one rule could
 -- blank the request for every rule after it (a two-vGPU-class VMI was then
 -- allowed) and the cluster view for every later review.

@@ -105,7 +105,7 @@ describe("policy engine", function()
     assert.matches('rule "x": unknown field "valdate"', err)
   end)
 
-  -- A fresh hoster's report (issue 10): a misspelt rule field was reported at
+  -- A fresh hoster's report (decision 0012): a misspelt rule field was reported at
   -- a line of lua/cozygpu/policy.lua, not of the hoster's file, because
   -- `return rule "x" {...}` is a tail call and the message handler then put
   -- the library's own line in front.

@@ -1,8 +1,8 @@
--- Issue 11, defect 4: "Rule globals leak between reviews. counter = (counter
+-- Decision 0014: "Rule globals leak between reviews. counter = (counter
 -- or 0) + 1 in a rule gives different answers per worker and per history in
 -- the controller; only policy test's double run notices." Each policy's
 -- globals as loaded are put back before every review.
--- Issue 11, defect 1: "A finalizer escapes every limit": a __gc metamethod
+-- Decision 0014: "A finalizer escapes every limit": a __gc metamethod
 -- runs when the collector decides, outside the rule's call, its budget and
 -- its deadline; policies cannot set one (docs/decisions/0014).
 local core, json = H.core, H.json

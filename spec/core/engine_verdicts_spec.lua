@@ -1,4 +1,4 @@
--- Issue 11, defect 3: "A malformed verdict is allowed. A validate hook that
+-- Found in hardening: "A malformed verdict is allowed. A validate hook that
 -- returns a table with only named keys ({message = "...", code = 403},
 -- {verdict = "allow"}) is treated as an empty list: the review is allowed,
 -- silently. A mutate hook that returns deny(...) is allowed too. A

@@ -3,7 +3,7 @@
 -- runs under real Lua. Results (values and their integer/float kind) and
 -- error messages must be equal, over every feature of the pattern language
 -- (manual §6.4.1) and of find, match, gmatch and gsub (§6.4). Then the
--- hostile case of issue 11 (defect 2): one pattern call inside a policy is
+-- hostile case of decision 0016: one pattern call inside a policy is
 -- stopped by the instruction budget and by the review deadline.
 local core = H.core
 local bounded = core.pattern
@@ -207,7 +207,7 @@ describe("the bounded matcher agrees with Lua 5.4's string library", function()
   end)
 end)
 
--- ---- the hostile case of issue 11 ----------------------------------------
+-- ---- the hostile case of decision 0016 -----------------------------------
 
 local json = H.json
 

@@ -1,6 +1,6 @@
 -- `kubectl apply -k deploy/` against the API server double
 -- (build/bin/kube-double, spec/support/kube-double/). The double serves the
--- kinds the controller uses (issue 3 item 7) and, stored but not acted on,
+-- kinds the controller uses and, stored but not acted on,
 -- every kind of deploy/ (RBAC, apps, policy, admissionregistration, and
 -- cert-manager's as if its CRDs were installed): the manifests are accepted
 -- by an API server's decoding, strict field validation for the CRDs, and

@@ -1,4 +1,4 @@
--- Every field of the CRDs says what it is (issue 14 item 4): `kubectl
+-- Every field of the CRDs says what it is: `kubectl
 -- explain gpuclass.spec.tolerations.effect` and the like print the
 -- schema's description, so each property of each version's
 -- openAPIV3Schema, at any depth (object properties, list items, map values),

@@ -1,4 +1,4 @@
--- deploy/ as a kustomize base and examples/overlay (issue 14 item 2):
+-- deploy/ as a kustomize base and examples/overlay (decision 0032):
 -- `kubectl kustomize` renders both; the base is exactly the manifests (no
 -- object lost, none changed, deploy/optional/ left out); the overlay's
 -- image, replicas and controller namespace reach every place they are

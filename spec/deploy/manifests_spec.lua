@@ -1,5 +1,5 @@
 -- deploy/: every manifest parses (the C loader, kubectl's YAML rules), and
--- the objects say what issue 3 item 8 and DESIGN.md §4 ask: least-privilege
+-- the objects say what DESIGN.md §2 and §4 ask: least-privilege
 -- RBAC, fail-closed webhooks scoped away from kube-system, cozy-gpu and
 -- pods without devices, two replicas with probes, settings that load.
 -- What cannot be checked here (the CEL of matchConditions is not evaluated;
@@ -7,7 +7,7 @@
 local core = H.core
 
 local NS = "cozy-gpu"
--- The controller's webhook endpoints (core/server/webhook.h users; issue 3).
+-- The controller's webhook endpoints (core/server/webhook.h users).
 local ENDPOINTS = { ["/validate/vmi"] = true, ["/mutate/vmi"] = true, ["/mutate/launcher"] = true,
   ["/validate/gpuclass"] = true, ["/validate/gpuclaim"] = true, ["/validate/pod"] = true }
 -- The controller's per-review deadline: webhook_options.review_timeout_ms
@@ -242,7 +242,7 @@ describe("deploy/ RBAC", function()
     assert.are.equal("cozygpu-policies", flags()["policies-configmap"])
   end)
 
-  -- issue 19 item 5 (decision 0035): no read of Secrets beyond the
+  -- decision 0035: no read of Secrets beyond the
   -- controller's namespace, and no verb that answers with a Secret it
   -- could not read otherwise
   it("reads Secrets only in cozy-gpu: no get, list or watch of them cluster-wide, no patch, no wildcard", function()
@@ -369,7 +369,7 @@ describe("deploy/ controller Deployment", function()
     end)())
   end)
 
-  -- issue 11: the probes have their own listener and thread, so busy
+  -- the probes have their own listener and thread, so busy
   -- review workers never make a replica look dead
   it("probes /healthz and /readyz over HTTP on the probe port", function()
     local c = container()

@@ -1,5 +1,5 @@
 -- deploy/monitoring/: the Grafana dashboard, the PrometheusRule and its
--- promtool unit tests, and docs/runbook.md (issue 14 item 3).
+-- promtool unit tests, and docs/runbook.md (decision 0031).
 -- Every metric the dashboard and the alerts name must be one core/ exports
 -- (a histogram's _bucket, _sum and _count only for histograms); each alert
 -- has a severity, a runbook section, and a promtool test that makes it fire

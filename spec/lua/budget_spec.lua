@@ -311,7 +311,7 @@ describe("cozygpu.budget (DESIGN.md §5) over root > child > grandchild", functi
     assert.is_false(ok)
     assert.equal("requests." .. H100, shorts[1].key)
     -- the VM using it is tenant-b's, which tenant-a-b's users cannot read:
-    -- counted, not named (issue 20, defect 6)
+    -- counted, not named (decision 0036, item 4)
     assert.truthy(shorts[1].message:find("is 1, 1 in use elsewhere in the tenant tree; 1 more is short by 1", 1, true), shorts[1].message)
     assert.is_nil(shorts[1].message:find("tenant-b/", 1, true), shorts[1].message)
     -- and named to tenant-b's own users

@@ -1,4 +1,4 @@
--- The invariant checker itself (spec/support/invariants.lua; issue 20):
+-- The invariant checker itself (spec/support/invariants.lua; decision 0036):
 -- hand-built states whose right answer follows from DESIGN.md §3/§5 and
 -- decision 0028, one broken at a time.
 local I = require "invariants"

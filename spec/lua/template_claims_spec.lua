@@ -1,4 +1,4 @@
--- cozygpu.claims, template claims (DESIGN.md §3, issue 12 item 2,
+-- cozygpu.claims, template claims (DESIGN.md §3,
 -- docs/decisions/0027): the naming contract `<vmi>-<class>` shared with the
 -- leader's C side, the 253-character limit of a GPUClaim name, the set a
 -- VMI gets and the one its virt-launcher pod asks for, and how a claim is

@@ -84,7 +84,7 @@ describe("GPUClaim admission", function()
       r.status.message)
   end)
 
-  -- issue 20, defect 6: a budget shared with an ancestor or a sibling
+  -- decision 0036, item 4: a budget shared with an ancestor or a sibling
   -- names only what the ordering namespace's users may read (their own
   -- namespace and those below it)
   it("names no object of an ancestor or a sibling in a refusal: counts them", function()
@@ -101,7 +101,7 @@ describe("GPUClaim admission", function()
       r.status.message)
   end)
 
-  -- issue 20, defect 7: a running VMI's class GPUs are its claims' units
+  -- decision 0036, item 4: a running VMI's class GPUs are its claims' units
   it("counts a running VMI's GPUs once: the claims it names, not the VMI beside them", function()
     local held = claim("tenant-a", "l40s", 1, "held")
     held.status = { phase = "Attached", node = "gpu-1" }

@@ -97,7 +97,7 @@ describe("virt-launcher billing annotation", function()
     assert.are.equal("/metadata/annotations", ops[1].path)
   end)
 
-  -- issue 20, defect 4: a raw-name GPU has no claim and no record; an
+  -- decision 0036, item 4: a raw-name GPU has no claim and no record; an
   -- override copied from the VMI would leave it unbilled
   it("removes an override of a GPU no claim covers, keeping the other keys: the pod bills it", function()
     local a = { [KEY] = '{"memory":"8Gi","' .. L40S .. '":"0"}' }

@@ -1,6 +1,6 @@
 -- A VMI naming its GPUClaims in gpu.cozystack.io/claims (policies/vmi-gpus.lua,
--- lua/cozygpu/claims.lua; DESIGN.md §3 "GPUClaim", issue 12 contract item
--- 1, docs/decisions/0019).
+-- lua/cozygpu/claims.lua; DESIGN.md §3 "GPUClaim",
+-- docs/decisions/0019).
 --
 -- The expected messages below are built from what the rule is about (the
 -- claim's name, its class and count, the entries the VMI has), and the

@@ -1,4 +1,4 @@
---- The billing and budget invariants (issue 20; docs/decisions/0036), checked
+--- The billing and budget invariants (docs/decisions/0036), checked
 --- over the objects an API server holds, as a billing system and a tenant
 --- would read them. One checker for every place that needs it: the cluster
 --- specs (over kube-apiserver), the binder fault run (over the double).

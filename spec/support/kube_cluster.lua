@@ -439,7 +439,7 @@ end
 ---    ending with the objectRef as JSON, so one `except` ("cannot list
 ---    resource \"x\"", "\"namespace\":\"ns\"") matches both sources.
 --- The cluster specs run the controller and the agent as their
---- ServiceAccounts, so a missing RBAC verb shows here (issue 19 item 5).
+--- ServiceAccounts, so a missing RBAC verb shows here (decision 0035).
 function Cluster:forbidden(except)
   local out = {}
   local function add(line)
@@ -659,7 +659,7 @@ function K.session(o)
   --- o.invariants, the billing, budget, one-user and no-leak invariants
   --- (spec/support/invariants.lua) hold over everything the API server
   --- holds once the leader has caught up (20 s), else the case fails with
-  --- the violations and the objects involved (issue 20).
+  --- the violations and the objects involved (decision 0036).
   function s.after_each()
     if not (o.invariants and s.c) then return end
     require("invariants").hold(s.c)

@@ -1,5 +1,5 @@
 -- What one client can hold of the webhook server (core/server/webhook_http.c,
--- decision 0015; issue 11 defects 9 and 10), through the test driver
+-- decision 0015), through the test driver
 -- spec/webhook/webhook_check.c and the misbehaving clients of
 -- spec/webhook/clients.py: connections per address and in all, the time
 -- from accept to a complete request (which a trickle of bytes does not

@@ -2,7 +2,7 @@
 -- docs/decisions/0017): libmicrohttpd's threads only move bytes and a
 -- complete review waits for a free review thread, so a review stuck until
 -- its deadline holds one review thread and no connection or I/O thread
--- (issue 11: one hostile review must not delay the others). A review that
+-- (decision 0017: one hostile review must not delay the others). A review that
 -- waited for a thread past its deadline is refused as a failure (the API
 -- server has given up on it by then: it must never be allowed late), and a
 -- stop with reviews still queued answers them instead of leaving their

@@ -4,8 +4,8 @@
 --
 -- Source: DESIGN.md §3 (GPUNode: "a class's capacity on a node is what the
 -- functions carrying its resource name add up to, capped at the kubelet's
--- status.allocatable for that name"), §6 (candidates), issue 12 contract
--- item 5, docs/gpunode.md (the GPUNode's fields), and
+-- status.allocatable for that name"), §6 (candidates),
+-- docs/decisions/0022, docs/gpunode.md (the GPUNode's fields), and
 -- docs/decisions/0022, which says which functions carry a name: the
 -- rules of KubeVirt's PCI and mediated-device plugins and of NVIDIA's
 -- kubevirt-gpu-device-plugin. Pure: only the arguments are read, one node

@@ -5,10 +5,10 @@
 -- Source: DESIGN.md §3 "GPUClaim" (the annotation gpu.cozystack.io/claims:
 -- comma-separated claim names in the VMI's namespace), §6 (a VMI is final
 -- in Succeeded or Failed; a deletion timestamp alone does not end an
--- attachment); issue 12 contract item 1; docs/decisions/0019 (syntax:
+-- attachment); docs/decisions/0019 (syntax:
 -- items split at ',', trimmed of ASCII whitespace as Multus trims its
 -- network list, each a DNS-1123 subdomain, none empty, none twice);
--- template claims: issue 12 item 2, docs/decisions/0027 (one claim per
+-- template claims: docs/decisions/0027 (one claim per
 -- class of a class-referencing VMI without the annotation, named
 -- `<vmi>-<class>`, labelled gpu.cozystack.io/template-claim=true, owned by
 -- the VMI).

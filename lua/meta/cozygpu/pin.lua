@@ -2,7 +2,7 @@
 -- cozygpu.pin — the launcher pod's scheduling gate and its pin to the node
 -- of its GPUClaims (lua/cozygpu/pin.lua).
 --
--- Source: DESIGN.md §4 "virt-launcher pod create"; issue 12 item 4;
+-- Source: DESIGN.md §4 "virt-launcher pod create";
 -- docs/decisions/0020 item 5 and 0025. Kubernetes: KEP-3521 (scheduling
 -- gates), KEP-3838 (mutable scheduling directives of gated pods:
 -- kube-apiserver validateNodeAffinityMutation), core/v1 NodeSelector (terms
