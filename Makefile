@@ -206,5 +206,5 @@ include image/image.mk
 # `make cluster-bins`, `make cluster`: the local control plane (cluster/)
 include cluster/cluster.mk
 
-# `make fuzz`: libFuzzer targets for the parsers (fuzz/; README "Fuzzing")
+# `make fuzz`: libFuzzer targets for the parsers (fuzz/; docs/testing.md "Fuzzing")
 include fuzz/fuzz.mk
