@@ -788,6 +788,7 @@ int sim_main(int argc, char **argv)
     engine_options eo = {0};
     int c;
     optind = 1;
+    opterr = 0; /* said below, with the command's name */
     while((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch(c) {
         case 'o': output = optarg; break;
@@ -797,7 +798,11 @@ int sim_main(int argc, char **argv)
         case 'L': eo.library_dir = optarg; break;
         case 'S': snapshot_path = optarg; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "cozygpu simulate: %s: %s\n", argv[optind - 1],
+                    c == ':' || (optopt && strchr("ocpOLS", optopt)) ? "needs a value" : "unknown option");
+            usage(stderr);
+            return 2;
         }
     }
     if(strcmp(output, "table") && strcmp(output, "json")) {

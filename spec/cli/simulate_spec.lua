@@ -277,3 +277,14 @@ vms:
     assert.are.same({ "Running", "gpu-1" }, { vms["t/vq"].vmi, vms["t/vq"].node })
   end)
 end)
+
+describe("cozygpu simulate options", function()
+  it("refuses an unknown option or one without its value with exit 2, naming it", function()
+    local _, err, code = H.run { "simulate", "--bogus", "examples/scenarios/drain-move.yaml" }
+    assert.are.equal(2, code)
+    assert.matches("^cozygpu simulate: %-%-bogus: unknown option\n", err)
+    _, err, code = H.run { "simulate", "examples/scenarios/drain-move.yaml", "--output" }
+    assert.are.equal(2, code)
+    assert.matches("^cozygpu simulate: %-%-output: needs a value\n", err)
+  end)
+end)
