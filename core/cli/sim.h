@@ -97,7 +97,7 @@ void sim_vmi_event(void *s, const char *ns, const char *vmi, const char *from, c
  * resourceQuotas as objects in s->st (after a snapshot's). */
 void sim_scenario_load(sim *s);
 /* Class `name` of resource name rn ("": simulate.cozygpu.io/<name>)
- * known to the run: a made-up PCI device 10DE:Fxxx permitted under rn in
+ * known to the run: a made-up PCI device permitted (10DE:F001 for the first class, F002 the next, ...) under rn in
  * the KubeVirt CR, for the GPUs of scenario nodes. */
 void sim_class_known(sim *s, const char *name, const char *rn);
 /* The actions of step `step` (PATH steps[i]) applied to s->st, checked;

@@ -200,31 +200,6 @@ static int ensure_pod(sim_store *st, const json_t *vmi)
     return sim_store_create(st, PLACEMENT_POD, p) == 201;
 }
 
-/* The node a pod's required node affinity pins it to: the last
- * matchFields requirement metadata.name In [one node] of its first term
- * that has requirements (where the leader's pin goes), or NULL. */
-static const char *pinned(const json_t *pod)
-{
-    const json_t *terms = json_object_get(
-        json_object_get(
-            json_object_get(json_object_get(json_object_get(pod, "spec"), "affinity"), "nodeAffinity"),
-            "requiredDuringSchedulingIgnoredDuringExecution"),
-        "nodeSelectorTerms");
-    size_t i;
-    json_t *t;
-    json_array_foreach(terms, i, t)
-    {
-        const json_t *mf = json_object_get(t, "matchFields");
-        const json_t *r = json_array_get(mf, json_array_size(mf) - 1);
-        const char *k = json_string_value(json_object_get(r, "key"));
-        const char *op = json_string_value(json_object_get(r, "operator"));
-        const json_t *v = json_object_get(r, "values");
-        if(k && op && !strcmp(k, "metadata.name") && !strcmp(op, "In") && json_array_size(v) == 1)
-            return json_string_value(json_array_get(v, 0));
-    }
-    return NULL;
-}
-
 static int gated(const json_t *pod)
 {
     return json_array_size(json_object_get(json_object_get(pod, "spec"), "schedulingGates")) > 0;
@@ -270,7 +245,7 @@ static int schedule(sim_store *st, const json_t *pod, sim_say_fn say, void *ud)
 {
     if(gated(pod) || json_object_get(json_object_get(pod, "spec"), "nodeName"))
         return 0;
-    const char *node = pinned(pod);
+    const char *node = placement_pinned_node(pod);
     if(!node || !node_takes(st, node, pod))
         return 0;
     const char *ns = kobject_meta_str(pod, "namespace");

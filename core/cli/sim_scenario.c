@@ -5,7 +5,7 @@
  *          or simulate.cozygpu.io/<class>, onCordon, tolerations; being
  *          deleted: deletionTimestamp, held by the class protection
  *          finalizer), and an entry of the KubeVirt CR's
- *          permittedHostDevices for a made-up PCI device 10DE:Fxxx of the
+ *          permittedHostDevices for a made-up PCI device of the class (10DE:F001, F002, ... in order) of the
  *          class;
  *   node   a Node (Ready condition, spec.unschedulable, taints, labels,
  *          status.allocatable of each class's resource name, a bootID)

@@ -7,19 +7,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "format/kobject.h"
+
 json_t *ctl_cluster_with_kind(json_t *obj, const kube_resource *r)
 {
-    if(json_object_get(obj, "kind"))
-        return json_incref(obj);
-    json_t *c = json_copy(obj);
     char av[128];
     if(*r->group)
         snprintf(av, sizeof av, "%s/%s", r->group, r->version);
     else
         snprintf(av, sizeof av, "%s", r->version);
-    json_object_set_new(c, "apiVersion", json_string(av));
-    json_object_set_new(c, "kind", json_string(r->kind));
-    return c;
+    return kobject_with_kind(obj, av, r->kind);
 }
 
 json_t *ctl_cluster_snapshot(void)

@@ -13,6 +13,18 @@ const char *kobject_annotation(const json_t *obj, const char *key)
     return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
 }
 
+json_t *kobject_with_kind(json_t *obj, const char *api_version, const char *kind)
+{
+    if(json_object_get(obj, "kind"))
+        return json_incref(obj);
+    json_t *c = json_copy(obj);
+    if(!c)
+        return NULL;
+    json_object_set_new(c, "apiVersion", json_string(api_version));
+    json_object_set_new(c, "kind", json_string(kind));
+    return c;
+}
+
 int kobject_has_finalizer(const json_t *obj, const char *fin)
 {
     size_t i;

@@ -14,6 +14,12 @@ const char *kobject_meta_str(const json_t *obj, const char *field);
 /* metadata.annotations.<key> of `obj` when a string, else NULL (borrowed). */
 const char *kobject_annotation(const json_t *obj, const char *key);
 
+/* `obj` with apiVersion and kind: the object itself (a new reference,
+ * shared and read-only) when it has a kind, else a shallow copy with
+ * these set (list items come without them: kubernetes/kubernetes#3030).
+ * The caller decrefs. NULL only when out of memory. */
+json_t *kobject_with_kind(json_t *obj, const char *api_version, const char *kind);
+
 /* Whether metadata.finalizers of `obj` holds the string `fin`. */
 int kobject_has_finalizer(const json_t *obj, const char *fin);
 

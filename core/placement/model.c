@@ -77,12 +77,7 @@ json_t *pl_first_kubevirt(placement *L)
 
 json_t *pl_with_kind(json_t *obj, placement_kind k)
 {
-    if(json_object_get(obj, "kind"))
-        return json_incref(obj);
-    json_t *c = json_copy(obj);
-    json_object_set_new(c, "apiVersion", json_string(placement_api_version[k]));
-    json_object_set_new(c, "kind", json_string(placement_kind_name[k]));
-    return c;
+    return kobject_with_kind(obj, placement_api_version[k], placement_kind_name[k]);
 }
 
 /* Node `name` (cached) into the state: its capacity per class and flags

@@ -156,7 +156,7 @@ static const json_t *required_terms(const json_t *pod)
  * last matchFields requirement of each such term, naming the same node;
  * NULL when the pod carries no such pin (a requirement of the pod's own is
  * not ours). */
-static const char *pinned_node(const json_t *pod)
+const char *placement_pinned_node(const json_t *pod)
 {
     const json_t *terms = required_terms(pod);
     const char *node = NULL;
@@ -236,7 +236,7 @@ int pl_pin_pod(placement *L, const char *key)
         const json_t *pmeta = json_object_get(pod, "metadata");
         const char *ref = json_string_value(json_object_get(json_object_get(pmeta, "labels"), PLACEMENT_READ_CLASS_REFERENCE));
         const char *pin = kobject_annotation(pod, PL_CLAIMS_ANNOTATION) || (ref && strcmp(ref, "true") == 0)
-                              ? pinned_node(pod)
+                              ? placement_pinned_node(pod)
                               : NULL;
         const char *now = vmi ? set_node(L, ns, vmi, nodebuf, sizeof nodebuf) : NULL;
         json_t *v = vmi ? pl_get(L, PLACEMENT_VMI, ns, vmi) : NULL;

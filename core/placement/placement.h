@@ -202,6 +202,14 @@ void placement_flush(placement *p);
 int placement_more(const placement *p);
 long placement_class_wait_ms(const placement *p);
 
+/* The node the leader's pin on a launcher pod names (decision 0020 §5,
+ * 0025): the last matchFields requirement metadata.name In [node] of every
+ * required node selector term that has requirements, all naming the same
+ * node; NULL when the pod carries no such pin. Borrowed from `pod`. The
+ * one reading of the pin: the leader's stale-pin check and simulate's
+ * scheduler both use it. */
+const char *placement_pinned_node(const json_t *pod);
+
 /* The binder's state (read-only; NULL before a build): what a report
  * shows (binder.h's binder_state_claims, binder_state_index). Valid until
  * the next call that changes the model. */

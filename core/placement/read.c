@@ -44,11 +44,6 @@ size_t placement_read_claim_names(const char *v, char *buf, size_t n, const char
 }
 
 /* Annotation `key` of the metadata `meta_owner`, or NULL. */
-static const char *annotation(const json_t *meta_owner, const char *key)
-{
-    return json_string_value(json_object_get(json_object_get(meta_owner, "annotations"), key));
-}
-
 /* A whole number of devices from a quantity ("2", 2); 0 when it is not
  * one (admission refuses such a VMI: decision 0013). */
 static long whole_units(const json_t *q)
@@ -120,7 +115,7 @@ static long vmi_units(const json_t *vmi, json_t *used)
 int placement_read_vmi_uses_classes(const json_t *vmi)
 {
     const json_t *meta = json_object_get(vmi, "metadata");
-    if(annotation(meta, PLACEMENT_READ_CLAIMS_ANNOTATION))
+    if(kobject_annotation(vmi, PLACEMENT_READ_CLAIMS_ANNOTATION))
         return 0; /* it names its claims (blank: none; admission refuses that), as cozygpu.claims reads it */
     const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), PLACEMENT_READ_CLASS_REFERENCE));
     return ref && strcmp(ref, "true") == 0;
@@ -132,7 +127,7 @@ size_t placement_read_vmi_claims(const json_t *vmi, const json_t *classes, char 
     if(tmpl)
         *tmpl = NULL;
     const json_t *meta = json_object_get(vmi, "metadata");
-    const char *ann = annotation(meta, PLACEMENT_READ_CLAIMS_ANNOTATION);
+    const char *ann = kobject_annotation(vmi, PLACEMENT_READ_CLAIMS_ANNOTATION);
     if(ann)
         return placement_read_claim_names(ann, buf, n, names, max);
     const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), PLACEMENT_READ_CLASS_REFERENCE));
