@@ -74,6 +74,7 @@ typedef struct sm_claim {
     struct sm_set *set;
     size_t gi;   /* its group in the current pass (scratch) */
     unsigned stamp; /* pass that took it as a lone group (scratch) */
+    unsigned lstamp; /* pass that listed it as a lone group to check lazily (scratch) */
     int dirty;      /* on binder_state.dirty */
     int vol;        /* waits on a hook's answer (budget, chooser), not on room */
     struct sm_claim *dnext, *dprev;
@@ -94,6 +95,7 @@ typedef struct sm_set {
     char *key; /* "ns\0name" */
     size_t keylen;
     unsigned stamp; /* pass that took it as a group (scratch) */
+    unsigned lstamp; /* pass that listed it to check lazily (scratch) */
     char **allowed;   /* the only nodes the set may go to (a volume bound to them), NULL: any */
     size_t n_allowed;
     struct onode *on;             /* the list of sets whose VMI is on `node`, NULL: not in one */
@@ -119,7 +121,13 @@ typedef struct wbucket {
     UT_hash_handle hh;
 } wbucket;
 
-#define MAX_GAINED 64
+/* Room gained: class `cls` may have room on node `node` (usable when
+ * recorded) that it had not when its waiting claims were last looked at
+ * (binder_i_gain). */
+typedef struct gain {
+    char *cls;
+    char *node;
+} gain;
 
 struct binder_state {
     binder_index *ix;
@@ -131,8 +139,8 @@ struct binder_state {
     /* incremental reconcile (binder_reconcile) */
     sm_claim *dirty;     /* utlist, dnext/dprev: claims whose set must be looked at */
     wbucket *waits;      /* by class name */
-    char *gained[MAX_GAINED]; /* classes that gained room on a usable node since they were last retried */
-    size_t n_gained;
+    gain *gained;        /* room gained on a usable node since the class's waiting claims were last retried */
+    size_t n_gained, cap_gained;
     size_t gained_floor; /* during a pass: gained[0..floor) are being retried now; a gain
                             after that point is a new one, for the next pass */
     int full;            /* the next binder_reconcile runs a full pass */
@@ -193,9 +201,12 @@ void binder_i_view_of(const sm_claim *c, binder_claim_status *out);
 
 void binder_i_mark(binder_state *st, sm_claim *c);
 void binder_i_mark_set(binder_state *st, sm_set *s);
-/* Class `cls` gained room (or may have) on a usable node: its waiting
- * claims' sets are retried by the next pass. */
-void binder_i_gain(binder_state *st, const char *cls);
+/* Class `cls` gained room (or may have) on usable node `node`: its
+ * waiting claims' sets are retried by the next pass, each against the
+ * nodes that gained (binder_pass.c). Out of memory: the next pass is a
+ * full one. */
+void binder_i_gain(binder_state *st, const char *cls, const char *node);
+/* binder_i_gain for every class node n offers, when n is usable. */
 void binder_i_gain_node(binder_state *st, const sm_node *n);
 void binder_i_wait_remove(binder_state *st, sm_claim *c);
 /* Puts c in the waiting bucket it belongs in after a pass, or none. */

@@ -1,6 +1,6 @@
 /* binder_queue.c — what the next pass looks at: the dirty list of
- * claims (binder_i_mark), the classes that gained room on a usable node
- * (binder_i_gain), and the waiting claims in a bucket per class
+ * claims (binder_i_mark), the room gained on a usable node, by class and
+ * node (binder_i_gain), and the waiting claims in a bucket per class
  * (binder_i_wait_update, after each pass), so that a gain retries only the
  * sets waiting on that class (docs/decisions/0023-incremental-reconcile.md;
  * binder_pass.c says how a pass uses them, binder.h what each rule is and
@@ -27,20 +27,29 @@ void binder_i_mark_set(binder_state *st, sm_set *s)
         binder_i_mark(st, s->claims[i]);
 }
 
-/* Class `cls` gained room (or may have) on a usable node: its waiting
- * claims' sets are retried by the next pass. Past MAX_GAINED classes,
- * or out of memory, the next pass is a full one. */
-void binder_i_gain(binder_state *st, const char *cls)
+void binder_i_gain(binder_state *st, const char *cls, const char *node)
 {
     for(size_t i = st->gained_floor; i < st->n_gained; i++)
-        if(!strcmp(st->gained[i], cls))
+        if(!strcmp(st->gained[i].cls, cls) && !strcmp(st->gained[i].node, node))
             return;
-    char *c = st->n_gained < MAX_GAINED ? strdup(cls) : NULL;
-    if(!c) {
+    if(st->n_gained == st->cap_gained) {
+        size_t cap = st->cap_gained ? st->cap_gained * 2 : 16;
+        gain *g = realloc(st->gained, cap * sizeof *g);
+        if(!g) {
+            st->full = 1;
+            return;
+        }
+        st->gained = g;
+        st->cap_gained = cap;
+    }
+    gain g = {strdup(cls), strdup(node)};
+    if(!g.cls || !g.node) {
+        free(g.cls);
+        free(g.node);
         st->full = 1;
         return;
     }
-    st->gained[st->n_gained++] = c;
+    st->gained[st->n_gained++] = g;
 }
 
 void binder_i_gain_node(binder_state *st, const sm_node *n)
@@ -48,7 +57,7 @@ void binder_i_gain_node(binder_state *st, const sm_node *n)
     if(!binder_i_node_usable(n))
         return;
     for(size_t i = 0; i < n->n_offers; i++)
-        binder_i_gain(st, n->offers[i].class_name);
+        binder_i_gain(st, n->offers[i].class_name, n->name);
 }
 
 void binder_i_wait_remove(binder_state *st, sm_claim *c)

@@ -363,8 +363,11 @@ void binder_state_free(binder_state *st)
         free(b->cls);
         free(b);
     }
-    for(size_t i = 0; i < st->n_gained; i++)
-        free(st->gained[i]);
+    for(size_t i = 0; i < st->n_gained; i++) {
+        free(st->gained[i].cls);
+        free(st->gained[i].node);
+    }
+    free(st->gained);
     binder_free(st->ix);
     free(st);
 }
