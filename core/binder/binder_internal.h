@@ -60,39 +60,43 @@ typedef struct sm_tally {
     UT_hash_handle hh; /* binder_state.tallies, by name */
 } sm_tally;
 
+/* A claim. Its namespace and name point into its key, its class name
+ * into its tally; the fields are ordered to keep it small (100k of them
+ * on a leader: decision 0042). */
 typedef struct sm_claim {
-    char *ns, *name, *class_name;
+    char *key;               /* "ns\0name", owned */
+    const char *ns, *name;   /* in key */
+    const char *class_name;  /* tally->name */
     sm_tally *tally;
-    uint32_t count;
-    int tmpl;
-    binder_phase phase;
-    char *node;
-    char *attached_to;
-    binder_reason reason;
-    char msg[MSG_MAX];
-    uint64_t seq;
+    char *node;              /* owned, NULL: none */
+    char *attached_to;       /* owned, NULL: none */
+    char *msg;               /* the condition's message, owned; NULL: "" */
     struct sm_set *set;
-    size_t gi;   /* its group in the current pass (scratch) */
-    unsigned stamp; /* pass that took it as a lone group (scratch) */
-    unsigned lstamp; /* pass that listed it as a lone group to check lazily (scratch) */
-    int dirty;      /* on binder_state.dirty */
-    int vol;        /* waits on a hook's answer (budget, chooser), not on room */
     struct sm_claim *dnext, *dprev;
     struct wbucket *wb; /* the waiting bucket it is in, NULL: none */
     struct sm_claim *wnext, *wprev;
-    char *key;   /* "ns\0name" */
-    size_t keylen;
+    uint64_t seq;
+    uint32_t count;
+    binder_phase phase;
+    binder_reason reason;
+    uint32_t gi;     /* its group in the current pass (scratch) */
+    unsigned stamp;  /* pass that took it as a lone group (scratch) */
+    unsigned lstamp; /* pass that listed it as a lone group to check lazily (scratch) */
+    uint16_t keylen;
+    uint8_t tmpl;
+    uint8_t dirty; /* on binder_state.dirty */
+    uint8_t vol;   /* waits on a hook's answer (budget, chooser), not on room */
     UT_hash_handle hh; /* binder_state.claims, by key, creation order */
 } sm_claim;
 
 typedef struct sm_set {
-    char *ns, *name;
+    char *key;             /* "ns\0name", owned */
+    const char *ns, *name; /* in key */
     sm_claim **claims;
     size_t n;
     binder_vmi_phase phase;
     char *node;
     uint64_t seq;
-    char *key; /* "ns\0name" */
     size_t keylen;
     unsigned stamp; /* pass that took it as a group (scratch) */
     unsigned lstamp; /* pass that listed it to check lazily (scratch) */
@@ -126,7 +130,7 @@ typedef struct wbucket {
  * (binder_i_gain). */
 typedef struct gain {
     char *cls;
-    char *node;
+    char *node; /* NULL: anywhere (many nodes gained at once) */
 } gain;
 
 struct binder_state {

@@ -39,15 +39,21 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     int changed = c->phase != phase || !binder_i_same(c->node, node) || c->reason != reason;
-    if(changed || strcmp(c->msg, msg))
+    int new_msg = strcmp(c->msg ? c->msg : "", msg) != 0;
+    if(changed || new_msg)
         binder_i_mark(p->st, c); /* what changed is looked at again by the next pass */
+    char *msg_copy = NULL;
+    if(new_msg && msg[0] && !(msg_copy = strdup(msg)))
+        return; /* out of memory: the claim keeps its status; the next pass retries */
     char *old_node = NULL; /* kept until the event is delivered */
     binder_phase old_phase = c->phase;
     int moved = !binder_i_same(c->node, node);
     if(moved) {
         char *copy = binder_i_dup_or_null(node);
-        if(node && !copy)
+        if(node && !copy) {
+            free(msg_copy);
             return; /* out of memory: the claim keeps its status; the next pass retries */
+        }
         old_node = c->node;
         c->node = copy;
     }
@@ -55,7 +61,10 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
     c->phase = phase;
     binder_i_tally(c, +1);
     c->reason = reason;
-    snprintf(c->msg, sizeof c->msg, "%s", msg);
+    if(new_msg) {
+        free(c->msg);
+        c->msg = msg_copy;
+    }
     if(phase != BINDER_ATTACHED) {
         free(c->attached_to);
         c->attached_to = NULL;
@@ -63,7 +72,8 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
     if(changed) {
         p->events++;
         if(p->h && p->h->event) {
-            binder_event ev = {c->ns, c->name, old_phase, phase, moved ? old_node : c->node, c->node, reason, c->msg};
+            binder_event ev = {c->ns, c->name, old_phase, phase, moved ? old_node : c->node, c->node, reason,
+                              c->msg ? c->msg : ""};
             p->h->event(p->h->ud, &ev);
         }
     }
@@ -726,6 +736,10 @@ static void lazy_ctx_init(const binder_state *st, lazy_ctx *lc)
     memset(lc, 0, sizeof *lc);
     for(size_t i = 0; i < st->n_gained && !lc->wide; i++) {
         const char *node = st->gained[i].node;
+        if(!node) {
+            lc->wide = 1; /* kept by class only: anywhere */
+            break;
+        }
         size_t k;
         for(k = 0; k < lc->n && strcmp(lc->nodes[k], node); k++)
             ;

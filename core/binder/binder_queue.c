@@ -27,10 +27,19 @@ void binder_i_mark_set(binder_state *st, sm_set *s)
         binder_i_mark(st, s->claims[i]);
 }
 
+/* Past this many gains since the pass began, a gain is kept by class
+ * only (node NULL: anywhere), so that many nodes given at once (a
+ * leader's start, a zone back) cost a short list, not one entry each; a
+ * pass then retries those classes' waiting sets as decision 0023 did. */
+#define MAX_GAIN_NODES 64
+
 void binder_i_gain(binder_state *st, const char *cls, const char *node)
 {
+    if(st->n_gained - st->gained_floor >= MAX_GAIN_NODES)
+        node = NULL;
     for(size_t i = st->gained_floor; i < st->n_gained; i++)
-        if(!strcmp(st->gained[i].cls, cls) && !strcmp(st->gained[i].node, node))
+        if(!strcmp(st->gained[i].cls, cls) &&
+           (node ? st->gained[i].node && !strcmp(st->gained[i].node, node) : !st->gained[i].node))
             return;
     if(st->n_gained == st->cap_gained) {
         size_t cap = st->cap_gained ? st->cap_gained * 2 : 16;
@@ -42,8 +51,8 @@ void binder_i_gain(binder_state *st, const char *cls, const char *node)
         st->gained = g;
         st->cap_gained = cap;
     }
-    gain g = {strdup(cls), strdup(node)};
-    if(!g.cls || !g.node) {
+    gain g = {strdup(cls), node ? strdup(node) : NULL};
+    if(!g.cls || (node && !g.node)) {
         free(g.cls);
         free(g.node);
         st->full = 1;

@@ -215,11 +215,9 @@ static void claim_free(sm_claim *c)
 {
     if(!c)
         return;
-    free(c->ns);
-    free(c->name);
-    free(c->class_name);
     free(c->node);
     free(c->attached_to);
+    free(c->msg);
     free(c->key);
     free(c);
 }
@@ -280,8 +278,6 @@ static void set_free(sm_set *s)
     if(!s)
         return;
     free_allowed(s);
-    free(s->ns);
-    free(s->name);
     free(s->claims);
     free(s->node);
     free(s->key);
@@ -299,7 +295,7 @@ void binder_i_view_of(const sm_claim *c, binder_claim_status *out)
     out->node = c->node;
     out->attached_to = c->attached_to;
     out->reason = c->reason;
-    out->message = c->msg;
+    out->message = c->msg ? c->msg : "";
 }
 
 /* ------------------------------------------------------------ state */
@@ -573,11 +569,15 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
     if(binder_i_claim_find(st, ns, name))
         return fail(err, BINDER_ERR_BOUND, "claim %s/%s: known already", ns, name);
     sm_claim *c = calloc(1, sizeof *c);
-    if(!c || !(c->ns = strdup(ns)) || !(c->name = strdup(name)) || !(c->class_name = strdup(class_name)) ||
-       !(c->key = key_dup(ns, name, &c->keylen)) || !(c->tally = tally_get(st, class_name))) {
+    size_t keylen = 0;
+    if(!c || !(c->key = key_dup(ns, name, &keylen)) || !(c->tally = tally_get(st, class_name))) {
         claim_free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
+    c->keylen = (uint16_t)keylen;
+    c->ns = c->key;
+    c->name = c->key + strlen(c->key) + 1;
+    c->class_name = c->tally->name;
     binder_rc rc = binder_claim_upsert(st->ix, ns, name, class_name, count, err);
     if(rc) {
         claim_free(c);
@@ -614,9 +614,11 @@ binder_rc binder_state_claim_put(binder_state *st, const binder_claim_status *s,
     if((unsigned)s->phase >= BINDER_PHASE_LAST || (unsigned)s->reason >= BINDER_R_LAST)
         return fail(err, BINDER_ERR_INPUT, "claim %s/%s: status: bad phase or reason", s->ns, s->name);
     char *node = binder_i_dup_or_null(s->node), *att = binder_i_dup_or_null(s->attached_to);
-    if((s->node && !node) || (s->attached_to && !att)) {
+    char *msg = s->message && s->message[0] ? strndup(s->message, MSG_MAX - 1) : NULL;
+    if((s->node && !node) || (s->attached_to && !att) || (s->message && s->message[0] && !msg)) {
         free(node);
         free(att);
+        free(msg);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
     sm_claim *c;
@@ -624,6 +626,7 @@ binder_rc binder_state_claim_put(binder_state *st, const binder_claim_status *s,
     if(rc) {
         free(node);
         free(att);
+        free(msg);
         return rc;
     }
     binder_i_tally(c, -1);
@@ -632,7 +635,7 @@ binder_rc binder_state_claim_put(binder_state *st, const binder_claim_status *s,
     c->node = node;
     c->attached_to = att;
     c->reason = s->reason;
-    snprintf(c->msg, sizeof c->msg, "%s", s->message ? s->message : "");
+    c->msg = msg;
     return BINDER_OK;
 }
 
@@ -757,9 +760,12 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
     sm_set *s = old;
     if(!s) {
         s = calloc(1, sizeof *s);
-        if(!s || !(s->ns = strdup(ns)) || !(s->name = strdup(name)) || !(s->key = key_dup(ns, name, &s->keylen))) {
+        if(!s || !(s->key = key_dup(ns, name, &s->keylen))) {
             set_free(s);
             s = NULL;
+        } else {
+            s->ns = s->key;
+            s->name = s->key + strlen(s->key) + 1;
         }
         if(s) {
             HASH_ADD_KEYPTR(hh, st->sets, s->key, s->keylen, s);
