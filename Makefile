@@ -25,7 +25,7 @@ HOST_LIBS   := $(shell pkg-config --libs $(HOST_PKGS) 2>/dev/null)
 # `systemctl disable --now prometheus` if you do not want it).
 DEB_PACKAGES := gcc make pkg-config lua5.4 liblua5.4-dev lua-busted \
 	libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev \
-	libpci-dev libgnutls28-dev uthash-dev curl openssl procps haproxy prometheus kubectl
+	libpci-dev libgnutls28-dev uthash-dev curl openssl procps haproxy prometheus valgrind kubectl
 # kubectl is not a Debian package; deps checks for it but does not install it.
 DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))
 

@@ -13,9 +13,12 @@
 #   make bench-binder             the binder's index: 1k claims on 100 nodes,
 #                                 10k on 1k, 100k on 10k, events on the full
 #                                 state; then the same through the state
-#                                 machine, one event + reconcile against the
-#                                 1 ms target (BINDER_BENCH_ARGS, e.g. --seed N,
-#                                 --state-max-nodes N, --state-events N)
+#                                 machine, every event kind + reconcile against
+#                                 the 1 ms target, growth and peak RSS
+#                                 (BINDER_BENCH_ARGS, e.g. --seed N,
+#                                 --state-max-nodes N, --state-events N); then
+#                                 bench/binder-growth.sh: the state machine's
+#                                 growth in instructions (callgrind)
 
 CC      ?= gcc
 WARN    ?= -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
@@ -81,11 +84,13 @@ $(BINDER_BENCH): bench/binder.c $(BINDER_INDEX_SRC) core/binder/index.h core/bin
 		core/binder/binder.h core/binder/binder_internal.h core/base/result.h core/base/result.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -Icore -o $@ bench/binder.c $(BINDER_INDEX_SRC) $(BINDER_SM_SRC) \
-		core/base/result.c
+		core/base/result.c -lm
 
 bench-binder: $(BINDER_BENCH)
 	@echo "the binder's index alone, then its state machine (no API, no Lua): placement and events, medians of repeated runs:"
 	$(BINDER_BENCH) $(BINDER_BENCH_ARGS)
+	@echo
+	bench/binder-growth.sh $(BINDER_BENCH)
 
 bench: bench-tools $(ENGINE_BENCH)
 	BUILD=$(BUILD) bench/bench.sh --target-cmd '$(BENCH_TARGET_CMD)' $(BENCH_ARGS)

@@ -64,7 +64,6 @@ typedef struct sm_tally {
  * into its tally; the fields are ordered to keep it small (100k of them
  * on a leader: decision 0042). */
 typedef struct sm_claim {
-    char *key;               /* "ns\0name", owned */
     const char *ns, *name;   /* in key */
     const char *class_name;  /* tally->name */
     sm_tally *tally;
@@ -75,6 +74,7 @@ typedef struct sm_claim {
     struct sm_claim *dnext, *dprev;
     struct wbucket *wb; /* the waiting bucket it is in, NULL: none */
     struct sm_claim *wnext, *wprev;
+    struct sm_claim *self; /* itself: a lone claim's group lists it from here */
     uint64_t seq;
     uint32_t count;
     binder_phase phase;
@@ -87,12 +87,13 @@ typedef struct sm_claim {
     uint8_t dirty; /* on binder_state.dirty */
     uint8_t vol;   /* waits on a hook's answer (budget, chooser), not on room */
     UT_hash_handle hh; /* binder_state.claims, by key, creation order */
+    char key[];        /* "ns\0name", in the same allocation */
 } sm_claim;
 
 typedef struct sm_set {
-    char *key;             /* "ns\0name", owned */
     const char *ns, *name; /* in key */
-    sm_claim **claims;
+    sm_claim **claims;     /* owned, or &one */
+    sm_claim *one;         /* the claim of a set of one */
     size_t n;
     binder_vmi_phase phase;
     char *node;
@@ -105,6 +106,7 @@ typedef struct sm_set {
     struct onode *on;             /* the list of sets whose VMI is on `node`, NULL: not in one */
     struct sm_set *onext, *oprev; /* utlist, in on->head */
     UT_hash_handle hh; /* binder_state.sets, by key, creation order */
+    char key[];        /* "ns\0name", in the same allocation */
 } sm_set;
 
 /* The sets whose VMI names node `node` (set->node), so that a node's
@@ -166,9 +168,10 @@ typedef struct pass {
     int refused; /* the last binder_i_choose() had candidates and the hook took none */
 } pass;
 
-/* The claims of one set (a VM's, or a lone claim), in a scratch array. */
+/* The claims of one set (a VM's: its first BINDER_MAX_SET_CLAIMS; or a
+ * lone claim), borrowed: a pass lists one per set, so it stays small. */
 typedef struct group {
-    sm_claim *m[BINDER_MAX_SET_CLAIMS];
+    sm_claim *const *m; /* set->claims, or &claim->self */
     size_t n;
     sm_set *set;
 } group;

@@ -84,6 +84,8 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
 const char *binder_i_booked(const binder_state *st, const sm_claim *c)
 {
     binder_claim_view v;
+    if(!c->node)
+        return NULL; /* booked claims have a node (binder_state_verify) */
     if(binder_claim_get(st->ix, c->ns, c->name, &v))
         return NULL;
     return v.node;
@@ -194,14 +196,14 @@ static void group_of_set(group *g, sm_set *s)
 {
     g->set = s;
     g->n = s->n < BINDER_MAX_SET_CLAIMS ? s->n : BINDER_MAX_SET_CLAIMS;
-    memcpy(g->m, s->claims, g->n * sizeof *g->m);
+    g->m = s->claims;
 }
 
 static void group_of_claim(group *g, sm_claim *c)
 {
     g->set = NULL;
     g->n = 1;
-    g->m[0] = c;
+    g->m = &c->self;
 }
 
 /* g waits on a hook's answer: retried by every pass (binder_i_wait_update). */
@@ -374,7 +376,7 @@ void binder_i_cap_collect(void *ud, const binder_claim_view *v)
 {
     cap_walk *w = ud;
     if(w->n < sizeof w->list / sizeof *w->list) {
-        sm_claim *c = binder_i_claim_find(w->st, v->ns, v->name);
+        sm_claim *c = v->tag ? v->tag : binder_i_claim_find(w->st, v->ns, v->name);
         if(c)
             w->list[w->n++] = c;
     }

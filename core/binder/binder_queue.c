@@ -119,7 +119,7 @@ typedef struct mark_walk {
 static void mark_booked(void *ud, const binder_claim_view *v)
 {
     mark_walk *w = ud;
-    binder_i_mark(w->st, binder_i_claim_find(w->st, v->ns, v->name));
+    binder_i_mark(w->st, v->tag ? v->tag : binder_i_claim_find(w->st, v->ns, v->name));
 }
 
 void binder_i_mark_node(binder_state *st, const char *name)

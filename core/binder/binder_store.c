@@ -151,18 +151,6 @@ static size_t key_of(const char *ns, const char *name, char *buf)
     return a + 1 + b;
 }
 
-static char *key_dup(const char *ns, const char *name, size_t *len)
-{
-    char buf[KEY_MAX];
-    *len = key_of(ns, name, buf);
-    if(!*len)
-        return NULL;
-    char *k = malloc(*len + 1);
-    if(k)
-        memcpy(k, buf, *len + 1);
-    return k;
-}
-
 sm_claim *binder_i_claim_find(const binder_state *st, const char *ns, const char *name)
 {
     char buf[KEY_MAX];
@@ -218,7 +206,6 @@ static void claim_free(sm_claim *c)
     free(c->node);
     free(c->attached_to);
     free(c->msg);
-    free(c->key);
     free(c);
 }
 
@@ -278,9 +265,9 @@ static void set_free(sm_set *s)
     if(!s)
         return;
     free_allowed(s);
-    free(s->claims);
+    if(s->claims != &s->one)
+        free(s->claims);
     free(s->node);
-    free(s->key);
     free(s);
 }
 
@@ -568,12 +555,15 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
         return fail(err, BINDER_ERR_INPUT, "claim %s/%s: spec.count: must be 1 to %d", ns, name, BINDER_MAX_UNITS);
     if(binder_i_claim_find(st, ns, name))
         return fail(err, BINDER_ERR_BOUND, "claim %s/%s: known already", ns, name);
-    sm_claim *c = calloc(1, sizeof *c);
-    size_t keylen = 0;
-    if(!c || !(c->key = key_dup(ns, name, &keylen)) || !(c->tally = tally_get(st, class_name))) {
+    char key[KEY_MAX];
+    size_t keylen = key_of(ns, name, key);
+    sm_claim *c = calloc(1, sizeof *c + keylen + 1);
+    if(!c || !(c->tally = tally_get(st, class_name))) {
         claim_free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
+    memcpy(c->key, key, keylen + 1);
+    c->self = c;
     c->keylen = (uint16_t)keylen;
     c->ns = c->key;
     c->name = c->key + strlen(c->key) + 1;
@@ -589,6 +579,7 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
         claim_free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
+    binder_claim_tag(st->ix, ns, name, c);
     c->count = count;
     c->tmpl = !!tmpl;
     c->phase = BINDER_PENDING;
@@ -759,11 +750,12 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
     char *nodecopy = binder_i_dup_or_null(node);
     sm_set *s = old;
     if(!s) {
-        s = calloc(1, sizeof *s);
-        if(!s || !(s->key = key_dup(ns, name, &s->keylen))) {
-            set_free(s);
-            s = NULL;
-        } else {
+        char key[KEY_MAX];
+        size_t keylen = key_of(ns, name, key);
+        s = calloc(1, sizeof *s + keylen + 1);
+        if(s) {
+            memcpy(s->key, key, keylen + 1);
+            s->keylen = keylen;
             s->ns = s->key;
             s->name = s->key + strlen(s->key) + 1;
         }
@@ -790,8 +782,14 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
             old->claims[i]->set = NULL;
     } else
         s->seq = ++st->seq;
-    free(s->claims);
-    s->claims = list;
+    if(s->claims != &s->one)
+        free(s->claims);
+    if(n_claims == 1) {
+        s->one = list[0];
+        free(list);
+        list = s->claims = &s->one;
+    } else
+        s->claims = list;
     s->n = n_claims;
     for(size_t i = 0; i < n_claims; i++)
         list[i]->set = s;

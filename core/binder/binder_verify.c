@@ -28,6 +28,8 @@ binder_rc binder_state_restore(binder_state *st, cozy_err *err)
     }
     for(sm_claim *c = st->claims; c && !rc; c = c->hh.next) {
         rc = binder_claim_upsert(ix, c->ns, c->name, c->class_name, c->count, err);
+        if(!rc)
+            binder_claim_tag(ix, c->ns, c->name, c);
         int book = c->node && (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
         if(!rc && book && binder_i_node_find(st, c->node))
             rc = binder_bind(ix, c->ns, c->name, c->node, BINDER_BIND_RESTORE, err);

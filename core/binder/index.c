@@ -269,7 +269,6 @@ void binder_free(binder_index *ix)
     HASH_ITER(hh, ix->claims, c, ctmp)
     {
         HASH_DEL(ix->claims, c);
-        free(c->key);
         free(c);
     }
     bclass *k, *ktmp;

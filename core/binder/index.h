@@ -145,6 +145,7 @@ typedef struct binder_claim_view {
     const char *class_name;
     uint32_t count;
     const char *node;
+    void *tag; /* the caller's (binder_claim_tag), NULL when none */
 } binder_claim_view;
 
 /* Called once per claim by the functions that walk claims. */
@@ -269,6 +270,11 @@ binder_rc binder_node_claims(const binder_index *ix, const char *name, binder_cl
  * count: DESIGN.md §3, the spec is immutable), BINDER_ERR_MEMORY. */
 binder_rc binder_claim_upsert(binder_index *ix, const char *ns, const char *name, const char *class_name,
                               uint32_t count, cozy_err *err);
+
+/* Attaches the caller's `tag` to claim ns/name (borrowed; given back in
+ * every binder_claim_view of it), so that a walk of a node's claims needs
+ * no lookup to find the caller's own record. Errors: BINDER_ERR_NO_CLAIM. */
+binder_rc binder_claim_tag(binder_index *ix, const char *ns, const char *name, void *tag);
 
 /* Forgets a claim, unbinding it first. Errors: BINDER_ERR_NO_CLAIM. */
 binder_rc binder_claim_delete(binder_index *ix, const char *ns, const char *name);

@@ -85,13 +85,14 @@ typedef struct slot {
 } slot;
 
 typedef struct bclaim {
-    char *key; /* "ns\0name\0" */
-    size_t keylen;  /* ns + 1 + name */
     bclass *cls;
-    uint32_t count;
     struct bnode *node;
     struct bclaim *prev, *next; /* the node's claims */
+    void *tag; /* the caller's (binder_claim_tag) */
+    uint32_t count;
+    uint32_t keylen;  /* ns + 1 + name */
     UT_hash_handle hh;
+    char key[]; /* "ns\0name\0", in the same allocation */
 } bclaim;
 
 typedef struct bnode {

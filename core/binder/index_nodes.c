@@ -261,6 +261,7 @@ static void claim_view(const bclaim *c, binder_claim_view *v)
     v->class_name = c->cls->name;
     v->count = c->count;
     v->node = c->node ? c->node->name : NULL;
+    v->tag = c->tag;
 }
 
 /* Takes claim c off its node; the slot is moved by the caller. */
@@ -386,20 +387,26 @@ binder_rc binder_claim_upsert(binder_index *ix, const char *ns, const char *name
         return BINDER_OK;
     }
     bclass *k = binder_class_get(ix, class_name);
-    if(!k || !(c = calloc(1, sizeof *c)) || !(c->key = malloc(len + 1))) {
-        free(c);
+    if(!k || !(c = calloc(1, sizeof *c + len + 1)))
         return fail(err, BINDER_ERR_MEMORY, "claim %s/%s: out of memory", ns, name);
-    }
     memcpy(c->key, key, len + 1);
-    c->keylen = len;
+    c->keylen = (uint32_t)len;
     c->cls = k;
     c->count = count;
     HASH_ADD_KEYPTR(hh, ix->claims, c->key, c->keylen, c);
     if(!c->hh.tbl) {
-        free(c->key);
         free(c);
         return fail(err, BINDER_ERR_MEMORY, "claim %s/%s: out of memory", ns, name);
     }
+    return BINDER_OK;
+}
+
+binder_rc binder_claim_tag(binder_index *ix, const char *ns, const char *name, void *tag)
+{
+    bclaim *c = claim_find(ix, ns, name);
+    if(!c)
+        return BINDER_ERR_NO_CLAIM;
+    c->tag = tag;
     return BINDER_OK;
 }
 
@@ -411,7 +418,6 @@ binder_rc binder_claim_delete(binder_index *ix, const char *ns, const char *name
     if(c->node)
         slot_place(ix, claim_detach(ix, c));
     HASH_DEL(ix->claims, c);
-    free(c->key);
     free(c);
     return BINDER_OK;
 }
