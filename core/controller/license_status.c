@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "format/kobject.h"
 
 #define COND CTL_LICENSE_COND
 
@@ -32,56 +33,23 @@ typedef struct cond_want {
     json_int_t generation;
 } cond_want;
 
+/* The condition wanted: True with TokenFound, else False (decision 0029). */
+static kobject_condition cond_of(const char *reason, const char *message, json_int_t generation)
+{
+    return (kobject_condition){COND, strcmp(reason, "TokenFound") == 0 ? "True" : "False", reason, message,
+                               generation};
+}
+
 /* kube_update_retry mutate: sets (or with reason "" removes) the
  * LicenseReady condition, leaving every other condition and status field
  * as read. */
 static int set_cond(json_t *obj, void *ctx)
 {
     cond_want *w = ctx;
-    json_t *status = json_object_get(obj, "status");
-    json_t *conds = json_object_get(status, "conditions");
-    json_t *mine = NULL;
-    size_t i, at = 0;
-    json_t *x;
-    json_array_foreach(conds, i, x)
-    {
-        const char *t = json_string_value(json_object_get(x, "type"));
-        if(t && strcmp(t, COND) == 0) {
-            mine = x;
-            at = i;
-        }
-    }
-    if(!*w->reason) {
-        if(!mine)
-            return 1;
-        json_array_remove(conds, at);
-        return ctl_license_leading() ? 0 : -1;
-    }
-    const char *st = strcmp(w->reason, "TokenFound") == 0 ? "True" : "False";
-    if(mine) {
-        const char *ost = json_string_value(json_object_get(mine, "status"));
-        if(ctl_license_str_eq(ost, st) && ctl_license_str_eq(json_string_value(json_object_get(mine, "reason")), w->reason) &&
-           ctl_license_str_eq(json_string_value(json_object_get(mine, "message")), w->message) &&
-           json_integer_value(json_object_get(mine, "observedGeneration")) == w->generation)
-            return 1;
-        if(!ctl_license_str_eq(ost, st))
-            json_object_set_new(mine, "lastTransitionTime", json_string(w->now));
-    } else {
-        if(!json_is_object(status)) {
-            status = json_object();
-            json_object_set_new(obj, "status", status);
-        }
-        if(!json_is_array(conds)) {
-            conds = json_array();
-            json_object_set_new(status, "conditions", conds);
-        }
-        mine = json_pack("{s:s, s:s}", "type", COND, "lastTransitionTime", w->now);
-        json_array_append_new(conds, mine);
-    }
-    json_object_set_new(mine, "status", json_string(st));
-    json_object_set_new(mine, "reason", json_string(w->reason));
-    json_object_set_new(mine, "message", json_string(w->message));
-    json_object_set_new(mine, "observedGeneration", json_integer(w->generation));
+    kobject_condition k = cond_of(w->reason, w->message, w->generation);
+    int r = *w->reason ? kobject_condition_set(obj, &k, w->now) : kobject_condition_remove(obj, COND);
+    if(r)
+        return r > 0 ? 1 : -1; /* unchanged: no write; out of memory: none either */
     return ctl_license_leading() ? 0 : -1; /* last check before the write */
 }
 
@@ -92,20 +60,15 @@ static void class_event(const json_t *obj, const char *reason, const char *messa
     ctl_event_record(obj, "cozystack.io/v1alpha1", "GPUClass", "Warning", reason, message);
 }
 
-/* Whether the cached class already shows the wanted condition. */
+/* Whether the cached class already shows the wanted condition (none, for
+ * a class no longer licensed). */
 static int cond_shown(const json_t *obj, const lclass *c)
 {
-    size_t i;
-    json_t *x;
-    json_array_foreach(json_object_get(json_object_get(obj, "status"), "conditions"), i, x)
-    {
-        const char *t = json_string_value(json_object_get(x, "type"));
-        if(t && strcmp(t, COND) == 0)
-            return *c->reason && ctl_license_str_eq(json_string_value(json_object_get(x, "reason")), c->reason) &&
-                   ctl_license_str_eq(json_string_value(json_object_get(x, "message")), c->message) &&
-                   json_integer_value(json_object_get(x, "observedGeneration")) == c->generation;
-    }
-    return !*c->reason;
+    const json_t *conds = json_object_get(json_object_get(obj, "status"), "conditions");
+    if(!*c->reason)
+        return !kobject_condition_get(conds, COND);
+    kobject_condition k = cond_of(c->reason, c->message, c->generation);
+    return kobject_condition_shown(conds, &k);
 }
 
 /* Whether a pair of class `cls` still waits to be compared or asserted. */

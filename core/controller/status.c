@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "format/kobject.h"
 
 /* Each GPUClass gets one condition, type "Accepted" (API conventions:
  * status.conditions with observedGeneration), True when the class passes
@@ -31,39 +32,10 @@ typedef struct class_cond {
 static int set_condition(json_t *obj, void *ctx)
 {
     class_cond *c = ctx;
-    json_t *status = json_object_get(obj, "status");
-    if(!json_is_object(status)) {
-        status = json_object();
-        json_object_set_new(obj, "status", status);
-    }
-    json_t *conds = json_object_get(status, "conditions");
-    if(!json_is_array(conds)) {
-        conds = json_array();
-        json_object_set_new(status, "conditions", conds);
-    }
-    json_t *mine = NULL;
-    size_t i;
-    json_t *x;
-    json_array_foreach(conds, i, x) if(json_is_string(json_object_get(x, "type")) &&
-                                       strcmp(json_string_value(json_object_get(x, "type")), "Accepted") == 0) mine = x;
-    if(mine) {
-        const char *st = json_string_value(json_object_get(mine, "status"));
-        const char *rs = json_string_value(json_object_get(mine, "reason"));
-        const char *ms = json_string_value(json_object_get(mine, "message"));
-        json_int_t og = json_integer_value(json_object_get(mine, "observedGeneration"));
-        if(st && rs && ms && strcmp(st, c->status) == 0 && strcmp(rs, c->reason) == 0 &&
-           strcmp(ms, c->message) == 0 && og == c->generation)
-            return 1; /* unchanged: no write */
-        if(!st || strcmp(st, c->status) != 0)
-            json_object_set_new(mine, "lastTransitionTime", json_string(c->now));
-    } else {
-        mine = json_pack("{s:s, s:s}", "type", "Accepted", "lastTransitionTime", c->now);
-        json_array_append_new(conds, mine);
-    }
-    json_object_set_new(mine, "status", json_string(c->status));
-    json_object_set_new(mine, "reason", json_string(c->reason));
-    json_object_set_new(mine, "message", json_string(c->message));
-    json_object_set_new(mine, "observedGeneration", json_integer(c->generation));
+    kobject_condition k = {"Accepted", c->status, c->reason, c->message, c->generation};
+    int r = kobject_condition_set(obj, &k, c->now);
+    if(r)
+        return r > 0 ? 1 : -1; /* unchanged: no write; out of memory: none either */
     return lease_is_leader(ctl_proc->lease) ? 0 : -1; /* last check before the write */
 }
 

@@ -26,22 +26,14 @@ static json_t *status_of(const binder_claim_status *s, json_int_t generation, co
         json_object_set_new(st, "attachedTo", json_string(s->attached_to));
     json_object_set_new(st, "observedGeneration", json_integer(generation));
     int ready = s->phase == BINDER_BOUND || s->phase == BINDER_ATTACHED;
-    const char *reason = s->reason == BINDER_R_NONE ? "Pending" : binder_reason_name(s->reason);
-    const char *when = now;
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(old_status, "conditions"), i, c)
-    {
-        const char *t = json_string_value(json_object_get(c, "type"));
-        const char *cs = json_string_value(json_object_get(c, "status"));
-        const char *lt = json_string_value(json_object_get(c, "lastTransitionTime"));
-        if(t && strcmp(t, "Ready") == 0 && cs && strcmp(cs, ready ? "True" : "False") == 0 && lt)
-            when = lt; /* lastTransitionTime moves only when status does (API conventions) */
-    }
+    kobject_condition k = {"Ready", ready ? "True" : "False",
+                           s->reason == BINDER_R_NONE ? "Pending" : binder_reason_name(s->reason),
+                           s->message ? s->message : "", generation};
     json_object_set_new(st, "conditions",
-                        json_pack("[{s:s, s:s, s:s, s:s, s:I, s:s}]", "type", "Ready", "status",
-                                  ready ? "True" : "False", "reason", reason, "message", s->message ? s->message : "",
-                                  "observedGeneration", (json_int_t)generation, "lastTransitionTime", when));
+                        json_pack("[{s:s, s:s, s:s, s:s, s:I, s:s}]", "type", k.type, "status", k.status, "reason",
+                                  k.reason, "message", k.message, "observedGeneration", k.generation,
+                                  "lastTransitionTime",
+                                  kobject_condition_since(json_object_get(old_status, "conditions"), &k, now)));
     return st;
 }
 
