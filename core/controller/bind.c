@@ -238,18 +238,124 @@ static void publish_applied(const rv_seen *taken)
     }
 }
 
+/* The binder as a leader-only writer (writer.c): its state, the served
+ * bundle's engine, and the resourceVersions taken with each batch. */
+typedef struct bind_writer {
+    placement_io io;
+    engine *runtime;         /* runtime.binder: cozygpu.capacity */
+    placement *p;
+    engine *pe;              /* the served bundle's engine: policies/binder.lua, budgets at bind */
+    ctl_bundle *peb;         /* the bundle pe was built on (a reference) */
+    int full_pending;        /* built, no full pass yet (waiting for a bundle) */
+    int policy_waiting;      /* the last wake found no bundle (logged once) */
+    rv_seen taken[RV_RESOURCES];
+} bind_writer;
+
+/* A second at most: retries of writes left by a 409 or an error; sooner
+ * when a GPUClass status waits for its write gap; at once when the last
+ * flush stopped at its budget. */
+static long bw_wait_ms(void *ud)
+{
+    bind_writer *w = ud;
+    if(w->p && placement_more(w->p))
+        return 0;
+    long left = w->p ? placement_class_wait_ms(w->p) : -1;
+    return left < 0 ? 1000 : left < 10 ? 10 : left > 1000 ? 1000 : left;
+}
+
+static void bw_take(void *ud)
+{
+    rv_take(((bind_writer *)ud)->taken);
+}
+
+static int bw_build(void *ud)
+{
+    bind_writer *w = ud;
+    w->p = placement_new(&w->io, w->runtime, ctl_proc->settings);
+    if(!w->p || placement_build(w->p) != 0) {
+        placement_free(w->p);
+        w->p = NULL;
+        return -1;
+    }
+    log_write(LOG_INFO, "binder", "rebuilt the binder's state from the caches", NULL);
+    ctl_bundle_unref(w->peb); /* a new state: the usage table is fed again */
+    w->peb = NULL;
+    w->full_pending = 1;
+    return 0;
+}
+
+static void bw_apply(void *ud, ctl_key *batch)
+{
+    placement_apply(((bind_writer *)ud)->p, batch);
+}
+
+/* The served bundle's engine, opened again when the bundle changed; 1
+ * when one serves and the model has it. */
+static int bw_policy(bind_writer *w)
+{
+    ctl_bundle *b = ctl_bundle_current();
+    if(!b)
+        return 0;
+    if(b == w->peb) {
+        ctl_bundle_unref(b);
+        return 1;
+    }
+    engine *e = NULL;
+    engine_options beo = ctl_bundle_engine_options(b);
+    cozy_err err;
+    if(engine_open(&e, &beo, &err) != COZY_OK) {
+        log_write(LOG_ERROR, "binder", "cannot open the policy engine for the binder", "error", err.msg, NULL);
+        ctl_bundle_unref(b);
+        return 0;
+    }
+    int ok = placement_set_policy(w->p, e, 1, &err) == COZY_OK;
+    engine_close(w->pe);
+    ctl_bundle_unref(w->peb);
+    w->pe = e;
+    w->peb = ok ? b : NULL; /* fed again at the next wake when feeding failed */
+    if(!ok)
+        ctl_bundle_unref(b);
+    return ok;
+}
+
+static void bw_work(void *ud, int had_batch)
+{
+    bind_writer *w = ud;
+    if(!bw_policy(w)) {
+        /* no bind without the budget check: the state stays and follows
+         * the caches until a bundle serves, then gets its full pass
+         * (decision 0026; dropping it here rebuilt it from the caches on
+         * every wake with a broken ConfigMap at start-up) */
+        if(!w->policy_waiting)
+            log_write(LOG_WARN, "binder", "no policy bundle serves: nothing is bound until one does", NULL);
+        w->policy_waiting = 1;
+        return;
+    }
+    w->policy_waiting = 0;
+    placement_reconcile(w->p, w->full_pending ? PLACEMENT_PASS_FULL
+                              : had_batch     ? PLACEMENT_PASS_CHANGES
+                                              : PLACEMENT_PASS_RETRY);
+    w->full_pending = 0;
+    placement_flush(w->p);
+    if(!placement_more(w->p) && lease_is_leader(ctl_proc->lease))
+        publish_applied(w->taken);
+}
+
+static void bw_drop(void *ud)
+{
+    bind_writer *w = ud;
+    placement_free(w->p);
+    w->p = NULL;
+    metrics_family_clear("cozygpu_binder_applied_resource_version");
+}
+
 void *ctl_bind_main(void *arg)
 {
     (void)arg;
     engine_options eo = ctl_proc->eo;
     eo.bundle_dir = NULL;
     cozy_err err;
-    engine *runtime = NULL;
-    if(engine_open_runtime(&runtime, &eo, "binder", &err) != COZY_OK) {
-        log_write(LOG_ERROR, "binder", "cannot open runtime.binder; the binder does not run", "error", err.msg, NULL);
-        return NULL;
-    }
-    const placement_io io = {.get = io_get,
+    bind_writer bw = {.io = {.get = io_get,
                              .list = io_list,
                              .list_claims = io_list_claims,
                              .leading = io_leading,
@@ -257,100 +363,26 @@ void *ctl_bind_main(void *arg)
                              .class_status = io_class_status,
                              .update = io_update,
                              .create_claim = io_create_claim,
-                             .remove = io_remove};
-    placement *p = NULL;
-    engine *pe = NULL;       /* the served bundle's engine: policies/binder.lua, budgets at bind */
-    ctl_bundle *peb = NULL;  /* the bundle pe was built on (a reference) */
-    int full_pending = 0;    /* built, no full pass yet (waiting for a bundle) */
-    int policy_waiting = 0;  /* the last wake found no bundle (logged once) */
-    for(;;) {
-        /* a second at most: retries of writes left by a 409 or an error;
-         * sooner when a GPUClass status waits for its write gap; at once
-         * when the last flush stopped at its budget */
-        long wait = 1000;
-        if(p && placement_more(p))
-            wait = 0;
-        else if(p && placement_class_wait_ms(p) >= 0) {
-            long left = placement_class_wait_ms(p);
-            wait = left < 10 ? 10 : left > 1000 ? 1000 : left;
-        }
-        int stop;
-        rv_seen taken[RV_RESOURCES];
-        ctl_key *batch = ctl_key_wait_take(&g_dirty, &g_wake, wait, &stop, rv_take, taken);
-        if(stop)
-            break;
-        if(!lease_is_leader(ctl_proc->lease) || !kube_watcher_synced(ctl_proc->watcher)) {
-            if(p)
-                log_write(LOG_INFO, "binder", "not leading: the binder's state is dropped", NULL);
-            placement_free(p);
-            p = NULL;
-            metrics_family_clear("cozygpu_binder_applied_resource_version");
-            keyset_free(&batch);
-            continue;
-        }
-        int had_batch = batch != NULL;
-        if(!p) {
-            keyset_free(&batch); /* the caches hold all of it */
-            p = placement_new(&io, runtime, ctl_proc->settings);
-            if(!p || placement_build(p) != 0) {
-                placement_free(p);
-                p = NULL;
-                continue;
-            }
-            log_write(LOG_INFO, "binder", "rebuilt the binder's state from the caches", NULL);
-            ctl_bundle_unref(peb); /* a new state: the usage table is fed again */
-            peb = NULL;
-            full_pending = 1;
-        } else if(batch) {
-            placement_apply(p, batch);
-            keyset_free(&batch);
-        }
-        /* the served bundle's engine, opened again when the bundle changed */
-        ctl_bundle *b = ctl_bundle_current();
-        int ready = b != NULL;
-        if(b && b != peb) {
-            engine *e = NULL;
-            engine_options beo = ctl_bundle_engine_options(b);
-            if(engine_open(&e, &beo, &err) != COZY_OK) {
-                log_write(LOG_ERROR, "binder", "cannot open the policy engine for the binder", "error", err.msg,
-                          NULL);
-                ctl_bundle_unref(b);
-                ready = 0;
-            } else {
-                int ok = placement_set_policy(p, e, 1, &err) == COZY_OK;
-                engine_close(pe);
-                ctl_bundle_unref(peb);
-                pe = e;
-                peb = ok ? b : NULL; /* fed again at the next wake when feeding failed */
-                if(!ok)
-                    ctl_bundle_unref(b);
-                ready = ok;
-            }
-        } else if(b)
-            ctl_bundle_unref(b);
-        if(!ready) {
-            /* no bind without the budget check: the state stays and follows
-             * the caches until a bundle serves, then gets its full pass
-             * (decision 0026; dropping it here rebuilt it from the caches
-             * on every wake with a broken ConfigMap at start-up) */
-            if(!policy_waiting)
-                log_write(LOG_WARN, "binder", "no policy bundle serves: nothing is bound until one does", NULL);
-            policy_waiting = 1;
-            continue;
-        }
-        policy_waiting = 0;
-        placement_reconcile(p, full_pending ? PLACEMENT_PASS_FULL
-                               : had_batch  ? PLACEMENT_PASS_CHANGES
-                                            : PLACEMENT_PASS_RETRY);
-        full_pending = 0;
-        placement_flush(p);
-        if(!placement_more(p) && lease_is_leader(ctl_proc->lease))
-            publish_applied(taken);
+                             .remove = io_remove}};
+    if(engine_open_runtime(&bw.runtime, &eo, "binder", &err) != COZY_OK) {
+        log_write(LOG_ERROR, "binder", "cannot open runtime.binder; the binder does not run", "error", err.msg, NULL);
+        return NULL;
     }
-    placement_free(p);
-    engine_close(pe);
-    ctl_bundle_unref(peb);
-    engine_close(runtime);
+    const ctl_writer w = {.component = "binder",
+                          .dropped = "not leading: the binder's state is dropped",
+                          .queue = &g_dirty,
+                          .wake = &g_wake,
+                          .ud = &bw,
+                          .wait_ms = bw_wait_ms,
+                          .take = bw_take,
+                          .build = bw_build,
+                          .apply = bw_apply,
+                          .work = bw_work,
+                          .drop = bw_drop};
+    ctl_writer_run(&w);
+    engine_close(bw.pe);
+    ctl_bundle_unref(bw.peb);
+    engine_close(bw.runtime);
     pthread_mutex_lock(&ctl_proc->mu);
     keyset_free(&g_dirty);
     pthread_mutex_unlock(&ctl_proc->mu);

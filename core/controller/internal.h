@@ -104,6 +104,42 @@ ctl_key *ctl_key_wait(ctl_key **queue, int *wake, long wait_ms, int *stop);
  * beside the keys is taken together with them, never a later event's. */
 ctl_key *ctl_key_wait_take(ctl_key **queue, int *wake, long wait_ms, int *stop, void (*take)(void *ud), void *ud);
 
+/* ---- writer.c ---- */
+
+/* One leader-only writer (the binder, usage records, license copies, the
+ * GPUClass Accepted condition): what the writer's loop calls, in this
+ * order, on its own thread (DESIGN.md §2: writers run on the leader only;
+ * decision 0009). `ud` is passed back to each; NULL members are skipped.
+ *   wait_ms: how long to wait for keys this time (ms, >= 0; NULL: 1000);
+ *   take: under ctl.mu with the batch (ctl_key_wait_take);
+ *   build: this replica leads and every cache has listed, and the writer
+ *     holds no state: build it from the caches (the batch is dropped: the
+ *     caches hold all of it); non-zero: not built, tried at the next wake;
+ *   apply: the keys queued since the last wake (the writer frees none);
+ *   work: decide and write what is due, record each result (`had_batch`:
+ *     the wake brought keys);
+ *   drop: the lead is lost (or the caches are listing again) or the
+ *     process stops: forget the state, which `build` makes again.
+ * `dropped`: the log line when the state is dropped, NULL for none. */
+typedef struct ctl_writer {
+    const char *component; /* log component */
+    const char *dropped;
+    ctl_key **queue;
+    int *wake;
+    void *ud;
+    long (*wait_ms)(void *ud);
+    void (*take)(void *ud);
+    int (*build)(void *ud);
+    void (*apply)(void *ud, ctl_key *batch);
+    void (*work)(void *ud, int had_batch);
+    void (*drop)(void *ud);
+} ctl_writer;
+
+/* Runs writer w until ctl.stopping: waits for keys (ctl_key_wait_take),
+ * builds on taking the lead, applies each batch, works, and drops the
+ * state when the lead is lost; drops it once more at the end if built. */
+void ctl_writer_run(const ctl_writer *w);
+
 /* ctl_key_queue of "K:ns/name" for object `obj` (K = kind; ns empty for a
  * cluster-scoped object); nothing when it has no metadata.name. */
 void ctl_key_queue_object(ctl_key **queue, char kind, const json_t *obj);

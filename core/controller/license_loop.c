@@ -226,6 +226,37 @@ static void flush(state *S)
     }
 }
 
+/* ------------------------------------------------- the writer (writer.c) */
+
+static int lw_build(void *ud)
+{
+    build(ud);
+    return 0;
+}
+
+static void lw_apply(void *ud, ctl_key *batch)
+{
+    apply_batch(ud, batch);
+}
+
+static void lw_work(void *ud, int had_batch)
+{
+    (void)had_batch;
+    state *S = ud;
+    if(S->next_resync_ms && clock_mono_ms() >= S->next_resync_ms) {
+        resync(S);
+        S->next_resync_ms = clock_mono_ms() + ctl_proc->f.resync_ms;
+    }
+    flush(S);
+}
+
+static void lw_drop(void *ud)
+{
+    state *S = ud;
+    if(S->built)
+        ctl_license_state_drop(S);
+}
+
 void *ctl_license_main(void *arg)
 {
     (void)arg;
@@ -238,34 +269,17 @@ void *ctl_license_main(void *arg)
                   err.msg, NULL);
         return NULL;
     }
-    for(;;) {
-        int stop; /* a second at most: retries of failed writes; asserts */
-        lkey *batch = ctl_key_wait(&g_dirty, &g_wake, 1000, &stop);
-        if(stop)
-            break;
-        if(!ctl_license_leading() || !kube_watcher_synced(ctl_proc->watcher)) {
-            if(S.built)
-                log_write(LOG_INFO, "license", "not leading: the license copier's state is dropped", NULL);
-            if(S.built)
-                ctl_license_state_drop(&S);
-            keyset_free(&batch);
-            continue;
-        }
-        if(!S.built) {
-            keyset_free(&batch); /* the caches hold all of it */
-            build(&S);
-        } else if(batch) {
-            apply_batch(&S, batch);
-            keyset_free(&batch);
-        }
-        if(S.next_resync_ms && clock_mono_ms() >= S.next_resync_ms) {
-            resync(&S);
-            S.next_resync_ms = clock_mono_ms() + ctl_proc->f.resync_ms;
-        }
-        flush(&S);
-    }
-    if(S.built)
-        ctl_license_state_drop(&S);
+    /* a second at most between wakes: retries of failed writes; asserts */
+    const ctl_writer w = {.component = "license",
+                          .dropped = "not leading: the license copier's state is dropped",
+                          .queue = &g_dirty,
+                          .wake = &g_wake,
+                          .ud = &S,
+                          .build = lw_build,
+                          .apply = lw_apply,
+                          .work = lw_work,
+                          .drop = lw_drop};
+    ctl_writer_run(&w);
     engine_close(S.e);
     pthread_mutex_lock(&ctl_proc->mu);
     keyset_free(&g_dirty);

@@ -79,53 +79,62 @@ static void reconcile_classes(engine *e)
     json_decref(classes);
 }
 
+/* The class condition writer (writer.c): its engine and the bundle it
+ * was opened on. It keeps no state to build: every wake reviews every
+ * cached class. */
+typedef struct status_writer {
+    engine *e;
+    ctl_bundle *eb;
+} status_writer;
+
+static ctl_key *g_none; /* the writer wakes on ctl.status_dirty, with no keys */
+
+static long sw_wait_ms(void *ud)
+{
+    (void)ud;
+    return ctl_proc->f.status_interval_ms;
+}
+
+static void sw_work(void *ud, int had_batch)
+{
+    (void)had_batch;
+    status_writer *w = ud;
+    ctl_bundle *b = ctl_bundle_current();
+    if(!b)
+        return;
+    cozy_err err;
+    if(!w->e || w->eb != b) {
+        engine_close(w->e);
+        w->e = NULL;
+        engine_options eo = ctl_bundle_engine_options(b);
+        if(engine_open(&w->e, &eo, &err) != COZY_OK) {
+            log_write(LOG_ERROR, "status", "cannot open the policy engine", "error", err.msg, NULL);
+            ctl_bundle_unref(b);
+            return;
+        }
+        ctl_bundle_unref(w->eb);
+        w->eb = b;
+    } else
+        ctl_bundle_unref(b);
+    json_t *snap = ctl_cluster_snapshot();
+    if(engine_set_cluster(w->e, snap, ctl_proc->settings, &err) == COZY_OK)
+        reconcile_classes(w->e);
+    json_decref(snap);
+}
+
 void *ctl_status_writer_main(void *arg)
 {
     (void)arg;
-    engine *e = NULL;
-    ctl_bundle *eb = NULL;
-    for(;;) {
-        pthread_mutex_lock(&ctl_proc->mu);
-        if(!ctl_proc->stopping && !ctl_proc->status_dirty) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += ctl_proc->f.status_interval_ms / 1000;
-            ts.tv_nsec += (ctl_proc->f.status_interval_ms % 1000) * 1000000;
-            if(ts.tv_nsec >= 1000000000)
-                ts.tv_sec++, ts.tv_nsec -= 1000000000;
-            pthread_cond_timedwait(&ctl_proc->cv, &ctl_proc->mu, &ts);
-        }
-        int stop = ctl_proc->stopping;
-        ctl_proc->status_dirty = 0;
-        pthread_mutex_unlock(&ctl_proc->mu);
-        if(stop)
-            break;
-        if(!lease_is_leader(ctl_proc->lease) || !kube_watcher_synced(ctl_proc->watcher))
-            continue;
-        ctl_bundle *b = ctl_bundle_current();
-        if(!b)
-            continue;
-        cozy_err err;
-        if(!e || eb != b) {
-            engine_close(e);
-            e = NULL;
-            engine_options eo = ctl_bundle_engine_options(b);
-            if(engine_open(&e, &eo, &err) != COZY_OK) {
-                log_write(LOG_ERROR, "status", "cannot open the policy engine", "error", err.msg, NULL);
-                ctl_bundle_unref(b);
-                continue;
-            }
-            ctl_bundle_unref(eb);
-            eb = b;
-        } else
-            ctl_bundle_unref(b);
-        json_t *snap = ctl_cluster_snapshot();
-        if(engine_set_cluster(e, snap, ctl_proc->settings, &err) == COZY_OK)
-            reconcile_classes(e);
-        json_decref(snap);
-    }
-    engine_close(e);
-    ctl_bundle_unref(eb);
+    status_writer sw = {0};
+    const ctl_writer w = {.component = "status",
+                          .queue = &g_none,
+                          .wake = &ctl_proc->status_dirty,
+                          .ud = &sw,
+                          .wait_ms = sw_wait_ms,
+                          .work = sw_work};
+    ctl_writer_run(&w);
+    engine_close(sw.e);
+    ctl_bundle_unref(sw.eb);
     return NULL;
 }
 

@@ -398,6 +398,83 @@ static int round_work(usage *U)
     return CTL_USAGE_W_OK;
 }
 
+/* ------------------------------------------------- the writer (writer.c) */
+
+static int uw_build(void *ud)
+{
+    usage *U = ud;
+    U->active = 1;
+    U->full = 1; /* the caches hold all of it */
+    return 0;
+}
+
+static void uw_apply(void *ud, ctl_key *batch)
+{
+    usage *U = ud;
+    ukey *k, *t;
+    HASH_ITER(hh, batch, k, t) keyset_add(&U->work, k->key);
+}
+
+/* Whether the Workload types are served (probed at most every minute
+ * while not); a change to served compares everything. */
+static int available(usage *U)
+{
+    if(U->avail == 1)
+        return 1;
+    if(clock_mono_ms() >= U->next_probe) {
+        int was = U->avail;
+        int p = probe();
+        if(p >= 0)
+            set_avail(U, p);
+        else {
+            /* no answer, or one that is not 404 (a 403: RBAC): asked again in 10 s */
+            U->next_probe = clock_mono_ms() + 10000;
+            if(clock_mono_ms() >= U->next_warn) {
+                U->next_warn = clock_mono_ms() + WARN_EVERY_MS;
+                log_write(LOG_WARN, "usage",
+                          "cannot tell whether the cluster serves Cozystack's Workload types; no usage records are "
+                          "written until it answers",
+                          NULL);
+            }
+        }
+        if(p == 1 && was != 1) {
+            if(was == 0)
+                log_write(LOG_INFO, "usage", "the Workload types are served now: writing usage records", NULL);
+            U->full = 1;
+        }
+    }
+    if(U->avail == 0)
+        warn_unavailable(U);
+    if(U->avail != 1) {
+        keyset_free(&U->work); /* compared in full once served */
+        return 0;
+    }
+    return 1;
+}
+
+static void uw_work(void *ud, int had_batch)
+{
+    (void)had_batch;
+    usage *U = ud;
+    if(!available(U))
+        return;
+    if(U->full) {
+        queue_all(U);
+        U->full = 0;
+    }
+    if(round_work(U) == CTL_USAGE_W_MISSING && probe() == 0) {
+        /* confirmed: compared in full once served again */
+        set_avail(U, 0);
+        warn_unavailable(U);
+        keyset_free(&U->work);
+    }
+}
+
+static void uw_drop(void *ud)
+{
+    drop(ud);
+}
+
 void *ctl_usage_main(void *arg)
 {
     (void)arg;
@@ -406,66 +483,16 @@ void *ctl_usage_main(void *arg)
     U.ns_count = json_object();
     U.mon_ok = json_object();
     U.written = json_object();
-    for(;;) {
-        int stop; /* a second at most: retries of failed writes, probes */
-        ukey *batch = ctl_key_wait(&g_queue, &g_wake, 1000, &stop);
-        if(stop)
-            break;
-        if(!ctl_usage_leading() || !kube_watcher_synced(ctl_proc->watcher)) {
-            keyset_free(&batch);
-            if(U.active)
-                drop(&U);
-            continue;
-        }
-        int full = 0;
-        if(!U.active) {
-            U.active = 1;
-            keyset_free(&batch); /* the caches hold all of it */
-            full = 1;
-        }
-        if(U.avail != 1) {
-            if(clock_mono_ms() >= U.next_probe) {
-                int was = U.avail;
-                int p = probe();
-                if(p >= 0)
-                    set_avail(&U, p);
-                else {
-                    /* no answer, or one that is not 404 (a 403: RBAC): asked again in 10 s */
-                    U.next_probe = clock_mono_ms() + 10000;
-                    if(clock_mono_ms() >= U.next_warn) {
-                        U.next_warn = clock_mono_ms() + WARN_EVERY_MS;
-                        log_write(LOG_WARN, "usage",
-                                  "cannot tell whether the cluster serves Cozystack's Workload types; no usage "
-                                  "records are written until it answers",
-                                  NULL);
-                    }
-                }
-                if(p == 1 && was != 1) {
-                    if(was == 0)
-                        log_write(LOG_INFO, "usage", "the Workload types are served now: writing usage records",
-                                  NULL);
-                    full = 1;
-                }
-            }
-            if(U.avail == 0)
-                warn_unavailable(&U);
-            if(U.avail != 1) {
-                keyset_free(&batch); /* compared in full once served */
-                continue;
-            }
-        }
-        if(full)
-            queue_all(&U);
-        ukey *k, *t;
-        HASH_ITER(hh, batch, k, t) keyset_add(&U.work, k->key);
-        keyset_free(&batch);
-        if(round_work(&U) == CTL_USAGE_W_MISSING && probe() == 0) {
-            /* confirmed: compared in full once served again */
-            set_avail(&U, 0);
-            warn_unavailable(&U);
-            keyset_free(&U.work);
-        }
-    }
+    /* a second at most between wakes: retries of failed writes, probes */
+    const ctl_writer w = {.component = "usage",
+                          .queue = &g_queue,
+                          .wake = &g_wake,
+                          .ud = &U,
+                          .build = uw_build,
+                          .apply = uw_apply,
+                          .work = uw_work,
+                          .drop = uw_drop};
+    ctl_writer_run(&w);
     drop(&U);
     json_decref(U.wanted);
     json_decref(U.ns_count);

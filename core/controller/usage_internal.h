@@ -18,6 +18,7 @@
 /* The usage thread's state (usage.c). */
 typedef struct ctl_usage_state {
     int active;          /* built for this lead */
+    int full;            /* every cached claim and record to compare (the lead taken, the types served) */
     int avail;           /* the Workload types are served: 1 yes, 0 no, -1 not known */
     long long next_probe; /* ms: when avail is 0, the next probe */
     long long next_warn;  /* ms: the next warning while unavailable */

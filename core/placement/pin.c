@@ -5,12 +5,14 @@
  */
 #include "placement/internal.h"
 
+#include <lua.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "engine/luajson.h"
 #include "format/kobject.h"
 #include "placement/read.h"
 
@@ -63,75 +65,61 @@ static int empty_term(const json_t *term)
 }
 
 /* Narrows a gated pod to `node` and removes the gate (decision 0020 §5,
- * the same shape as cozygpu.pin.narrow, decision 0025; KEP-3838 and
- * kube-apiserver validateNodeAffinityMutation: on a gated pod a required
- * node affinity may be set when there is none, else each term may only
- * gain requirements and an empty term stays empty). The requirement
- * metadata.name In [node] goes into every term that has a requirement, or
- * into one new term when the pod has no required node affinity.
- * io.update's mutate: 1 when the gate is gone already, -1 for a
- * shape the API server would not have stored (left as it is) or when this
- * replica no longer leads. */
+ * 0025): the narrowed affinity is runtime.binder.pin's, i.e.
+ * cozygpu.pin.narrow's, the shape the webhook writes at creation (KEP-3838
+ * and kube-apiserver validateNodeAffinityMutation: on a gated pod a
+ * required node affinity may be set when there is none, else each term
+ * may only gain requirements and an empty term stays empty).
+ * io.update's mutate: 1 when the gate is gone already, -1 for a shape the
+ * API server would not have stored (left as it is), when Lua cannot
+ * answer, or when this replica no longer leads. */
 typedef struct pin_ctx {
     placement *L;
     const char *node;
     int bad_shape; /* set when the pod's affinity is a shape the API server would not have stored */
 } pin_ctx;
 
+/* runtime.binder.pin(pod, node): the new spec.affinity (a new reference),
+ * or NULL with *bad set for a shape that cannot be narrowed. */
+static json_t *pinned_affinity(placement *L, const json_t *pod, const char *node, int *bad)
+{
+    lua_State *S = engine_lua(L->e);
+    engine_push_runtime_fn(L->e, "pin");
+    luajson_push(S, pod);
+    lua_pushstring(S, node);
+    cozy_err err;
+    json_t *out = NULL;
+    if(engine_call(L->e, 2, 1, 0, &err) != ENGINE_ALLOWED || engine_to_json(L->e, -1, &out, &err) != COZY_OK) {
+        log_write(LOG_ERROR, "binder", "runtime.binder.pin failed; the pod stays gated", "pod",
+                  kobject_meta_str(pod, "name"), "error", err.msg, NULL);
+        json_decref(out);
+        lua_settop(S, 0);
+        return NULL;
+    }
+    lua_settop(S, 0);
+    json_t *aff = json_incref(json_object_get(out, "affinity"));
+    if(!aff) {
+        const json_t *pr = json_object_get(out, "problem");
+        log_write(LOG_WARN, "binder", "a gated launcher pod's affinity cannot be narrowed; it stays gated", "pod",
+                  kobject_meta_str(pod, "name"), "field", json_string_value(json_object_get(pr, "field")), "error",
+                  json_string_value(json_object_get(pr, "message")), NULL);
+        *bad = 1;
+    }
+    json_decref(out);
+    return aff;
+}
+
 static int pin_mutate(json_t *pod, void *ctx)
 {
     pin_ctx *pc = ctx;
     placement *L = pc->L;
-    const char *node = pc->node;
     if(!has_gate(pod))
         return 1;
     json_t *spec = json_object_get(pod, "spec");
-    json_t *aff = json_object_get(spec, "affinity");
-    if(!json_is_object(aff)) {
-        aff = json_object();
-        json_object_set_new(spec, "affinity", aff);
-    }
-    json_t *na = json_object_get(aff, "nodeAffinity");
-    if(!json_is_object(na)) {
-        na = json_object();
-        json_object_set_new(aff, "nodeAffinity", na);
-    }
-    json_t *req = json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
-    json_t *requirement =
-        json_pack("{s:s, s:s, s:[s]}", "key", "metadata.name", "operator", "In", "values", node);
-    if(!json_is_object(req)) {
-        json_object_set_new(na, "requiredDuringSchedulingIgnoredDuringExecution",
-                            json_pack("{s:[{s:[o]}]}", "nodeSelectorTerms", "matchFields", requirement));
-    } else {
-        json_t *terms = json_object_get(req, "nodeSelectorTerms");
-        if(!json_is_array(terms) || json_array_size(terms) == 0) {
-            json_decref(requirement);
-            pc->bad_shape = 1;
-            return -1;
-        }
-        size_t i;
-        json_t *term;
-        json_array_foreach(terms, i, term)
-        {
-            if(!json_is_object(term)) {
-                json_decref(requirement);
-                pc->bad_shape = 1;
-                return -1;
-            }
-            if(empty_term(term))
-                continue; /* matches no node, and must stay so */
-            json_t *mf = json_object_get(term, "matchFields");
-            if(!json_is_array(mf)) {
-                mf = json_array();
-                json_object_set_new(term, "matchFields", mf);
-            }
-            const char *last = pin_of(json_array_get(mf, json_array_size(mf) - 1));
-            if(last && strcmp(last, node) == 0)
-                continue; /* pinned already (a retry, or the webhook's pin): no second copy */
-            json_array_append(mf, requirement);
-        }
-        json_decref(requirement);
-    }
+    json_t *aff = pinned_affinity(L, pod, pc->node, &pc->bad_shape);
+    if(!aff)
+        return -1;
+    json_object_set_new(spec, "affinity", aff);
     json_t *gates = json_object_get(spec, "schedulingGates");
     for(size_t i = json_array_size(gates); i-- > 0;) {
         const char *n = json_string_value(json_object_get(json_array_get(gates, i), "name"));

@@ -1,12 +1,16 @@
---- runtime.binder — what the leader's binder (core/controller/bind.c) asks
---- of Lua about a node: the units it offers each class and whether it can
---- take new claim sets. Pure functions over the objects the watches hold;
---- the rules are cozygpu.capacity's (docs/decisions/0022, DESIGN.md §3
---- "capacity", §6), this module only puts them into the one shape the C
---- side reads.
+--- runtime.binder — what the leader's binder (core/placement/) asks of
+--- Lua: the units a node offers each class and whether it can take new
+--- claim sets, a class's status, and the pin of a gated launcher pod.
+--- Pure functions over the objects the watches hold; the rules are
+--- cozygpu.capacity's and cozygpu.pin's (docs/decisions/0022, 0025,
+--- DESIGN.md §3 "capacity", §4, §6), this module only puts them into the
+--- one shape the C side reads.
 local capacity = require "cozygpu.capacity"
 local gpu = require "cozygpu.gpu"
 local json = require "cozygpu.json"
+local jsonpatch = require "cozygpu.jsonpatch"
+local object = require "cozygpu.object"
+local pin = require "cozygpu.pin"
 
 local M = {}
 
@@ -65,6 +69,22 @@ function M.class_status(class, units)
   if cap and max > cap then max = cap end
   if max > free then max = free end
   return { free = free, maxFreePerNode = max }
+end
+
+--- The required node affinity of gated launcher pod `pod` once pinned to
+--- `node`: cozygpu.pin.narrow's patch applied, the same shape the webhook
+--- writes at creation (decision 0025), so the pin is computed in one place.
+--- @param pod table the Pod as the API server holds it
+--- @param node string the node its claims are Bound on
+--- @return table {affinity = the new spec.affinity}, or {problem =
+---   {field, message}} when the pod cannot be narrowed safely (a shape the
+---   API server would not have stored; the caller leaves it gated)
+function M.pin(pod, node)
+  local patch, problem = pin.narrow(pod, node)
+  if not patch then return { problem = problem } end
+  local pinned, err = jsonpatch.apply(pod, patch)
+  if not pinned then return { problem = { field = "spec.affinity", message = err } } end
+  return { affinity = object.get(pinned, "spec", "affinity") }
 end
 
 return M
