@@ -95,6 +95,7 @@ struct placement {
     json_t *class_sent;  /* class -> {free, maxFreePerNode} written, until the cache shows it */
     json_t *class_names; /* class -> true: the classes the per-class gauges were last set for */
     json_t *class_specs; /* class -> {spec, deleting} as last applied (apply_class) */
+    json_t *tmpl_sets;   /* "ns/name" of a VMI -> {uid, generation, set}: its template claims (pl_template_set) */
     long long class_next_ms; /* monotonic ms: no GPUClass status write before then */
     int class_pending;   /* a class status differs and waits for class_next_ms */
     long long flush_until; /* monotonic ms: the current flush writes until then */
@@ -131,8 +132,14 @@ json_t *pl_with_kind(json_t *obj, placement_kind k);
  * 0027): taken, changed or dropped; queued in waiting_sets when it names
  * a claim not known yet or held by another set. */
 void pl_apply_set(placement *L, const char *ns, const char *name);
-/* The claims VMI `vmi` holds (placement_read_vmi_claims over the classes
- * io lists, listed only for a VMI with template claims). */
+/* The template claims of VMI `vmi` ([{name, class, count}], a new
+ * reference), or NULL when it gets none: runtime.binder.template_claims
+ * (cozygpu.claims.template_names, decision 0027) over the cached GPUClasses
+ * and KubeVirt CR, asked once per VMI uid and generation (L->tmpl_sets,
+ * cleared when a class or the KubeVirt CR changes). */
+json_t *pl_template_set(placement *L, const json_t *vmi);
+/* The claims VMI `vmi` holds (placement_read_vmi_claims with its
+ * template set, computed only for a VMI with template claims). */
 size_t pl_vmi_claims(placement *L, const json_t *vmi, char *buf, size_t n, const char **names, size_t max,
                      json_t **tmpl);
 /* Updates the raw-name use of VMI `key` (vmi NULL: gone); the nodes whose

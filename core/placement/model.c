@@ -255,6 +255,7 @@ static void model_clear(placement *L)
     json_object_clear(L->class_sent);
     json_object_clear(L->class_names);
     json_object_clear(L->class_specs);
+    json_object_clear(L->tmpl_sets);
     json_object_clear(L->refused);
     L->class_pending = 0;
     L->more = 0;
@@ -270,7 +271,7 @@ placement *placement_new(const placement_io *io, engine *runtime, const json_t *
     L->settings = settings;
     json_t **objs[] = {&L->raw_by_node, &L->uids,       &L->creates,     &L->refused,     &L->pvc_sets,
                        &L->tdeletes,    &L->class_sent, &L->class_names, &L->class_specs, &L->claim_class,
-                       &L->class_claims, &L->class_fin_failed};
+                       &L->class_claims, &L->class_fin_failed, &L->tmpl_sets};
     for(size_t i = 0; i < sizeof objs / sizeof *objs; i++)
         if(!(*objs[i] = json_object())) {
             placement_free(L);
@@ -290,7 +291,7 @@ void placement_free(placement *L)
     pl_class_gauges_clear();
     json_t *objs[] = {L->raw_by_node, L->uids,       L->creates,     L->refused,     L->pvc_sets,
                       L->tdeletes,    L->class_sent, L->class_names, L->class_specs, L->claim_class,
-                      L->class_claims, L->class_fin_failed};
+                      L->class_claims, L->class_fin_failed, L->tmpl_sets};
     for(size_t i = 0; i < sizeof objs / sizeof *objs; i++)
         json_decref(objs[i]);
     free(L);
@@ -476,7 +477,7 @@ static void recheck_raw(placement *L, keyset **nodes)
 
 void placement_apply(placement *L, keyset *batch)
 {
-    int classes_changed = 0, kubevirt_changed = 0, sets_changed = 0;
+    int classes_changed = 0, kubevirt_changed = 0, sets_changed = 0, class_event = 0;
     keyset *d, *t;
     /* classes first (a node's offers depend on them), then claims, sets,
      * the raw-name use that depends on sets, and last what nodes offer */
@@ -484,6 +485,7 @@ void placement_apply(placement *L, keyset *batch)
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == PL_K_CLASS) {
+            class_event = 1;
             if(apply_class(L, d->key + 3)) {
                 json_object_set_new(changed, d->key + 3, json_true());
                 classes_changed = 1;
@@ -503,6 +505,8 @@ void placement_apply(placement *L, keyset *batch)
         binder_state_claims(L->st, queue_class_claim, &cw);
     }
     json_decref(changed);
+    if(class_event || kubevirt_changed)
+        json_object_clear(L->tmpl_sets); /* template sets read the classes and the KubeVirt CR */
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] != PL_K_CLAIM)

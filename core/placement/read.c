@@ -121,57 +121,33 @@ int placement_read_vmi_uses_classes(const json_t *vmi)
     return ref && strcmp(ref, "true") == 0;
 }
 
-size_t placement_read_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
-                           size_t max, json_t **tmpl)
+size_t placement_read_vmi_claims(const json_t *vmi, const json_t *tmplset, char *buf, size_t n, const char **names,
+                                 size_t max, json_t **tmpl)
 {
     if(tmpl)
         *tmpl = NULL;
-    const json_t *meta = json_object_get(vmi, "metadata");
     const char *ann = kobject_annotation(vmi, PLACEMENT_READ_CLAIMS_ANNOTATION);
     if(ann)
         return placement_read_claim_names(ann, buf, n, names, max);
-    const char *ref = json_string_value(json_object_get(json_object_get(meta, "labels"), PLACEMENT_READ_CLASS_REFERENCE));
-    const char *vname = json_string_value(json_object_get(meta, "name"));
-    if(!ref || strcmp(ref, "true") != 0 || !vname)
+    if(!placement_read_vmi_uses_classes(vmi) || !json_is_array(tmplset))
         return 0;
-    json_t *per = json_object(); /* class -> units */
-    json_t *units = json_object();
-    vmi_units(vmi, units);
-    const char *rname;
-    json_t *ru;
-    json_object_foreach(units, rname, ru)
-    {
-        size_t j;
-        json_t *c;
-        json_array_foreach(classes, j, c)
-        {
-            const char *rn = json_string_value(json_object_get(json_object_get(c, "spec"), "resourceName"));
-            const char *cn = kobject_meta_str(c, "name");
-            if(rn && cn && strcmp(rname, rn) == 0) {
-                json_object_set_new(per, cn,
-                                    json_integer(json_integer_value(json_object_get(per, cn)) + json_integer_value(ru)));
-                break;
-            }
-        }
-    }
-    json_decref(units);
     size_t k = 0, used = 0;
     json_t *out = tmpl ? json_array() : NULL;
-    const char *cn;
-    json_t *u;
-    json_object_foreach(per, cn, u)
+    size_t i;
+    json_t *t;
+    json_array_foreach(tmplset, i, t)
     {
-        size_t len = strlen(vname) + 1 + strlen(cn);
-        if(k >= max || len > BINDER_MAX_NAME || used + len + 1 > n)
+        const char *name = json_string_value(json_object_get(t, "name"));
+        size_t len = name ? strlen(name) : 0;
+        if(!name || k >= max || len > BINDER_MAX_NAME || used + len + 1 > n)
             continue;
         char *at = buf + used;
-        snprintf(at, n - used, "%s-%s", vname, cn);
+        memcpy(at, name, len + 1);
         used += len + 1;
         names[k++] = at;
         if(out)
-            json_array_append_new(out, json_pack("{s:s, s:s, s:O}", "name", at, "class", cn, "count", u));
+            json_array_append(out, t);
     }
-    json_decref(per);
     if(tmpl)
         *tmpl = out;
     return k;
@@ -247,13 +223,13 @@ int placement_read_claim_in_use(const binder_state *st, const char *ns, const ch
  * after start, or claims held elsewhere: decision 0022). Counting the
  * units of a Lost-but-booked claim as raw use too would count them twice
  * and shrink the node's offer under its other holds (decision 0021). */
-static int claims_cover(const binder_state *st, const json_t *vmi, const json_t *classes, const char *node,
+static int claims_cover(const binder_state *st, const json_t *vmi, const json_t *tmplset, const char *node,
                         long entries)
 {
     const char *ns = kobject_meta_str(vmi, "namespace"), *name = kobject_meta_str(vmi, "name");
     char nb[8192];
     const char *names[BINDER_MAX_SET_CLAIMS];
-    size_t k = placement_read_vmi_claims(vmi, classes, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL);
+    size_t k = placement_read_vmi_claims(vmi, tmplset, nb, sizeof nb, names, BINDER_MAX_SET_CLAIMS, NULL);
     if(!ns || !name || k == 0 || binder_state_set_get(st, ns, name, NULL, NULL) != BINDER_OK)
         return 0;
     long units = 0;
@@ -278,14 +254,14 @@ int placement_read_vmi_on_node(const json_t *vmi)
     return (ph == BINDER_VMI_RUNNING || ph == BINDER_VMI_SCHEDULED) && node;
 }
 
-json_t *placement_read_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes)
+json_t *placement_read_raw_units(const binder_state *st, const json_t *vmi, const json_t *tmplset)
 {
     if(!placement_read_vmi_on_node(vmi))
         return NULL;
     const char *node = json_string_value(json_object_get(json_object_get(vmi, "status"), "nodeName"));
     json_t *used = json_object();
     long entries = vmi_units(vmi, used);
-    if(json_object_size(used) == 0 || claims_cover(st, vmi, classes, node, entries)) {
+    if(json_object_size(used) == 0 || claims_cover(st, vmi, tmplset, node, entries)) {
         json_decref(used);
         return NULL;
     }

@@ -31,23 +31,19 @@ binder_vmi_phase placement_read_vmi_phase(const json_t *vmi);
  * buf, n bytes). Returns how many, at most `max`. */
 size_t placement_read_claim_names(const char *v, char *buf, size_t n, const char **names, size_t max);
 
-/* The claims VMI `vmi` holds, into names[] (pointers into buf, at most
- * `max`): the names of its gpu.cozystack.io/claims annotation when it has
- * one (decision 0019); else, for a VMI with the class-reference label
- * (decision 0003), its template claims: one per GPU class (of `classes`, a
- * JSON array of GPUClass objects) its gpus[]/hostDevices[] deviceNames and
- * spec.domain.resources device-plugin names map to (a class's
- * spec.resourceName), named "<vmi>-<class>", with one unit per entry plus
- * the resources' quantities (decision 0027, as cozygpu.claims counts).
- * A claims annotation, even blank, means no template claims. *tmpl (when not NULL)
- * gets a new array [{name, class, count}] for template claims, NULL
- * otherwise. A name longer than BINDER_MAX_NAME is left out. */
-size_t placement_read_vmi_claims(const json_t *vmi, const json_t *classes, char *buf, size_t n, const char **names,
-                           size_t max, json_t **tmpl);
+/* The claims VMI `vmi` holds into names[0..max) (strings in buf, n
+ * bytes): those its claims annotation names (decision 0019; blank: none),
+ * else, for a VMI carrying the class-reference label, its template claims
+ * `tmplset` ([{name, class, count}] as runtime.binder.template_claims
+ * gives them, i.e. cozygpu.claims.template_names: decision 0027; NULL:
+ * none). *tmpl (when not NULL) gets a new array of the template claims
+ * taken, NULL otherwise. A name longer than BINDER_MAX_NAME is left out. */
+size_t placement_read_vmi_claims(const json_t *vmi, const json_t *tmplset, char *buf, size_t n, const char **names,
+                                 size_t max, json_t **tmpl);
 
-/* Whether placement_read_vmi_claims reads `classes` for VMI `vmi` (it has no
- * claims annotation and carries the class-reference label), so
- * a caller whose class list costs something lists it only then. */
+/* Whether placement_read_vmi_claims reads a template set for VMI `vmi`
+ * (it has no claims annotation and carries the class-reference label), so
+ * a caller computes that set only then. */
 int placement_read_vmi_uses_classes(const json_t *vmi);
 
 /* GPUClaim `obj` as the binder takes it into *out (strings borrowed from
@@ -72,11 +68,11 @@ int placement_read_claim_in_use(const binder_state *st, const char *ns, const ch
  * gpus[] and hostDevices[] entry, by deviceName, plus the device-plugin
  * names of spec.domain.resources by quantity, while Scheduled, Running
  * or Unknown with a status.nodeName — unless its own set in `st` (the
- * claims placement_read_vmi_claims gives, over `classes`) is Bound or Attached on
+ * claims placement_read_vmi_claims gives, with `tmplset`) is Bound or Attached on
  * that node, attached to nobody else, with at least as many units as it
  * has entries (decision 0022). A new {resource name:
  * units}, or NULL when none. */
-json_t *placement_read_raw_units(const binder_state *st, const json_t *vmi, const json_t *classes);
+json_t *placement_read_raw_units(const binder_state *st, const json_t *vmi, const json_t *tmplset);
 
 /* Whether placement_read_raw_units can find any use for `vmi` at all (Scheduled,
  * Running or Unknown, with a status.nodeName): a cheap test before the

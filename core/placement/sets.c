@@ -6,33 +6,89 @@
  */
 #include "placement/internal.h"
 
+#include <lua.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
+#include "engine/luajson.h"
 #include "format/kobject.h"
 #include "placement/read.h"
 
-/* The claims VMI `vmi` holds (placement_read_vmi_claims over the cached
- * GPUClasses, listed only for a VMI with template claims). */
+json_t *pl_template_set(placement *L, const json_t *vmi)
+{
+    if(!placement_read_vmi_uses_classes(vmi))
+        return NULL;
+    const char *ns = kobject_meta_str(vmi, "namespace"), *name = kobject_meta_str(vmi, "name");
+    const char *uid = kobject_meta_str(vmi, "uid");
+    json_int_t gen = json_integer_value(json_object_get(json_object_get(vmi, "metadata"), "generation"));
+    char key[600];
+    if(!name || snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name) >= (int)sizeof key)
+        return NULL;
+    const json_t *had = json_object_get(L->tmpl_sets, key);
+    const char *had_uid = json_string_value(json_object_get(had, "uid"));
+    if(had && ((!uid && !had_uid) || (uid && had_uid && strcmp(uid, had_uid) == 0)) &&
+       json_integer_value(json_object_get(had, "generation")) == gen) {
+        json_t *kept = json_object_get(had, "set");
+        return json_is_array(kept) ? json_incref(kept) : NULL;
+    }
+    json_t *classes = pl_list(L, PLACEMENT_CLASS), *kv = pl_first_kubevirt(L);
+    lua_State *S = engine_lua(L->e);
+    engine_push_runtime_fn(L->e, "template_claims");
+    luajson_push(S, vmi);
+    luajson_push(S, classes);
+    if(kv)
+        luajson_push(S, kv);
+    else
+        lua_pushnil(S);
+    if(L->settings)
+        luajson_push(S, L->settings);
+    else
+        lua_pushnil(S);
+    json_decref(classes);
+    json_decref(kv);
+    cozy_err err;
+    json_t *out = NULL, *set = NULL;
+    if(engine_call(L->e, 4, 1, 0, &err) != ENGINE_ALLOWED || engine_to_json(L->e, -1, &out, &err) != COZY_OK) {
+        log_write(LOG_ERROR, "binder", "runtime.binder.template_claims failed; the VMI gets no template claims now",
+                  "namespace", ns, "vmi", name, "error", err.msg, NULL);
+        json_decref(out);
+        lua_settop(S, 0);
+        return NULL; /* not remembered: asked again at its next event */
+    }
+    lua_settop(S, 0);
+    set = json_incref(json_object_get(out, "claims"));
+    if(json_array_size(set) == 0) {
+        json_decref(set);
+        set = NULL;
+    }
+    json_t *entry = json_pack("{s:s?, s:I, s:O?}", "uid", uid, "generation", gen, "set", set);
+    if(entry)
+        json_object_set_new(L->tmpl_sets, key, entry);
+    json_decref(out);
+    return set;
+}
+
+/* The claims VMI `vmi` holds (placement_read_vmi_claims with its
+ * template set, computed only for a VMI with template claims). */
 size_t pl_vmi_claims(placement *L, const json_t *vmi, char *buf, size_t n, const char **names, size_t max, json_t **tmpl)
 {
-    json_t *classes = placement_read_vmi_uses_classes(vmi) ? pl_list(L, PLACEMENT_CLASS) : NULL;
-    size_t k = placement_read_vmi_claims(vmi, classes, buf, n, names, max, tmpl);
-    json_decref(classes);
+    json_t *set = pl_template_set(L, vmi);
+    size_t k = placement_read_vmi_claims(vmi, set, buf, n, names, max, tmpl);
+    json_decref(set);
     return k;
 }
 
 /* The VMI's units on its node that no claim covers (placement_read_raw_units
- * over the state and the cached GPUClasses). NULL when none. */
+ * over the state and its template set). NULL when none. */
 static json_t *raw_units(placement *L, const json_t *vmi)
 {
     if(!placement_read_vmi_on_node(vmi))
         return NULL;
-    json_t *classes = placement_read_vmi_uses_classes(vmi) ? pl_list(L, PLACEMENT_CLASS) : NULL;
-    json_t *used = placement_read_raw_units(L->st, vmi, classes);
-    json_decref(classes);
+    json_t *set = pl_template_set(L, vmi);
+    json_t *used = placement_read_raw_units(L->st, vmi, set);
+    json_decref(set);
     return used;
 }
 

@@ -6,6 +6,8 @@
 --- DESIGN.md §3 "capacity", §4, §6), this module only puts them into the
 --- one shape the C side reads.
 local capacity = require "cozygpu.capacity"
+local claims = require "cozygpu.claims"
+local cluster = require "cozygpu.cluster"
 local gpu = require "cozygpu.gpu"
 local json = require "cozygpu.json"
 local jsonpatch = require "cozygpu.jsonpatch"
@@ -69,6 +71,29 @@ function M.class_status(class, units)
   if cap and max > cap then max = cap end
   if max > free then max = free end
   return { free = free, maxFreePerNode = max }
+end
+
+--- The template claims of VMI `vmi` (DESIGN.md §3, decision 0027), as
+--- cozygpu.claims.template_names gives them to the admission rules, so
+--- that their names, classes and counts are computed in one place.
+--- @param vmi table a VirtualMachineInstance
+--- @param classes table a JSON array of GPUClass objects (kind may be absent)
+--- @param kubevirt table|nil the KubeVirt CR
+--- @param settings table|nil the settings (config.h shape)
+--- @return table {claims = [{name, class, count}]} (empty: none), or
+---   {problems = [{field, message, reason}]} when the set cannot be formed
+---   (admission refuses such a VMI; the leader then gives it none)
+function M.template_claims(vmi, classes, kubevirt, settings)
+  local objects = {}
+  for _, c in ipairs(classes or {}) do
+    objects[#objects + 1] = { kind = "GPUClass", metadata = object.get(c, "metadata"), spec = object.get(c, "spec") }
+  end
+  if kubevirt then
+    objects[#objects + 1] = { kind = "KubeVirt", metadata = object.get(kubevirt, "metadata"), spec = object.get(kubevirt, "spec") }
+  end
+  local set, problems = claims.template_names(vmi, cluster.new(objects, settings or json.object()))
+  if not set then return { problems = problems } end
+  return { claims = json.array(set) }
 end
 
 --- The required node affinity of gated launcher pod `pod` once pinned to
