@@ -76,7 +76,7 @@ BINDER_BENCH := $(BUILD)/bin/cozygpu-binder-bench
 BINDER_BENCH_ARGS ?=
 # the state machine's files (binder.h over binder_internal.h)
 BINDER_SM_SRC := core/binder/binder_store.c core/binder/binder_queue.c core/binder/binder_choose.c \
-	core/binder/binder_pass.c core/binder/binder_verify.c
+	core/binder/binder_pass.c core/binder/binder_lazy.c core/binder/binder_verify.c
 
 BINDER_INDEX_SRC := core/binder/index.c core/binder/index_nodes.c core/binder/index_query.c
 

@@ -237,6 +237,71 @@ binder_rc binder_i_bind_group(binder_state *st, const group *g, int (*pick)(cons
 
 /* ------------------------------------------------ binder_pass.c: pass */
 
+/* Status of claim c is unplaced: Pending, or Lost with no node and not
+ * waiting for its VMI to end. */
+int binder_i_unplaced(const sm_claim *c);
+/* Group g is the claims of set s (its first BINDER_MAX_SET_CLAIMS), or
+ * the lone claim c (borrowed). */
+void binder_i_group_of_set(group *g, sm_set *s);
+void binder_i_group_of_claim(group *g, sm_claim *c);
+/* Step 3 (placement) for one group with unplaced members. */
+void binder_i_place_group(pass *p, group *g);
+/* Whether a member of g is unplaced (and of phase ph). */
+int binder_i_group_unplaced(const group *g);
+int binder_i_group_has(const group *g, binder_phase ph);
+
+/* ------------------------------- binder_lazy.c: waiting sets, lazily */
+
+/* A set (or lone claim) retried because one of its classes gained room,
+ * whose claims all wait for room and nothing else (lazy_list): room for
+ * it can only be on a node that gained some since it was last looked at,
+ * so in step 3 it is placed only when one of those nodes is a candidate
+ * for it at its turn, and else left as it is, which is what the full
+ * steps would leave (decision 0042). Its signature (classes and units, by
+ * class tally) lets sets asking the same be answered once. */
+#define LAZY_SIG 4
+typedef struct lazy {
+    uint64_t seq; /* its oldest claim's creation: its place in line */
+    sm_set *set;  /* NULL: the lone claim c */
+    sm_claim *c;
+    int lost;     /* a claim of it is Lost: placed in the first round */
+    size_t nsig;  /* 0: more classes than a signature holds */
+    const sm_tally *cls[LAZY_SIG];
+    uint32_t units[LAZY_SIG];
+} lazy;
+
+typedef struct lzlist {
+    lazy *v;
+    size_t n, cap;
+    int oom;
+} lzlist;
+
+/* The nodes that gained room (the gains of this pass and those recorded
+ * during it), and the signatures none of them had room for: in step 3
+ * room only shrinks (sets are bound, none released), so a set asking the
+ * same fits none of them later either. */
+#define LAZY_MAX_NODES 16
+#define LAZY_MAX_FAIL 32
+typedef struct lazy_ctx {
+    const char *nodes[LAZY_MAX_NODES];
+    size_t n;
+    int wide; /* more nodes gained than checked one by one: every listed set is tried as a taken one is */
+    lazy fail[LAZY_MAX_FAIL]; /* copies: the list is compacted under them */
+    size_t n_fail;
+} lazy_ctx;
+
+/* Lists c's group to be checked at its turn when every claim of it waits
+ * for room only; 0 when it does not (the pass takes it as any other). */
+int binder_i_lazy_list(binder_state *st, lzlist *lz, sm_claim *c);
+/* The nodes that gained room, from st->gained. */
+void binder_i_lazy_ctx_init(const binder_state *st, lazy_ctx *lc);
+/* Before step 3: drops the listed sets no gained node has room for and
+ * sorts the rest in line. */
+void binder_i_lazy_prune(const binder_state *st, lazy_ctx *lc, lzlist *lz);
+/* Step 3 for a listed group at its turn (round 0: Lost sets, 1: the rest). */
+void binder_i_lazy_try(pass *p, lazy_ctx *lc, const lazy *e, int round);
+
+
 /* The node the index books the claim on (NULL: none). */
 const char *binder_i_booked(const binder_state *st, const sm_claim *c);
 binder_vmi_phase binder_i_vmi_of(const sm_claim *c);

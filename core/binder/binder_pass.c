@@ -5,12 +5,14 @@
  * 0021, 0023, 0026). Choosing a node is binder_choose.c.
  *
  * binder_reconcile is incremental (binder.h says what it looks at): the
- * inputs mark claims on a dirty list (`binder_i_mark`), classes that gained
- * room on a usable node are listed (`binder_i_gain`), and waiting claims sit
- * in a bucket per class (`binder_i_wait_update`, after each pass) so that a
- * gain retries only the sets waiting on that class (binder_queue.c). A pass
- * (`run_pass`) takes its groups, widens them (over-committed nodes, gains,
- * sets waiting on a hook) and runs the same steps as the full pass
+ * inputs mark claims on a dirty list (`binder_i_mark`), room gained on a
+ * usable node is listed by class and node (`binder_i_gain`), and waiting
+ * claims sit in a bucket per class (`binder_i_wait_update`, after each
+ * pass) so that a gain retries only the sets waiting on that class
+ * (binder_queue.c), those that wait for room only checked against the
+ * nodes that gained (binder_lazy.c, decision 0042). A pass (`run_pass`)
+ * takes its groups, widens them (over-committed nodes, gains, sets
+ * waiting on a hook) and runs the same steps as the full pass
  * (binder_reconcile_all) on them, in the same order; a group left out is
  * one whose full-pass steps would change nothing (the random run in
  * spec/core/binder_rules_check.c checks that against a twin driven by full
@@ -192,14 +194,14 @@ static void upkeep(pass *p, sm_claim *c)
     }
 }
 
-static void group_of_set(group *g, sm_set *s)
+void binder_i_group_of_set(group *g, sm_set *s)
 {
     g->set = s;
     g->n = s->n < BINDER_MAX_SET_CLAIMS ? s->n : BINDER_MAX_SET_CLAIMS;
     g->m = s->claims;
 }
 
-static void group_of_claim(group *g, sm_claim *c)
+void binder_i_group_of_claim(group *g, sm_claim *c)
 {
     g->set = NULL;
     g->n = 1;
@@ -359,10 +361,10 @@ static void gl_add(binder_state *st, glist *gl, sm_claim *c)
     }
     if(c->set) {
         c->set->stamp = st->stamp;
-        group_of_set(&gl->g[gl->n++], c->set);
+        binder_i_group_of_set(&gl->g[gl->n++], c->set);
     } else {
         c->stamp = st->stamp;
-        group_of_claim(&gl->g[gl->n++], c);
+        binder_i_group_of_claim(&gl->g[gl->n++], c);
     }
 }
 
@@ -427,7 +429,7 @@ static void mark_capacity(binder_state *st, group *gs, sm_node *const *nodes, si
     }
 }
 
-static int unplaced(const sm_claim *c)
+int binder_i_unplaced(const sm_claim *c)
 {
     return c->phase == BINDER_PENDING || (c->phase == BINDER_LOST && !c->node && c->reason != BINDER_R_WAITING_FOR_VMI_END);
 }
@@ -442,7 +444,7 @@ static void wait_group(pass *p, group *g, binder_reason reason, const char *msg)
 {
     for(size_t i = 0; i < g->n; i++) {
         sm_claim *c = g->m[i];
-        if(!unplaced(c))
+        if(!binder_i_unplaced(c))
             continue;
         binder_reason r = reason;
         if(c->phase == BINDER_LOST && (r == BINDER_R_NO_NODE_WITH_ROOM || r == BINDER_R_OVER_BUDGET))
@@ -452,7 +454,7 @@ static void wait_group(pass *p, group *g, binder_reason reason, const char *msg)
 }
 
 /* Step 3 for one group with unplaced members. */
-static void place_group(pass *p, group *g)
+void binder_i_place_group(pass *p, group *g)
 {
     binder_state *st = p->st;
     char msg[MSG_MAX];
@@ -473,7 +475,7 @@ static void place_group(pass *p, group *g)
      * a Pending claim only (DESIGN §6: it keeps serving Lost ones) */
     for(size_t i = 0; i < g->n; i++) {
         sm_claim *c = g->m[i];
-        if(!unplaced(c))
+        if(!binder_i_unplaced(c))
             continue;
         const sm_class *cl = binder_i_class_find(st, c->class_name);
         if(!cl || (cl->deleting && c->phase == BINDER_PENDING)) {
@@ -481,13 +483,13 @@ static void place_group(pass *p, group *g)
             snprintf(msg, sizeof msg, cl ? "class %s is being deleted; claim %s waits" : "class %s not found (claim %s)",
                      c->class_name, c->name);
             for(size_t k = 0; k < g->n; k++)
-                if(unplaced(g->m[k]))
+                if(binder_i_unplaced(g->m[k]))
                     set_status(p, g->m[k], g->m[k]->phase, NULL, r, "%s", msg);
             return;
         }
     }
     needs nd;
-    if(binder_i_needs_of(st, g, unplaced, &nd)) {
+    if(binder_i_needs_of(st, g, binder_i_unplaced, &nd)) {
         wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, "the set names more classes than one node can be asked for");
         return;
     }
@@ -552,30 +554,30 @@ static void place_group(pass *p, group *g)
         }
         snprintf(target, sizeof target, "%s", to);
     }
-    if(binder_i_bind_group(st, g, unplaced, target, 0) != BINDER_OK) {
+    if(binder_i_bind_group(st, g, binder_i_unplaced, target, 0) != BINDER_OK) {
         wait_group(p, g, BINDER_R_NO_NODE_WITH_ROOM, "no node has room");
         return;
     }
     for(size_t i = 0; i < g->n; i++) {
         sm_claim *c = g->m[i];
-        if(unplaced(c))
+        if(binder_i_unplaced(c))
             set_status(p, c, BINDER_BOUND, target, BINDER_R_PLACED, "%s on node %s",
                        c->phase == BINDER_LOST ? "placed again" : "placed", target);
     }
 }
 
-static int group_has(const group *g, binder_phase ph)
+int binder_i_group_has(const group *g, binder_phase ph)
 {
     for(size_t i = 0; i < g->n; i++)
-        if(g->m[i]->phase == ph && unplaced(g->m[i]))
+        if(g->m[i]->phase == ph && binder_i_unplaced(g->m[i]))
             return 1;
     return 0;
 }
 
-static int group_unplaced(const group *g)
+int binder_i_group_unplaced(const group *g)
 {
     for(size_t i = 0; i < g->n; i++)
-        if(unplaced(g->m[i]))
+        if(binder_i_unplaced(g->m[i]))
             return 1;
     return 0;
 }
@@ -610,235 +612,6 @@ static int node_over(binder_state *st, const sm_node *n, cap_walk *w)
             return 1;
     }
     return 0;
-}
-
-/* ------------------------------------------ waiting sets, checked lazily */
-
-/* A set (or lone claim) retried because one of its classes gained room,
- * whose claims all wait for room and nothing else (lazy_list): room for
- * it can only be on a node that gained some since it was last looked at,
- * so in step 3 it is placed only when one of those nodes is a candidate
- * for it at its turn, and else left as it is, which is what the full
- * steps would leave (decision 0042). Its signature (classes and units, by
- * class tally) lets sets asking the same be answered once. */
-#define LAZY_SIG 4
-typedef struct lazy {
-    uint64_t seq; /* its oldest claim's creation: its place in line */
-    sm_set *set;  /* NULL: the lone claim c */
-    sm_claim *c;
-    int lost;     /* a claim of it is Lost: placed in the first round */
-    size_t nsig;  /* 0: more classes than a signature holds */
-    const sm_tally *cls[LAZY_SIG];
-    uint32_t units[LAZY_SIG];
-} lazy;
-
-typedef struct lzlist {
-    lazy *v;
-    size_t n, cap;
-    int oom;
-} lzlist;
-
-/* The nodes that gained room (the gains of this pass and those recorded
- * during it), and the signatures none of them had room for: in step 3
- * room only shrinks (sets are bound, none released), so a set asking the
- * same fits none of them later either. */
-#define LAZY_MAX_NODES 16
-#define LAZY_MAX_FAIL 32
-typedef struct lazy_ctx {
-    const char *nodes[LAZY_MAX_NODES];
-    size_t n;
-    int wide; /* more nodes gained than checked one by one: every listed set is tried as a taken one is */
-    lazy fail[LAZY_MAX_FAIL]; /* copies: the list is compacted under them */
-    size_t n_fail;
-} lazy_ctx;
-
-static int lazy_claim_ok(const sm_claim *x)
-{
-    return unplaced(x) && !x->vol && (x->reason == BINDER_R_NO_NODE_WITH_ROOM || x->reason == BINDER_R_NODE_LOST);
-}
-
-/* Adds claim x to entry e's signature and place in line. */
-static void lazy_take(lazy *e, const sm_claim *x)
-{
-    if(x->seq < e->seq)
-        e->seq = x->seq;
-    if(x->phase == BINDER_LOST)
-        e->lost = 1;
-    size_t k;
-    for(k = 0; k < e->nsig && e->cls[k] != x->tally; k++)
-        ;
-    if(k < e->nsig)
-        e->units[k] += x->count;
-    else if(e->nsig < LAZY_SIG && e->nsig != SIZE_MAX) {
-        /* kept sorted by tally, so that equal needs compare equal */
-        size_t at = e->nsig;
-        while(at > 0 && (uintptr_t)e->cls[at - 1] > (uintptr_t)x->tally) {
-            e->cls[at] = e->cls[at - 1];
-            e->units[at] = e->units[at - 1];
-            at--;
-        }
-        e->cls[at] = x->tally;
-        e->units[at] = x->count;
-        e->nsig++;
-    } else
-        e->nsig = SIZE_MAX;
-}
-
-/* Lists c's group to be checked at its turn when every claim of it waits
- * for room only (unplaced, NoNodeWithRoom or NodeLost, on no hook's
- * answer); returns 0 when it does not (the pass takes it as any other),
- * 1 when listed or the pass has it already. */
-static int lazy_list(binder_state *st, lzlist *lz, sm_claim *c)
-{
-    sm_set *s = c->set;
-    if(s ? s->stamp == st->stamp || s->lstamp == st->stamp : c->stamp == st->stamp || c->lstamp == st->stamp)
-        return 1;
-    lazy e = {UINT64_MAX, s, s ? NULL : c, 0, 0, {0}, {0}};
-    if(s) {
-        if(s->n > BINDER_MAX_SET_CLAIMS)
-            return 0;
-        for(size_t i = 0; i < s->n; i++) {
-            if(!lazy_claim_ok(s->claims[i]))
-                return 0;
-            lazy_take(&e, s->claims[i]);
-        }
-    } else {
-        if(!lazy_claim_ok(c))
-            return 0;
-        lazy_take(&e, c);
-    }
-    if(e.nsig == SIZE_MAX)
-        e.nsig = 0;
-    if(lz->n == lz->cap) {
-        size_t cap = lz->cap ? lz->cap * 2 : 64;
-        lazy *v = realloc(lz->v, cap * sizeof *v);
-        if(!v) {
-            lz->oom = 1;
-            return 1;
-        }
-        lz->v = v;
-        lz->cap = cap;
-    }
-    if(s)
-        s->lstamp = st->stamp;
-    else
-        c->lstamp = st->stamp;
-    lz->v[lz->n++] = e;
-    return 1;
-}
-
-static int lazy_cmp(const void *a, const void *b)
-{
-    const lazy *x = a, *y = b;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-static void lazy_ctx_init(const binder_state *st, lazy_ctx *lc)
-{
-    memset(lc, 0, sizeof *lc);
-    for(size_t i = 0; i < st->n_gained && !lc->wide; i++) {
-        const char *node = st->gained[i].node;
-        if(!node) {
-            lc->wide = 1; /* kept by class only: anywhere */
-            break;
-        }
-        size_t k;
-        for(k = 0; k < lc->n && strcmp(lc->nodes[k], node); k++)
-            ;
-        if(k < lc->n)
-            continue;
-        if(lc->n == LAZY_MAX_NODES)
-            lc->wide = 1;
-        else
-            lc->nodes[lc->n++] = node;
-    }
-}
-
-static int lazy_same(const lazy *a, const lazy *b)
-{
-    if(a->nsig != b->nsig)
-        return 0;
-    for(size_t k = 0; k < a->nsig; k++)
-        if(a->cls[k] != b->cls[k] || a->units[k] != b->units[k])
-            return 0;
-    return 1;
-}
-
-static void lazy_group(const lazy *e, group *g)
-{
-    if(e->set)
-        group_of_set(g, e->set);
-    else
-        group_of_claim(g, e->c);
-}
-
-/* Whether some node that gained room may be a candidate for e's group
- * now (1 when in doubt). */
-static int lazy_may_fit(const binder_state *st, lazy_ctx *lc, const lazy *e)
-{
-    if(lc->wide)
-        return 1;
-    for(size_t f = 0; e->nsig && f < lc->n_fail; f++)
-        if(lazy_same(&lc->fail[f], e))
-            return 0;
-    group g;
-    lazy_group(e, &g);
-    needs nd;
-    if(binder_i_needs_of(st, &g, unplaced, &nd) || nd.n == 0)
-        return 1;
-    binder_query q = {nd.need, nd.n, nd.tols, nd.n_tols, 0};
-    for(size_t i = 0; i < lc->n; i++) {
-        binder_candidate cand;
-        int fits = 0;
-        binder_rc rc = binder_node_candidate(st->ix, lc->nodes[i], &q, &cand, &fits);
-        if((rc == BINDER_OK && fits) || (rc != BINDER_OK && rc != BINDER_ERR_NO_NODE))
-            return 1;
-    }
-    if(e->nsig && lc->n_fail < LAZY_MAX_FAIL)
-        lc->fail[lc->n_fail++] = *e;
-    return 0;
-}
-
-/* Before step 3: drops the listed sets no gained node has room for now
- * (nor will in this step), and sorts the others in line. Room does not
- * change here, so a signature found to fit is not asked again either. */
-static void lazy_prune(const binder_state *st, lazy_ctx *lc, lzlist *lz)
-{
-    lazy fits[LAZY_MAX_FAIL];
-    size_t n_fits = 0, k = 0;
-    for(size_t i = 0; i < lz->n; i++) {
-        const lazy *e = &lz->v[i];
-        if(e->set ? e->set->stamp == st->stamp : e->c->stamp == st->stamp)
-            continue; /* taken by the pass after all */
-        size_t f;
-        for(f = 0; e->nsig && f < n_fits && !lazy_same(&fits[f], e); f++)
-            ;
-        if(!e->nsig || f == n_fits) {
-            if(!lazy_may_fit(st, lc, e))
-                continue;
-            if(e->nsig && n_fits < LAZY_MAX_FAIL)
-                fits[n_fits++] = *e;
-        }
-        lz->v[k++] = *e;
-    }
-    lz->n = k;
-    if(k)
-        qsort(lz->v, k, sizeof *lz->v, lazy_cmp);
-}
-
-/* Step 3 for a listed group at its turn (round 0: Lost sets, 1: the rest). */
-static void lazy_try(pass *p, lazy_ctx *lc, const lazy *e, int round)
-{
-    binder_state *st = p->st;
-    if((round == 0) != e->lost || !lazy_may_fit(st, lc, e))
-        return;
-    group g;
-    lazy_group(e, &g);
-    if(!group_unplaced(&g))
-        return;
-    place_group(p, &g);
-    for(size_t m = 0; m < g.n; m++)
-        binder_i_wait_update(st, g.m[m]);
 }
 
 /* One pass over the groups in gl (all of them, or the incremental
@@ -927,7 +700,7 @@ static size_t run_pass(binder_state *st, const binder_hooks *hooks, glist *gl, i
                 wbucket *b = NULL;
                 HASH_FIND_STR(st->waits, cls, b);
                 for(sm_claim *c = b ? b->head : NULL; c; c = c->wnext) {
-                    if(!lazy_list(st, &lz, c))
+                    if(!binder_i_lazy_list(st, &lz, c))
                         gl_add(st, gl, c);
                 }
             }
@@ -1019,22 +792,22 @@ static size_t run_pass(binder_state *st, const binder_hooks *hooks, glist *gl, i
     /* 3. placement: Lost sets first, then new orders; the listed sets
      * each at its turn in the same order */
     lazy_ctx lc;
-    lazy_ctx_init(st, &lc);
-    lazy_prune(st, &lc, &lz);
+    binder_i_lazy_ctx_init(st, &lc);
+    binder_i_lazy_prune(st, &lc, &lz);
     for(int round = 0; round < 2; round++)
         for(size_t gi = 0, li = 0; gi <= ng; gi++) {
             uint64_t at = gi < ng ? group_seq(&gs[gi]) : UINT64_MAX;
             for(; li < lz.n && lz.v[li].seq < at; li++)
-                lazy_try(&p, &lc, &lz.v[li], round);
+                binder_i_lazy_try(&p, &lc, &lz.v[li], round);
             if(gi == ng)
                 break;
             group *g = &gs[gi];
-            if(!group_unplaced(g))
+            if(!binder_i_group_unplaced(g))
                 continue;
-            int lost = group_has(g, BINDER_LOST);
+            int lost = binder_i_group_has(g, BINDER_LOST);
             if((round == 0) != !!lost)
                 continue;
-            place_group(&p, g);
+            binder_i_place_group(&p, g);
         }
     free(causes);
     for(size_t gi = 0; gi < ng; gi++)
