@@ -23,12 +23,14 @@ static void lazy_take(lazy *e, const sm_claim *x)
         e->seq = x->seq;
     if(x->phase == BINDER_LOST)
         e->lost = 1;
+    if(e->nsig == SIZE_MAX)
+        return; /* more classes than a signature holds: no signature */
     size_t k;
     for(k = 0; k < e->nsig && e->cls[k] != x->tally; k++)
         ;
     if(k < e->nsig)
         e->units[k] += x->count;
-    else if(e->nsig < LAZY_SIG && e->nsig != SIZE_MAX) {
+    else if(e->nsig < LAZY_SIG) {
         /* kept sorted by tally, so that equal needs compare equal */
         size_t at = e->nsig;
         while(at > 0 && (uintptr_t)e->cls[at - 1] > (uintptr_t)x->tally) {

@@ -44,9 +44,9 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
     int new_msg = strcmp(c->msg ? c->msg : "", msg) != 0;
     if(changed || new_msg)
         binder_i_mark(p->st, c); /* what changed is looked at again by the next pass */
-    char *msg_copy = NULL;
-    if(new_msg && msg[0] && !(msg_copy = strdup(msg)))
-        return; /* out of memory: the claim keeps its status; the next pass retries */
+    /* out of memory for the message: the status changes all the same
+     * (the index may hold the claim already), its message left empty */
+    char *msg_copy = new_msg && msg[0] ? strdup(msg) : NULL;
     char *old_node = NULL; /* kept until the event is delivered */
     binder_phase old_phase = c->phase;
     int moved = !binder_i_same(c->node, node);

@@ -52,7 +52,9 @@ binder_rc binder_state_verify(const binder_state *st, cozy_err *err)
     if(rc)
         return rc;
     for(const sm_claim *c = st->claims; c; c = c->hh.next) {
-        const char *b = binder_i_booked(st, c);
+        /* the index itself (binder_i_booked trusts this very rule) */
+        binder_claim_view v;
+        const char *b = binder_claim_get(st->ix, c->ns, c->name, &v) == BINDER_OK ? v.node : NULL;
         int should = c->node && binder_i_node_find(st, c->node) &&
                      (c->phase == BINDER_BOUND || c->phase == BINDER_ATTACHED || c->phase == BINDER_LOST);
         if(should != (b != NULL) || (b && !binder_i_same(b, c->node)))

@@ -477,7 +477,7 @@ static void recheck_raw(placement *L, keyset **nodes)
 
 void placement_apply(placement *L, keyset *batch)
 {
-    int classes_changed = 0, kubevirt_changed = 0, sets_changed = 0, class_event = 0;
+    int classes_changed = 0, kubevirt_changed = 0, sets_changed = 0;
     keyset *d, *t;
     /* classes first (a node's offers depend on them), then claims, sets,
      * the raw-name use that depends on sets, and last what nodes offer */
@@ -485,7 +485,6 @@ void placement_apply(placement *L, keyset *batch)
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] == PL_K_CLASS) {
-            class_event = 1;
             if(apply_class(L, d->key + 3)) {
                 json_object_set_new(changed, d->key + 3, json_true());
                 classes_changed = 1;
@@ -505,8 +504,8 @@ void placement_apply(placement *L, keyset *batch)
         binder_state_claims(L->st, queue_class_claim, &cw);
     }
     json_decref(changed);
-    if(class_event || kubevirt_changed)
-        json_object_clear(L->tmpl_sets); /* template sets read the classes and the KubeVirt CR */
+    if(classes_changed || kubevirt_changed)
+        json_object_clear(L->tmpl_sets); /* template sets read the classes' specs and the KubeVirt CR */
     HASH_ITER(hh, batch, d, t)
     {
         if(d->key[0] != PL_K_CLAIM)
@@ -575,6 +574,12 @@ void placement_apply(placement *L, keyset *batch)
             keyset_split(d->key + 2, buf, sizeof buf, &ns, &name);
             pl_apply_set(L, ns, name);
             sets_changed = 1;
+            if(d->key[0] == PL_K_VMI) {
+                json_t *gone = pl_get(L, PLACEMENT_VMI, ns, name);
+                if(!gone)
+                    json_object_del(L->tmpl_sets, d->key + 2); /* its template set is not asked again */
+                json_decref(gone);
+            }
         } else if(d->key[0] == PL_K_POD)
             keyset_add(&L->gated, d->key + 2);
     }

@@ -100,8 +100,8 @@ static json_t *pinned_affinity(placement *L, const json_t *pod, const char *node
     json_t *aff = json_incref(json_object_get(out, "affinity"));
     if(!aff) {
         const json_t *pr = json_object_get(out, "problem");
-        log_write(LOG_WARN, "binder", "a gated launcher pod's affinity cannot be narrowed; it stays gated", "pod",
-                  kobject_meta_str(pod, "name"), "field", json_string_value(json_object_get(pr, "field")), "error",
+        log_write(LOG_WARN, "binder", "a gated launcher pod's affinity cannot be narrowed; it stays gated",
+                  "namespace", kobject_meta_str(pod, "namespace"), "pod", kobject_meta_str(pod, "name"), "field", json_string_value(json_object_get(pr, "field")), "error",
                   json_string_value(json_object_get(pr, "message")), NULL);
         *bad = 1;
     }
@@ -253,11 +253,8 @@ int pl_pin_pod(placement *L, const char *key)
             done = 1;
         } else if(pc.bad_shape) {
             /* the API server refuses such a pod; a double or a hand-made
-             * object can hold one: said once, not tried again */
-            log_write(LOG_WARN, "binder",
-                      "cannot pin the launcher pod: its required node affinity has no term or a term that is not "
-                      "an object; it stays gated",
-                      "namespace", ns, "pod", name, NULL);
+             * object can hold one: said once (pinned_affinity logged
+             * cozygpu.pin.narrow's problem), not tried again */
             done = 1;
         } else if(code == 404) {
             done = 1; /* gone meanwhile */

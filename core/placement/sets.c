@@ -58,6 +58,14 @@ json_t *pl_template_set(placement *L, const json_t *vmi)
         return NULL; /* not remembered: asked again at its next event */
     }
     lua_settop(S, 0);
+    const json_t *pr = json_array_get(json_object_get(out, "problems"), 0);
+    if(pr)
+        /* admission refuses such a VMI (cozygpu.claims.template_names);
+         * one admitted before a class or the KubeVirt CR changed gets no
+         * template claims now (decision 0043) */
+        log_write(LOG_WARN, "binder", "a VMI's template claims cannot be formed; it gets none", "namespace", ns,
+                  "vmi", name, "field", json_string_value(json_object_get(pr, "field")), "error",
+                  json_string_value(json_object_get(pr, "message")), NULL);
     set = json_incref(json_object_get(out, "claims"));
     if(json_array_size(set) == 0) {
         json_decref(set);

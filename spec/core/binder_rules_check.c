@@ -203,6 +203,62 @@ static void t_set_one_node(void)
     binder_state_free(st);
 }
 
+/* Decision 0042: room returning retries the sets waiting for room only
+ * against the nodes that gained it, answering sets that ask the same once.
+ * A set of six classes (more than a signature holds) waiting for room is
+ * placed when a node with all six comes; a second set of the same needs
+ * stays waiting once that node is full; a set whose classes the node does
+ * not all offer stays waiting. */
+static void t_lazy_many_classes(void)
+{
+    binder_state *st = fresh("waiting sets of many classes, retried where room was gained");
+    static const char *const cls[6] = {"k1", "k2", "k3", "k4", "k5", "k6"};
+    binder_offer o[6];
+    for(int i = 0; i < 6; i++) {
+        binder_state_class_set(st, cls[i], BINDER_CORDON_MOVE, 0, NULL, 0, NULL);
+        o[i] = (binder_offer){cls[i], 1};
+    }
+    node(st, "small", F_OK, "k1", 1, NULL, 0);
+    const char *first[7], *second[7];
+    static const char *const names1[7] = {"x1", "x2", "x3", "x4", "x5", "x6", "x7"};
+    static const char *const names2[7] = {"y1", "y2", "y3", "y4", "y5", "y6", "y7"};
+    for(int i = 0; i < 7; i++) {
+        /* seven claims over six classes: the last one's class again */
+        claim(st, names1[i], cls[i < 6 ? i : 5], 1);
+        claim(st, names2[i], cls[i < 6 ? i : 5], 1);
+        first[i] = names1[i];
+        second[i] = names2[i];
+    }
+    cozy_err err = {{0}};
+    if(binder_state_set_put(st, "t", "vm1", first, 7, BINDER_VMI_NONE, NULL, &err) ||
+       binder_state_set_put(st, "t", "vm2", second, 7, BINDER_VMI_NONE, NULL, &err))
+        ok(0, "set_put", err.msg);
+    claim(st, "lone", "k1", 1);
+    pass(st);
+    want(st, "x1", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    want(st, "lone", BINDER_BOUND, "small", BINDER_R_PLACED);
+    /* a node offering five of the six: nobody fits there */
+    binder_node_spec five = {F_OK, o, 5, NULL, 0};
+    binder_state_node_set(st, "five", &five, NULL);
+    pass(st);
+    want(st, "x1", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    want(st, "y1", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    /* one offering all six, one unit each but two of k6: the older set */
+    binder_offer all[6];
+    memcpy(all, o, sizeof all);
+    all[5].units = 2;
+    binder_node_spec six = {F_OK, all, 6, NULL, 0};
+    binder_state_node_set(st, "six", &six, NULL);
+    pass(st);
+    want(st, "x1", BINDER_BOUND, "six", BINDER_R_PLACED);
+    want(st, "x7", BINDER_BOUND, "six", BINDER_R_PLACED);
+    want(st, "y1", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    units(st, "six", "k6", 2);
+    /* the same as a full pass gives */
+    ok(binder_reconcile_all(st, &H) == 0, "a full pass then changes nothing", NULL);
+    binder_state_free(st);
+}
+
 /* §6 "Lost claims are rebound before new orders when capacity returns" */
 static void t_lost_first(void)
 {
@@ -1040,6 +1096,7 @@ int main(int argc, char **argv)
     t_chooser();
     t_bad_input();
     t_taints();
+    t_lazy_many_classes();
     t_random(steps, seed, 0);
     t_random(steps, seed, 1);
     return check_finish();
