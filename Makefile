@@ -156,6 +156,7 @@ deps:
 check-deps:
 	@pkg-config --exists $(PKGS) $(NET_PKGS) $(HOST_PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; exit 1; }
 	@test -f /usr/include/uthash.h || { echo "missing build dependency uthash-dev (core/binder/): run 'make deps' (as root)"; exit 1; }
+	@test -f /usr/include/valgrind/callgrind.h || { echo "missing build dependency valgrind (bench/binder.c counts instructions with callgrind): run 'make deps' (as root)"; exit 1; }
 
 # CEL evaluator for the webhooks' matchConditions specs (npm registry;
 # optional: those specs are pending without node)
