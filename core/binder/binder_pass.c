@@ -818,7 +818,8 @@ static size_t run_pass(binder_state *st, const binder_hooks *hooks, glist *gl, i
         free(st->gained[i].cls);
         free(st->gained[i].node);
     }
-    memmove(st->gained, st->gained + consumed, (st->n_gained - consumed) * sizeof *st->gained);
+    if(st->n_gained > consumed) /* st->gained is NULL until the first gain */
+        memmove(st->gained, st->gained + consumed, (st->n_gained - consumed) * sizeof *st->gained);
     st->n_gained -= consumed;
     st->gained_floor = 0;
     return p.events;
