@@ -203,6 +203,23 @@ static void t_set_one_node(void)
     binder_state_free(st);
 }
 
+/* A state that never gained room (no node yet, as a leader's first pass
+ * on an empty cluster): a pass leaves its claims waiting, and nothing in
+ * it touches the empty list of gains (UBSan stopped the controller on a
+ * memmove from it). */
+static void t_no_gain_yet(void)
+{
+    binder_state *st = fresh("a pass before any node");
+    claim(st, "c1", "a", 1);
+    pass(st);
+    want(st, "c1", BINDER_PENDING, NULL, BINDER_R_NO_NODE_WITH_ROOM);
+    pass(st);
+    node(st, "n1", F_OK, "a", 1, NULL, 0);
+    pass(st);
+    want(st, "c1", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    binder_state_free(st);
+}
+
 /* Decision 0042: room returning retries the sets waiting for room only
  * against the nodes that gained it, answering sets that ask the same once.
  * A set of six classes (more than a signature holds) waiting for room is
@@ -1097,6 +1114,7 @@ int main(int argc, char **argv)
     t_bad_input();
     t_taints();
     t_lazy_many_classes();
+    t_no_gain_yet();
     t_random(steps, seed, 0);
     t_random(steps, seed, 1);
     return check_finish();
