@@ -123,7 +123,7 @@ FORCE:
 # test driver for the API client and watches (spec/kube); it counts watch
 # restarts itself, so base/metrics.c is not linked
 KUBE_CHECK_SRC := spec/kube/kube_check.c core/base/result.c core/base/log.c core/base/buf.c core/base/b64.c \
-	core/base/utf8.c core/base/file.c core/format/yamlload.c core/format/yamlscalar.c \
+	core/base/utf8.c core/base/file.c core/format/yamlload.c core/format/yamlescape.c core/format/yamlscalar.c \
 	core/kube/kube.c core/kube/kubeconfig.c core/kube/watch.c core/kube/watch_stream.c
 $(KUBE_CHECK): $(call objs,$(KUBE_CHECK_SRC))
 	@mkdir -p $(dir $@)

@@ -48,7 +48,7 @@ WEBHOOK_CHECK := $(BUILD)/tests/webhook_check
 bench-tools: $(BENCH_LOAD) $(BENCH_BARE) $(WEBHOOK_CHECK)
 
 # the YAML loader with the base helpers it uses
-LOAD_SRC := core/format/yamlload.c core/format/yamlscalar.c core/base/buf.c core/base/b64.c core/base/utf8.c \
+LOAD_SRC := core/format/yamlload.c core/format/yamlescape.c core/format/yamlscalar.c core/base/buf.c core/base/b64.c core/base/utf8.c \
 	core/base/file.c
 LOAD_HDR := core/format/yamlload.h core/format/yaml_internal.h core/base/buf.h core/base/b64.h core/base/utf8.h \
 	core/base/file.h
@@ -76,7 +76,7 @@ BINDER_BENCH := $(BUILD)/bin/cozygpu-binder-bench
 BINDER_BENCH_ARGS ?=
 # the state machine's files (binder.h over binder_internal.h)
 BINDER_SM_SRC := core/binder/binder_store.c core/binder/binder_queue.c core/binder/binder_choose.c \
-	core/binder/binder_pass.c core/binder/binder_lazy.c core/binder/binder_verify.c
+	core/binder/binder_pass.c core/binder/binder_lazy.c core/binder/binder_held.c core/binder/binder_verify.c
 
 BINDER_INDEX_SRC := core/binder/index.c core/binder/index_nodes.c core/binder/index_query.c
 

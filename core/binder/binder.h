@@ -255,6 +255,37 @@ typedef struct binder_class_view {
  * as claims and nodes change, never counted per call. */
 void binder_state_class_view(const binder_state *st, const char *name, binder_class_view *out);
 
+/* Units a claim in phase p holds against its tenant's budgets at bind
+ * (DESIGN.md §5, decision 0020 §3): Bound, Attached and Lost (a Lost
+ * claim keeps counting while it waits for a node). 1 or 0. */
+int binder_phase_holds(binder_phase p);
+
+/* The units namespace `ns` holds of class `class_name`: its claims in a
+ * phase that holds (binder_phase_holds) plus its promised Pending ones.
+ * Kept as claims come, change phase and go: O(1), never a walk of claims.
+ * 0 for a pair no claim holds or a name too long. */
+uint64_t binder_state_held(const binder_state *st, const char *ns, const char *class_name);
+
+/* Walks the (namespace, class) pairs holding units (> 0), in the order
+ * they began holding: *pos NULL starts; each call sets *ns, *class_name
+ * (borrowed: valid until the state changes) and *units and returns 1, or
+ * 0 at the end. The state must not change during a walk. The budget
+ * check at bind reads it (decision 0044): O(pairs holding units). */
+int binder_state_held_next(const binder_state *st, const void **pos, const char **ns, const char **class_name,
+                           uint64_t *units);
+
+/* The budget check allowed Pending claim ns/name (DESIGN.md §5, decision
+ * 0020 §3): its units count as held at once, so the set's next claims and
+ * later sets of the pass see them, until its phase next changes (bound:
+ * it then holds them as a claim; waiting: they are released), it is
+ * deleted, or binder_state_held_settle. Promising twice is once. Errors:
+ * BINDER_ERR_NO_CLAIM, BINDER_ERR_INPUT (not Pending), BINDER_ERR_MEMORY. */
+binder_rc binder_state_held_promise(binder_state *st, const char *ns, const char *name, cozy_err *err);
+
+/* Releases every promise still open (a pass ended, or a set refused by
+ * its budget waits whole). */
+void binder_state_held_settle(binder_state *st);
+
 /* Calls fn for every claim in creation order. fn must not change the state. */
 void binder_state_claims(const binder_state *st, void (*fn)(void *ud, const binder_claim_status *c), void *ud);
 

@@ -60,13 +60,28 @@ typedef struct sm_tally {
     UT_hash_handle hh; /* binder_state.tallies, by name */
 } sm_tally;
 
+/* The units one namespace holds of one class (DESIGN.md §5 at bind: the
+ * budget check's count; binder_state_held_next): its Bound, Attached and
+ * Lost claims (binder_phase_holds), plus the Pending ones a pass promised
+ * (binder_state_held_promise). Made when a claim first names the pair,
+ * freed when its last claim goes, so that counting never allocates. */
+typedef struct sm_held {
+    sm_tally *tally;            /* the class (its name) */
+    uint64_t units;             /* held now */
+    uint32_t claims;            /* claims naming the pair, in any phase */
+    uint16_t keylen;
+    struct sm_held *lnext, *lprev; /* utlist, binder_state.holding, while units > 0 */
+    UT_hash_handle hh;          /* binder_state.held, by key */
+    char key[];                 /* "ns\0class", in the same allocation */
+} sm_held;
+
 /* A claim. Its namespace and name point into its key, its class name
  * into its tally; the fields are ordered to keep it small (100k of them
  * on a leader: decision 0042). */
 typedef struct sm_claim {
     const char *ns, *name;   /* in key */
-    const char *class_name;  /* tally->name */
-    sm_tally *tally;
+    const char *class_name;  /* held->tally->name */
+    sm_held *held;           /* its namespace's units of its class */
     char *node;              /* owned, NULL: none */
     char *attached_to;       /* owned, NULL: none */
     char *msg;               /* the condition's message, owned; NULL: "" */
@@ -86,6 +101,7 @@ typedef struct sm_claim {
     uint8_t tmpl;
     uint8_t dirty; /* on binder_state.dirty */
     uint8_t vol;   /* waits on a hook's answer (budget, chooser), not on room */
+    uint8_t promised; /* Pending, its units counted in held (binder_state_held_promise) */
     UT_hash_handle hh; /* binder_state.claims, by key, creation order */
     char key[];        /* "ns\0name", in the same allocation */
 } sm_claim;
@@ -153,6 +169,10 @@ struct binder_state {
     unsigned stamp;
     onode *on_node;      /* by node name: the sets whose VMI is there */
     sm_tally *tallies;   /* by class name */
+    sm_held *held;       /* by "ns\0class" */
+    sm_held *holding;    /* utlist, lnext/lprev: those with units > 0 */
+    sm_claim **promised; /* the claims promised since the last binder_state_held_settle */
+    size_t n_promised, cap_promised;
 };
 
 
@@ -200,8 +220,26 @@ int binder_i_same(const char *a, const char *b);
 sm_class *binder_i_class_find(const binder_state *st, const char *name);
 sm_node *binder_i_node_find(const binder_state *st, const char *name);
 sm_claim *binder_i_claim_find(const binder_state *st, const char *ns, const char *name);
-/* Adds (sign +1) or removes (-1) claim c in its class's tally, at its phase. */
-void binder_i_tally(const sm_claim *c, int sign);
+/* "ns\0name" into buf (KEY_MAX bytes); its length, or 0 when a part is
+ * missing or too long (no object has such a key). */
+size_t binder_i_key_of(const char *ns, const char *name, char *buf);
+/* The tally of class `name`, made when missing; NULL when out of memory. */
+sm_tally *binder_i_tally_get(binder_state *st, const char *name);
+
+/* ---------------------------------------- binder_held.c: held units */
+
+/* The held units of namespace `ns` and class `name` (their tally made
+ * when missing), one more claim naming them; NULL when out of memory. */
+sm_held *binder_i_held_get(binder_state *st, const char *ns, const char *name);
+/* One claim fewer names h: freed with the last (its units are 0 then). */
+void binder_i_held_put(binder_state *st, sm_held *h);
+/* h->units += sign * n, kept on the holding list while above 0. */
+void binder_i_held_add(binder_state *st, sm_held *h, int sign, uint32_t n);
+
+/* Adds (sign +1) or removes (-1) claim c in its class's tally and its
+ * namespace's held units, at its phase. Removing a promised claim also
+ * drops its promise (a phase change or deletion ends it). */
+void binder_i_tally(binder_state *st, sm_claim *c, int sign);
 void binder_i_view_of(const sm_claim *c, binder_claim_status *out);
 
 /* ----------------------------------- binder_queue.c: dirty and waiting */

@@ -26,19 +26,19 @@ static void lazy_take(lazy *e, const sm_claim *x)
     if(e->nsig == SIZE_MAX)
         return; /* more classes than a signature holds: no signature */
     size_t k;
-    for(k = 0; k < e->nsig && e->cls[k] != x->tally; k++)
+    for(k = 0; k < e->nsig && e->cls[k] != x->held->tally; k++)
         ;
     if(k < e->nsig)
         e->units[k] += x->count;
     else if(e->nsig < LAZY_SIG) {
         /* kept sorted by tally, so that equal needs compare equal */
         size_t at = e->nsig;
-        while(at > 0 && (uintptr_t)e->cls[at - 1] > (uintptr_t)x->tally) {
+        while(at > 0 && (uintptr_t)e->cls[at - 1] > (uintptr_t)x->held->tally) {
             e->cls[at] = e->cls[at - 1];
             e->units[at] = e->units[at - 1];
             at--;
         }
-        e->cls[at] = x->tally;
+        e->cls[at] = x->held->tally;
         e->units[at] = x->count;
         e->nsig++;
     } else

@@ -59,9 +59,9 @@ static void set_status(pass *p, sm_claim *c, binder_phase phase, const char *nod
         old_node = c->node;
         c->node = copy;
     }
-    binder_i_tally(c, -1);
+    binder_i_tally(p->st, c, -1);
     c->phase = phase;
-    binder_i_tally(c, +1);
+    binder_i_tally(p->st, c, +1);
     c->reason = reason;
     if(new_msg) {
         free(c->msg);

@@ -108,8 +108,8 @@ sm_class *binder_i_class_find(const binder_state *st, const char *name)
     return c;
 }
 
-/* The tally of class `name`, made when missing; NULL when out of memory. */
-static sm_tally *tally_get(binder_state *st, const char *name)
+
+sm_tally *binder_i_tally_get(binder_state *st, const char *name)
 {
     sm_tally *t = NULL;
     HASH_FIND_STR(st->tallies, name, t);
@@ -128,6 +128,7 @@ static sm_tally *tally_get(binder_state *st, const char *name)
     return t;
 }
 
+
 sm_node *binder_i_node_find(const binder_state *st, const char *name)
 {
     sm_node *n = NULL;
@@ -136,25 +137,10 @@ sm_node *binder_i_node_find(const binder_state *st, const char *name)
     return n;
 }
 
-/* "ns\0name" into buf (KEY_MAX bytes); its length, or 0 when a part is
- * missing or too long (no object has such a key). */
-static size_t key_of(const char *ns, const char *name, char *buf)
-{
-    if(!ns || !name)
-        return 0;
-    size_t a = strlen(ns), b = strlen(name);
-    if(a > BINDER_MAX_NAMESPACE || b > BINDER_MAX_NAME)
-        return 0;
-    memcpy(buf, ns, a);
-    buf[a] = 0;
-    memcpy(buf + a + 1, name, b + 1);
-    return a + 1 + b;
-}
-
 sm_claim *binder_i_claim_find(const binder_state *st, const char *ns, const char *name)
 {
     char buf[KEY_MAX];
-    size_t len = key_of(ns, name, buf);
+    size_t len = binder_i_key_of(ns, name, buf);
     sm_claim *c = NULL;
     if(len)
         HASH_FIND(hh, st->claims, buf, len, c);
@@ -164,7 +150,7 @@ sm_claim *binder_i_claim_find(const binder_state *st, const char *ns, const char
 static sm_set *set_find(const binder_state *st, const char *ns, const char *name)
 {
     char buf[KEY_MAX];
-    size_t len = key_of(ns, name, buf);
+    size_t len = binder_i_key_of(ns, name, buf);
     sm_set *s = NULL;
     if(len)
         HASH_FIND(hh, st->sets, buf, len, s);
@@ -311,6 +297,13 @@ void binder_state_free(binder_state *st)
         free(o->node);
         free(o);
     }
+    sm_held *h, *htmp;
+    HASH_ITER(hh, st->held, h, htmp)
+    {
+        HASH_DEL(st->held, h);
+        free(h);
+    }
+    free(st->promised);
     sm_tally *t, *ttmp;
     HASH_ITER(hh, st->tallies, t, ttmp)
     {
@@ -537,12 +530,19 @@ binder_rc binder_state_node_delete(binder_state *st, const char *name, cozy_err 
 
 /* ------------------------------------------------------------ claims */
 
-/* Adds (sign +1) or removes (-1) claim c in its class's tally, at its phase. */
-void binder_i_tally(const sm_claim *c, int sign)
+void binder_i_tally(binder_state *st, sm_claim *c, int sign)
 {
-    c->tally->units[c->phase] += (uint64_t)(int64_t)sign * c->count;
-    c->tally->claims[c->phase] += (uint64_t)(int64_t)sign;
+    sm_tally *t = c->held->tally;
+    t->units[c->phase] += (uint64_t)(int64_t)sign * c->count;
+    t->claims[c->phase] += (uint64_t)(int64_t)sign;
+    if(binder_phase_holds(c->phase))
+        binder_i_held_add(st, c->held, sign, c->count);
+    if(sign < 0 && c->promised) {
+        c->promised = 0;
+        binder_i_held_add(st, c->held, -1, c->count);
+    }
 }
+
 
 static binder_rc claim_new(binder_state *st, const char *ns, const char *name, const char *class_name,
                            uint32_t count, int tmpl, sm_claim **out, cozy_err *err)
@@ -556,10 +556,10 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
     if(binder_i_claim_find(st, ns, name))
         return fail(err, BINDER_ERR_BOUND, "claim %s/%s: known already", ns, name);
     char key[KEY_MAX];
-    size_t keylen = key_of(ns, name, key);
+    size_t keylen = binder_i_key_of(ns, name, key);
     sm_claim *c = calloc(1, sizeof *c + keylen + 1);
-    if(!c || !(c->tally = tally_get(st, class_name))) {
-        claim_free(c);
+    if(!c || !(c->held = binder_i_held_get(st, ns, class_name))) {
+        free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
     memcpy(c->key, key, keylen + 1);
@@ -567,15 +567,17 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
     c->keylen = (uint16_t)keylen;
     c->ns = c->key;
     c->name = c->key + strlen(c->key) + 1;
-    c->class_name = c->tally->name;
+    c->class_name = c->held->tally->name;
     binder_rc rc = binder_claim_upsert(st->ix, ns, name, class_name, count, err);
     if(rc) {
+        binder_i_held_put(st, c->held);
         claim_free(c);
         return rc;
     }
     HASH_ADD_KEYPTR(hh, st->claims, c->key, c->keylen, c);
     if(!c->hh.tbl) {
         binder_claim_delete(st->ix, ns, name);
+        binder_i_held_put(st, c->held);
         claim_free(c);
         return fail(err, BINDER_ERR_MEMORY, "out of memory");
     }
@@ -583,7 +585,7 @@ static binder_rc claim_new(binder_state *st, const char *ns, const char *name, c
     c->count = count;
     c->tmpl = !!tmpl;
     c->phase = BINDER_PENDING;
-    binder_i_tally(c, +1);
+    binder_i_tally(st, c, +1);
     c->seq = ++st->seq;
     binder_i_mark(st, c);
     *out = c;
@@ -620,9 +622,9 @@ binder_rc binder_state_claim_put(binder_state *st, const binder_claim_status *s,
         free(msg);
         return rc;
     }
-    binder_i_tally(c, -1);
+    binder_i_tally(st, c, -1);
     c->phase = s->phase;
-    binder_i_tally(c, +1);
+    binder_i_tally(st, c, +1);
     c->node = node;
     c->attached_to = att;
     c->reason = s->reason;
@@ -656,7 +658,12 @@ binder_rc binder_state_claim_delete(binder_state *st, const char *ns, const char
     if(c->dirty)
         DL_DELETE2(st->dirty, c, dprev, dnext);
     binder_i_wait_remove(st, c);
-    binder_i_tally(c, -1);
+    if(c->promised)
+        for(size_t i = 0; i < st->n_promised; i++)
+            if(st->promised[i] == c)
+                st->promised[i] = NULL;
+    binder_i_tally(st, c, -1);
+    binder_i_held_put(st, c->held);
     HASH_DEL(st->claims, c);
     claim_free(c);
     return BINDER_OK;
@@ -751,7 +758,7 @@ binder_rc binder_state_set_put(binder_state *st, const char *ns, const char *nam
     sm_set *s = old;
     if(!s) {
         char key[KEY_MAX];
-        size_t keylen = key_of(ns, name, key);
+        size_t keylen = binder_i_key_of(ns, name, key);
         s = calloc(1, sizeof *s + keylen + 1);
         if(s) {
             memcpy(s->key, key, keylen + 1);

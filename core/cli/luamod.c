@@ -21,10 +21,9 @@
  *                                     (pattern.h) without a meter, for the differential spec
  *   Engine:binder_choose(set, candidates) -> position (1-based) | nil (none), outcome, message
  *                                     (engine_binder_choose; on a policy failure: 1, the failure's word, message)
- *   Engine:binder_budget(ns, class, count) -> allowed, outcome, message, rule, tenant, key, limit
- *                                     (engine_binder_budget)
- *   Engine:binder_usage_add(ns, class, delta), Engine:binder_usage_reset()
- *                                     (engine_binder_usage_add, _reset)
+ *   Engine:binder_budget(ns, class, count [, held]) -> allowed, outcome, message, rule, tenant, key, limit
+ *                                     (engine_binder_budget; held: { [ns] = { [class] = units } },
+ *                                     the units a binder state would hold)
  *   Engine:memory()                   bytes held by the engine's state
  *   Engine:rules()                    number of rules loaded
  *   Engine:close()                    also __gc / __close
@@ -32,6 +31,7 @@
  */
 #include <lauxlib.h>
 #include <lua.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -345,13 +345,74 @@ static int l_binder_choose(lua_State *L)
     return 3;
 }
 
+/* The held units a spec gives Engine:binder_budget, { [ns] = { [class] =
+ * units } }, as the engine_held a binder state would be. */
+typedef struct held_pair {
+    const char *ns, *cls; /* borrowed from the spec's table, on the stack for the call */
+    long long units;
+} held_pair;
+
+typedef struct held_list {
+    held_pair *p;
+    size_t n;
+} held_list;
+
+static int held_list_next(void *ud, const void **pos, const char **ns, const char **class_name, long long *units)
+{
+    const held_list *h = ud;
+    const held_pair *at = *pos ? (const held_pair *)*pos + 1 : h->p;
+    if(at >= h->p + h->n)
+        return 0;
+    *pos = at;
+    *ns = at->ns;
+    *class_name = at->cls;
+    *units = at->units;
+    return 1;
+}
+
 static int l_binder_budget(lua_State *L)
 {
     engine *e = check_engine(L);
+    const char *ns_arg = luaL_checkstring(L, 2), *cls_arg = luaL_checkstring(L, 3);
+    long long count = (long long)luaL_checkinteger(L, 4);
+    held_list h = {NULL, 0};
+    size_t cap = 0;
+    if(!lua_isnoneornil(L, 5)) {
+        luaL_checktype(L, 5, LUA_TTABLE);
+        lua_pushnil(L);
+        while(lua_next(L, 5)) {
+            const char *ns = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+            if(!ns || !lua_istable(L, -1)) {
+                free(h.p);
+                return luaL_error(L, "held units: { [namespace] = { [class] = units } }");
+            }
+            lua_pushnil(L);
+            while(lua_next(L, -2)) {
+                if(lua_type(L, -2) != LUA_TSTRING || !lua_isinteger(L, -1)) {
+                    free(h.p);
+                    return luaL_error(L, "held units of %s: { [class] = units }", ns);
+                }
+                if(h.n == cap) {
+                    cap = cap ? cap * 2 : 8;
+                    held_pair *np = realloc(h.p, cap * sizeof *np);
+                    if(!np) {
+                        free(h.p);
+                        return luaL_error(L, "out of memory");
+                    }
+                    h.p = np;
+                }
+                if(lua_tointeger(L, -1) > 0)
+                    h.p[h.n++] = (held_pair){ns, lua_tostring(L, -2), (long long)lua_tointeger(L, -1)};
+                lua_pop(L, 1);
+            }
+            lua_pop(L, 1);
+        }
+    }
+    engine_held held = {&h, held_list_next};
     engine_binder_verdict v;
     cozy_err err = {{0}};
-    cozy_result rc = engine_binder_budget(e, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
-                                          (long long)luaL_checkinteger(L, 4), &v, &err);
+    cozy_result rc = engine_binder_budget(e, ns_arg, cls_arg, count, &held, &v, &err);
+    free(h.p);
     if(rc != COZY_OK)
         return push_fail(L, err.msg);
     lua_pushboolean(L, v.allow);
@@ -362,26 +423,6 @@ static int l_binder_budget(lua_State *L)
     lua_pushstring(L, v.key);
     lua_pushinteger(L, (lua_Integer)v.limit);
     return 7;
-}
-
-static int l_binder_usage_add(lua_State *L)
-{
-    engine *e = check_engine(L);
-    cozy_err err = {{0}};
-    if(engine_binder_usage_add(e, luaL_checkstring(L, 2), luaL_checkstring(L, 3), (long long)luaL_checkinteger(L, 4),
-                               &err) != COZY_OK)
-        return push_fail(L, err.msg);
-    lua_pushboolean(L, 1);
-    return 1;
-}
-
-static int l_binder_usage_reset(lua_State *L)
-{
-    cozy_err err = {{0}};
-    if(engine_binder_usage_reset(check_engine(L), &err) != COZY_OK)
-        return push_fail(L, err.msg);
-    lua_pushboolean(L, 1);
-    return 1;
 }
 
 static int l_memory(lua_State *L)
@@ -406,8 +447,6 @@ int luaopen_cozygpu_core(lua_State *L)
         {"set_deadline", l_set_deadline},
         {"binder_choose", l_binder_choose},
         {"binder_budget", l_binder_budget},
-        {"binder_usage_add", l_binder_usage_add},
-        {"binder_usage_reset", l_binder_usage_reset},
         {"memory", l_memory},
         {"rules", l_rules},
         {"close", l_engine_close},

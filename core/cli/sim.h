@@ -91,6 +91,20 @@ void sim_leader_catch_up(sim *s);
 void sim_vmi_event(void *s, const char *ns, const char *vmi, const char *from, const char *to, const char *node,
                    const char *why);
 
+/* -------------------------------------------------------------- report */
+
+/* The step's claims table (kubectl's columns: phase, node, attachedTo,
+ * the Ready condition's reason) and VMs, read from s->st, printed and
+ * kept in the step's JSON output. */
+void sim_step_table(sim *s);
+/* What the leader's node reading says of each node (capacity it cannot
+ * read, a GPU no class takes), printed once per step when it holds. */
+void sim_node_notes(sim *s);
+/* One `expect` line of a step (PATH its path), checked against the
+ * store; a mismatch is a failed expectation (exit 1), a bad line bad
+ * input (exit 2). */
+void sim_check_expect(sim *s, json_t *e, const char *path);
+
 /* ------------------------------------------------------------ scenario */
 
 /* The scenario's classes, nodes, claims, VMs, namespaces and

@@ -278,7 +278,7 @@ static int bw_build(void *ud)
         return -1;
     }
     log_write(LOG_INFO, "binder", "rebuilt the binder's state from the caches", NULL);
-    ctl_bundle_unref(w->peb); /* a new state: the usage table is fed again */
+    ctl_bundle_unref(w->peb); /* a new model: the engine is set on it again */
     w->peb = NULL;
     w->full_pending = 1;
     return 0;
@@ -308,14 +308,12 @@ static int bw_policy(bind_writer *w)
         ctl_bundle_unref(b);
         return 0;
     }
-    int ok = placement_set_policy(w->p, e, 1, &err) == COZY_OK;
+    placement_set_policy(w->p, e, 1);
     engine_close(w->pe);
     ctl_bundle_unref(w->peb);
     w->pe = e;
-    w->peb = ok ? b : NULL; /* fed again at the next wake when feeding failed */
-    if(!ok)
-        ctl_bundle_unref(b);
-    return ok;
+    w->peb = b;
+    return 1;
 }
 
 static void bw_work(void *ud, int had_batch)

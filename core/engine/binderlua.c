@@ -1,8 +1,9 @@
 /* binderlua.c — the binder's decisions that live in Lua (engine.h, "the
  * binder's Lua"): the chooser of policies/binder.lua and the budget check
- * at bind over cozygpu.budget, with the usage table kept in the Lua state
- * (DESIGN.md §5, §6; docs/decisions/0020, 0024). JSON and plain values in
- * and out: no binder types, the engine layer stays below the binder.
+ * at bind over cozygpu.budget, which reads the held units through the
+ * caller's engine_held (DESIGN.md §5, §6; docs/decisions/0020, 0024,
+ * 0044). JSON and plain values in and out: no binder types, the engine
+ * layer stays below the binder.
  */
 #include "engine/internal.h"
 
@@ -87,8 +88,45 @@ static void copy_string(lua_State *L, int idx, char *dst, size_t size)
     snprintf(dst, size, "%s", lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : "");
 }
 
+/* One step of host.binder_held's iterator: upvalue 1 the cursor, upvalue
+ * 2 the budget call it was made in. */
+static int held_step(lua_State *L)
+{
+    engine *e = sandbox_engine_of(L);
+    if(!e->held || (unsigned)lua_tointeger(L, lua_upvalueindex(2)) != e->held_call)
+        return luaL_error(L, "the binder's held units are read only during the budget check at bind that began the walk");
+    const void *pos = lua_touserdata(L, lua_upvalueindex(1));
+    const char *ns = NULL, *cls = NULL;
+    long long units = 0;
+    if(!e->held->next(e->held->ud, &pos, &ns, &cls, &units))
+        return 0;
+    lua_pushlightuserdata(L, (void *)pos);
+    lua_replace(L, lua_upvalueindex(1));
+    lua_pushstring(L, ns);
+    lua_pushstring(L, cls);
+    lua_pushinteger(L, (lua_Integer)units);
+    return 3;
+}
+
+int engine_host_binder_held(lua_State *L)
+{
+    engine *e = sandbox_engine_of(L);
+    if(!e->held)
+        return luaL_error(L, "the binder's held units are read only during a budget check at bind");
+    lua_pushlightuserdata(L, NULL);
+    lua_pushinteger(L, (lua_Integer)e->held_call);
+    lua_pushcclosure(L, held_step, 2);
+    return 1;
+}
+
+static int held_none(void *ud, const void **pos, const char **ns, const char **class_name, long long *units)
+{
+    (void)ud, (void)pos, (void)ns, (void)class_name, (void)units;
+    return 0;
+}
+
 cozy_result engine_binder_budget(engine *e, const char *ns, const char *class_name, long long count,
-                                 engine_binder_verdict *out, cozy_err *err)
+                                 const engine_held *held, engine_binder_verdict *out, cozy_err *err)
 {
     memset(out, 0, sizeof *out);
     out->limit = -1;
@@ -104,7 +142,11 @@ cozy_result engine_binder_budget(engine *e, const char *ns, const char *class_na
     lua_pushinteger(L, (lua_Integer)count);
     /* admission.binder_budget -> word, ok, message, tenant, key, limit, rule | word, message */
     cozy_err cerr = {{0}};
+    static const engine_held none = {NULL, held_none};
+    e->held = held ? held : &none;
+    e->held_call++;
     cozy_result rc = engine_call_admission(e, "binder_budget", 4, 7, &cerr);
+    e->held = NULL;
     if(rc != COZY_OK) {
         budget_failed(out, ENGINE_POLICY_ERROR, cerr.msg);
         lua_settop(L, top);
@@ -130,32 +172,4 @@ cozy_result engine_binder_budget(engine *e, const char *ns, const char *class_na
     }
     lua_settop(L, top);
     return COZY_OK;
-}
-
-cozy_result engine_binder_usage_add(engine *e, const char *ns, const char *class_name, long long delta,
-                                    cozy_err *err)
-{
-    if(!ns || !*ns || !class_name || !*class_name)
-        return cozy_fail(err, COZY_ERR_INPUT, "binder usage: needs a namespace and a class");
-    if(delta == 0)
-        return COZY_OK;
-    lua_State *L = e->L;
-    int top = lua_gettop(L);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
-    lua_pushstring(L, ns);
-    lua_pushstring(L, class_name);
-    lua_pushinteger(L, (lua_Integer)delta);
-    cozy_result rc = engine_call_admission(e, "binder_usage_add", 4, 0, err);
-    lua_settop(L, top);
-    return rc;
-}
-
-cozy_result engine_binder_usage_reset(engine *e, cozy_err *err)
-{
-    lua_State *L = e->L;
-    int top = lua_gettop(L);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
-    cozy_result rc = engine_call_admission(e, "binder_usage_reset", 1, 0, err);
-    lua_settop(L, top);
-    return rc;
 }

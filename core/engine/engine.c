@@ -230,6 +230,8 @@ cozy_result engine_open(engine **out, const engine_options *opt, cozy_err *err)
     lua_setfield(L, -2, "restore");
     lua_pushcfunction(L, sandbox_host_now);
     lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, engine_host_binder_held);
+    lua_setfield(L, -2, "binder_held");
     lua_getfield(L, LUA_REGISTRYINDEX, REG_BASE);
     lua_setfield(L, -2, "base");
     if((rc = push_policy_list(L, e, err)) != COZY_OK) {

@@ -262,38 +262,35 @@ typedef struct engine_binder_verdict {
     char rule[16];          /* "R1" (class or total key), "R4", "R5", "quantity"; "" when allowed */
 } engine_binder_verdict;
 
+/* The units held per namespace and class that the budget check at bind
+ * counts (DESIGN.md §5; decision 0044): the binder's state owns them
+ * (binder_state_held_next) and the check reads them through this during
+ * one engine_binder_budget call. next() moves *pos (NULL: start) to the
+ * next pair holding units and sets *ns, *class_name (borrowed for the
+ * call) and *units (> 0), returning 1; 0 at the end. It must not change
+ * what it walks. */
+typedef struct engine_held {
+    void *ud;
+    int (*next)(void *ud, const void **pos, const char **ns, const char **class_name, long long *units);
+} engine_held;
+
 /* DESIGN.md §5 at bind (decision 0020 §3): may claim `count` units of class
  * `class_name` in namespace `ns` go Pending -> Bound? The rules R1–R5 are
  * lua/cozygpu/budget.lua's check_set (the same as admission), over the
  * cluster view of engine_set_cluster (Namespaces with their tenant labels,
  * ResourceQuotas, GPUClasses, VMIs: Running raw-name VMIs count) with the
- * claims counted from the usage table (engine_binder_usage_add), never by
- * walking claims: O(tenant depth x (namespaces holding units + VMIs)).
- * The claim itself is the order; the caller adds what it allowed to the
- * usage at once (so the next claim of the set, and later sets, count it)
- * and takes it back if the set does not bind (a later claim of it
- * refused). Never ask it for a Lost
- * claim's rebind or a move (DESIGN.md §5: they keep counting). Runs under
- * the policy budget, memory cap and deadline. *out is always filled; any
- * failure refuses (fail closed: the claim stays Pending, reason OverBudget,
+ * claims counted from `held` (NULL: none held), never by walking claims:
+ * O(tenant depth x (pairs holding units + VMIs)). The claim itself is the
+ * order; the caller counts what it allowed at once (so the next claim of
+ * the set, and later sets, count it: binder_state_held_promise) and takes
+ * it back if the set does not bind. Never ask it for a Lost claim's rebind
+ * or a move (DESIGN.md §5: they keep counting). Runs under the policy
+ * budget, memory cap and deadline. *out is always filled; any failure
+ * refuses (fail closed: the claim stays Pending, reason OverBudget,
  * out->message saying the check failed). Returns COZY_OK (the check ran or
  * failed inside Lua: see out->outcome), COZY_ERR_INPUT (empty names, count
  * < 1), COZY_ERR_INTERNAL (the runtime failed). */
 cozy_result engine_binder_budget(engine *e, const char *ns, const char *class_name, long long count,
-                                 engine_binder_verdict *out, cozy_err *err);
-
-/* Adds `delta` units (negative: removes) of class `class_name` held in
- * namespace `ns` to the usage table inside the Lua state: the caller keeps
- * it equal to the units of the claims its binder holds Bound, Attached or
- * Lost, per namespace and class, one call per change (a claim bound,
- * released, deleted). O(1). The table survives engine_set_cluster, not
- * engine_close: a new engine (a reloaded bundle) is fed again. Returns
- * COZY_ERR_INPUT for an empty name, COZY_ERR_INTERNAL when the runtime
- * failed (out of memory). */
-cozy_result engine_binder_usage_add(engine *e, const char *ns, const char *class_name, long long delta,
-                                    cozy_err *err);
-
-/* Empties the usage table (a new leader counts its claims again). */
-cozy_result engine_binder_usage_reset(engine *e, cozy_err *err);
+                                 const engine_held *held, engine_binder_verdict *out, cozy_err *err);
 
 #endif

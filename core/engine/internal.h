@@ -59,6 +59,8 @@ struct engine {
     int rule_count;
     engine_rule_result *last_rules; /* engine_last_rules */
     size_t n_last_rules, cap_last_rules;
+    const engine_held *held;  /* during engine_binder_budget only: host.binder_held reads it */
+    unsigned held_call;       /* which budget call (a walk begun in another is refused) */
 };
 
 /* The lua_Alloc of every engine state (`ud` is the engine): accounts bytes
@@ -66,6 +68,11 @@ struct engine {
  * budgeted call, ENGINE_STATE_CEILING outside), or at the Nth allocation of
  * the test switch. Model: HAProxy hlua_alloc, Lua's ltests.c. */
 void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* host.binder_held (binderlua.c): an iterator over the binder's held
+ * units, (namespace, class, units) per step, during a budget check at
+ * bind; raises outside one. */
+int engine_host_binder_held(lua_State *L);
 
 /* The engine that owns L (its allocator's userdata). */
 engine *sandbox_engine_of(lua_State *L);

@@ -1,5 +1,6 @@
-/* yaml_internal.h — shared between yamlload.c (the libyaml event loader)
- * and yamlscalar.c (scalar resolution) only; not a public interface.
+/* yaml_internal.h — shared between yamlload.c (the libyaml event loader),
+ * yamlescape.c (double-quoted escapes) and yamlscalar.c (scalar
+ * resolution) only; not a public interface.
  *
  * The rules and their sources are in yamlload.h and
  * docs/decisions/0002-yaml-scalars.md.
@@ -49,6 +50,37 @@ void yl_fail_oom(loader *l);
 
 /* libyaml's 0-based mark as the 1-based line and column errors carry. */
 void yl_mark_of(const yaml_mark_t *m, unsigned long *line, unsigned long *column);
+
+/* --- yamlescape.c -------------------------------------------------------- */
+
+/* The input as libyaml reads it, and a cursor that follows libyaml's
+ * character index through it (events come in order). */
+typedef struct yl_input {
+    const unsigned char *b;
+    size_t len;
+    int enc;          /* YAML_UTF8_ENCODING, _UTF16LE_ or _UTF16BE_ */
+    size_t start;     /* after a byte order mark */
+    size_t cur_index; /* libyaml's character index at ... */
+    size_t cur_pos;   /* ... this byte offset in b */
+} yl_input;
+
+/* Sets up *in over buf (len bytes, borrowed): the encoding and where the
+ * text starts, as libyaml's reader decides (reader.c
+ * yaml_parser_determine_encoding: a UTF-16 byte order mark, else UTF-8
+ * with an optional mark; marks count characters after it). */
+void yl_input_start(yl_input *in, const char *buf, size_t len);
+
+/* The character at byte offset *pos of the input (libyaml has checked the
+ * encoding); advances *pos past it. Returns -1 at the end. */
+long yl_next_char(const yl_input *in, size_t *pos);
+
+/* Re-reads double-quoted scalar event ev's raw text in `in`: the first
+ * escape go-yaml v2 does not know is refused as go-yaml refuses it
+ * ("found unknown escape character", yl_fail on loader l); each "\'" that
+ * libyaml was made to read as '"' becomes "'" in *fixed, a malloc'd copy
+ * of the value (same length; NULL when nothing changed). Returns 0, or -1
+ * after yl_fail. */
+int yl_check_escapes(loader *l, yl_input *in, const yaml_event_t *ev, unsigned char **fixed);
 
 /* --- yamlscalar.c -------------------------------------------------------- */
 

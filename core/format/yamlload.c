@@ -82,13 +82,7 @@ struct loader {
     size_t nanchors, anchors_cap;
     json_t *anchor_index; /* name -> index of its latest definition */
     unsigned long long decode_count, alias_count;
-    /* the input, to re-read the raw text of double-quoted scalars */
-    const unsigned char *in;
-    size_t in_len;
-    int in_enc;            /* YAML_UTF8_ENCODING, _UTF16LE_ or _UTF16BE_ */
-    size_t in_start;       /* after a byte order mark */
-    size_t cur_index;      /* libyaml's character index at ... */
-    size_t cur_pos;        /* ... this byte offset in `in` */
+    yl_input input;        /* to re-read the raw text of double-quoted scalars */
 };
 
 void yl_fail(loader *l, unsigned long line, unsigned long column, const char *fmt, ...)
@@ -261,199 +255,6 @@ static void set_key(frame *f, char *key, size_t len, const yaml_mark_t *m, int i
     f->have_key = 1;
 }
 
-/* ------------------------------------------- double-quoted escapes */
-
-/* The input's encoding and where its text starts, as libyaml's reader
-   decides (reader.c yaml_parser_determine_encoding): a UTF-16 byte order
-   mark, else UTF-8 with an optional mark; marks count characters after it. */
-static void input_start(loader *l, const char *buf, size_t len)
-{
-    const unsigned char *b = (const unsigned char *)buf;
-    l->in = b;
-    l->in_len = len;
-    l->in_enc = YAML_UTF8_ENCODING;
-    l->cur_index = 0;
-    l->cur_pos = 0;
-    if (len >= 2 && b[0] == 0xFF && b[1] == 0xFE) {
-        l->in_enc = YAML_UTF16LE_ENCODING;
-        l->cur_pos = 2;
-    } else if (len >= 2 && b[0] == 0xFE && b[1] == 0xFF) {
-        l->in_enc = YAML_UTF16BE_ENCODING;
-        l->cur_pos = 2;
-    } else if (len >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF) {
-        l->cur_pos = 3;
-    }
-    l->in_start = l->cur_pos;
-}
-
-/* The character at byte offset *pos of the input (libyaml has already
-   checked the encoding); advances *pos past it. Returns -1 at the end. */
-static long next_char(const loader *l, size_t *pos)
-{
-    const unsigned char *b = l->in;
-    size_t p = *pos, n = l->in_len;
-    unsigned long c;
-    if (p >= n)
-        return -1;
-    if (l->in_enc == YAML_UTF8_ENCODING) {
-        size_t w = b[p] < 0x80 ? 1 : b[p] >= 0xF0 ? 4 : b[p] >= 0xE0 ? 3 : 2, i;
-        c = w == 1 ? b[p] : w == 2 ? b[p] & 0x1Fu : w == 3 ? b[p] & 0x0Fu : b[p] & 0x07u;
-        for (i = 1; i < w && p + i < n; i++)
-            c = (c << 6) | (b[p + i] & 0x3Fu);
-        *pos = p + w < n ? p + w : n;
-        return (long)c;
-    }
-    if (p + 2 > n) {
-        *pos = n;
-        return -1;
-    }
-    c = l->in_enc == YAML_UTF16LE_ENCODING ? (unsigned long)(b[p] | b[p + 1] << 8)
-                                           : (unsigned long)(b[p] << 8 | b[p + 1]);
-    p += 2;
-    if (c >= 0xD800 && c <= 0xDBFF && p + 2 <= n) {
-        unsigned long lo = l->in_enc == YAML_UTF16LE_ENCODING ? (unsigned long)(b[p] | b[p + 1] << 8)
-                                                              : (unsigned long)(b[p] << 8 | b[p + 1]);
-        c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-        p += 2;
-    }
-    *pos = p;
-    return (long)c;
-}
-
-/* A line break as libyaml and go-yaml count one (is_break). */
-static int is_break_char(long c) { return c == '\r' || c == '\n' || c == 0x85 || c == 0x2028 || c == 0x2029; }
-
-/* go-yaml v2 scannerc.go yaml_parser_scan_flow_scalar, the switch over the
-   character after '\\' (kubectl 1.32: sigs.k8s.io/yaml/goyaml.v2). libyaml
-   0.2.5 also takes '/', which go-yaml refuses. */
-static int goyaml_escape(long c)
-{
-    return c > 0 && c < 0x80 && strchr("0abt\tnvfre \"'\\N_LPxuU", (int)c) != NULL;
-}
-
-/* The value of the code_length hex digits at *pos (libyaml checked them). */
-static long hex_value(const loader *l, size_t *pos, int code_length)
-{
-    long v = 0, c;
-    int k;
-    for (k = 0; k < code_length; k++) {
-        c = next_char(l, pos);
-        v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                                   : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 0);
-    }
-    return v;
-}
-
-/* libyaml hands us a double-quoted scalar decoded, and decodes it as go-yaml
-   v2 does but for two escapes: it takes "\/", which go-yaml refuses, and
-   refuses "\'", which go-yaml reads as "'" (run() has libyaml read each
-   such "\'" as "\"" instead, see patch_apostrophes). Re-read the scalar's
-   raw text in the input as written, from the event's start (its tag or
-   anchor, if any, then perhaps a comment, then the opening quote) to the
-   closing quote:
-   - the first escape go-yaml does not know is refused as go-yaml does: at
-     the backslash, "found unknown escape character", in the context of the
-     opening quote;
-   - a "\'" is the n-th '"' of the decoded value (a '"' can only come from an
-     escape), so that '"' becomes "'": *fixed is then a malloc'd copy of the
-     value so corrected (same length), else NULL.
-   Returns 0, or -1 after yl_fail. */
-static int check_escapes(loader *l, const yaml_event_t *ev, unsigned char **fixed)
-{
-    size_t target = ev->start_mark.index, pos, nquotes = 0, vpos = 0, vseen = 0;
-    unsigned long line = (unsigned long)ev->start_mark.line, col = (unsigned long)ev->start_mark.column;
-    unsigned long qline = 0, qcol = 0;
-    int quoted = 0, comment = 0;
-    long c;
-
-    *fixed = NULL;
-    if (target < l->cur_index) { /* events come in order; be safe anyway */
-        l->cur_index = 0;
-        l->cur_pos = l->in_start;
-    }
-    while (l->cur_index < target && next_char(l, &l->cur_pos) >= 0)
-        l->cur_index++;
-    pos = l->cur_pos;
-    for (;;) {
-        unsigned long at_line = line, at_col = col;
-        c = next_char(l, &pos);
-        if (c < 0)
-            return 0; /* libyaml found the closing quote; not reached */
-        if (is_break_char(c)) {
-            size_t peek = pos;
-            if (c == '\r' && next_char(l, &peek) == '\n')
-                pos = peek;
-            line++;
-            col = 0;
-            comment = 0;
-            continue;
-        }
-        col++;
-        if (!quoted) {
-            if (comment)
-                continue;
-            if (c == '#')
-                comment = 1;
-            else if (c == '"') {
-                quoted = 1;
-                qline = at_line;
-                qcol = at_col;
-            }
-            continue;
-        }
-        if (c == '"')
-            return 0;
-        if (c != '\\')
-            continue;
-        c = next_char(l, &pos);
-        if (is_break_char(c)) { /* an escaped line break */
-            size_t peek = pos;
-            if (c == '\r' && next_char(l, &peek) == '\n')
-                pos = peek;
-            line++;
-            col = 0;
-            continue;
-        }
-        if (!goyaml_escape(c)) {
-            free(*fixed);
-            *fixed = NULL;
-            yl_fail(l, at_line + 1, at_col + 1,
-                    "found unknown escape character (while parsing a quoted scalar at line %lu, column %lu)",
-                    qline + 1, qcol + 1);
-            return -1;
-        }
-        col++;
-        if (c == 'x' || c == 'u' || c == 'U') {
-            int code_length = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-            if (hex_value(l, &pos, code_length) == '"')
-                nquotes++;
-            col += (unsigned long)code_length;
-        } else if (c == '"') {
-            nquotes++;
-        } else if (c == '\'') {
-            /* libyaml read it as '"': the nquotes-th '"' of the value */
-            size_t i, n = ev->data.scalar.length;
-            const unsigned char *v = ev->data.scalar.value;
-            for (; vpos < n; vpos++)
-                if (v[vpos] == '"' && vseen++ == nquotes)
-                    break;
-            i = vpos++;
-            nquotes++;
-            if (i >= n)
-                continue; /* not reached */
-            if (!*fixed) {
-                *fixed = malloc(n + 1);
-                if (!*fixed) {
-                    yl_fail_oom(l);
-                    return -1;
-                }
-                memcpy(*fixed, ev->data.scalar.value, n + 1);
-            }
-            (*fixed)[i] = '\'';
-        }
-    }
-}
-
 static void scalar_event(loader *l, const yaml_event_t *ev)
 {
     const char *text = (const char *)ev->data.scalar.value;
@@ -515,7 +316,7 @@ static void on_scalar(loader *l, const yaml_event_t *ev)
         scalar_event(l, ev);
         return;
     }
-    if (check_escapes(l, ev, &fixed))
+    if (yl_check_escapes(l, &l->input, ev, &fixed))
         return;
     if (!fixed) {
         scalar_event(l, ev);
@@ -712,15 +513,15 @@ static int check_separators(loader *l, const char *buf, size_t len)
    *off; else 0. */
 static int apostrophe_escape_at(loader *l, const yaml_parser_t *p, size_t *off)
 {
-    size_t pos = l->in_start, i;
+    size_t pos = l->input.start, i;
     if (p->error != YAML_SCANNER_ERROR || !p->problem ||
         strcmp(p->problem, "found unknown escape character") != 0)
         return 0;
     for (i = 0; i < p->problem_mark.index; i++)
-        if (next_char(l, &pos) < 0)
+        if (yl_next_char(&l->input, &pos) < 0)
             return 0;
     *off = pos;
-    return next_char(l, &pos) == '\\' && next_char(l, &pos) == '\'';
+    return yl_next_char(&l->input, &pos) == '\\' && yl_next_char(&l->input, &pos) == '\'';
 }
 
 /* In `text` (a copy of the input), every "\'" of the double-quoted scalar
@@ -731,14 +532,14 @@ static void patch_apostrophes(loader *l, char *text, size_t off)
     size_t pos = off, at;
     long c;
     for (;;) {
-        c = next_char(l, &pos);
+        c = yl_next_char(&l->input, &pos);
         if (c < 0 || c == '"')
             return;
         if (c != '\\')
             continue;
         at = pos;
-        if (next_char(l, &pos) == '\'')
-            text[l->in_enc == YAML_UTF16BE_ENCODING ? at + 1 : at] = '"';
+        if (yl_next_char(&l->input, &pos) == '\'')
+            text[l->input.enc == YAML_UTF16BE_ENCODING ? at + 1 : at] = '"';
     }
 }
 
@@ -768,8 +569,8 @@ static int parse_pass(loader *l, const char *text, size_t len, int may_retry, si
         return 0;
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    l->cur_index = 0;
-    l->cur_pos = l->in_start;
+    l->input.cur_index = 0;
+    l->input.cur_pos = l->input.start;
     while (!done && !l->failed) {
         if (!yaml_parser_parse(&parser, &ev)) {
             if (apostrophe_escape_at(l, &parser, off)) {
@@ -786,7 +587,7 @@ static int parse_pass(loader *l, const char *text, size_t len, int may_retry, si
                         cline, ccolumn);
                 break;
             }
-            fail_libyaml(l, &parser, (const char *)l->in, len);
+            fail_libyaml(l, &parser, (const char *)l->input.b, len);
             break;
         }
         switch (ev.type) {
@@ -848,7 +649,7 @@ static void run(loader *l, const char *buf, size_t len)
 
     if (check_separators(l, buf, len))
         return;
-    input_start(l, buf, len);
+    yl_input_start(&l->input, buf, len);
     while (parse_pass(l, patched ? patched : buf, len, passes < max_passes, &off)) {
         passes++;
         if (!patched) {

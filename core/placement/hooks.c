@@ -1,5 +1,5 @@
 /* hooks.c — the binder's hooks on the model (internal.h, pl_): each
- * transition (usage table, metrics, the status to write), the chooser
+ * transition (metrics, the status to write), the chooser
  * (policies/binder.lua, decision 0024), the budget check at bind
  * (DESIGN.md §5, decision 0020 §3), VMI deletions for a move (DESIGN.md
  * §6), and the policy engine's cluster view.
@@ -78,7 +78,6 @@ static void on_event(void *ud, const binder_event *ev)
 {
     placement *L = ud;
     pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_TRANSITION, .event = ev});
-    placement_policy_on_event(&L->bp, ev);
     count_transition(L, ev);
     const char *set = binder_state_claim_set(L->st, ev->ns, ev->name);
     if(set) {
@@ -180,12 +179,6 @@ static int on_budget(void *ud, const binder_claim_status *c, char *why, size_t w
     if(!ok && v.outcome != ENGINE_ALLOWED)
         log_write(LOG_WARN, "binder", "the budget check at bind failed; the claim waits", "namespace", c->ns,
                   "gpuclaim", c->name, "kind", engine_outcome_name(v.outcome), "error", v.message, NULL);
-    if(L->bp.last_error.msg[0]) {
-        pl_note(L, &(placement_note){.kind = PLACEMENT_NOTE_USAGE_ERROR, .message = L->bp.last_error.msg});
-        log_write(LOG_ERROR, "binder", "the budget usage table failed; it is counted again", "error",
-                  L->bp.last_error.msg, NULL);
-        L->bp.last_error.msg[0] = 0;
-    }
     return ok;
 }
 
@@ -195,23 +188,16 @@ binder_hooks pl_hooks(placement *L)
                           .delete_vmi = on_delete_vmi};
 }
 
-cozy_result placement_set_policy(placement *L, engine *pe, int changed, cozy_err *err)
+void placement_set_policy(placement *L, engine *pe, int changed)
 {
     if(!changed && L->pe == pe && L->bp.e == pe)
-        return COZY_OK;
+        return;
     L->pe = pe;
     L->view_dirty = 1;
     placement_policy_free(&L->bp);
     placement_policy_init(&L->bp, L->pe, L->st);
     L->bp.labels = node_labels;
     L->bp.labels_ud = L;
-    cozy_result rc = placement_policy_feed(&L->bp, err);
-    if(rc != COZY_OK) {
-        log_write(LOG_ERROR, "binder", "cannot count the claims' usage for the budget check", "error", err->msg, NULL);
-        placement_policy_free(&L->bp);
-        memset(&L->bp, 0, sizeof L->bp);
-    }
-    return rc;
 }
 
 /* The policy engine's cluster view (Namespaces, ResourceQuotas,

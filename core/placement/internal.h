@@ -69,7 +69,7 @@ struct placement {
     binder_state *st;
     engine *e;           /* runtime.binder: node capacity, class status (borrowed) */
     engine *pe;          /* the bundle's engine: policies/binder.lua, budgets at bind (borrowed) */
-    placement_policy bp; /* the hooks over pe and st, and the usage table */
+    placement_policy bp; /* the hooks over pe and st */
     binder_hooks hooks;
     int view_dirty;      /* pe's cluster view (namespaces, quotas, classes, raw-name VMIs) is stale */
     keyset *writes;      /* claims whose status must be written ("ns/name") */

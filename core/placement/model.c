@@ -522,7 +522,6 @@ void placement_apply(placement *L, keyset *batch)
         if(known && (!obj || (uid && had && strcmp(uid, had) != 0))) {
             /* gone, or deleted and created again under the same name
              * (another uid: a new claim, with its own class and count) */
-            placement_policy_on_delete(&L->bp, ns, name);
             binder_state_claim_delete(L->st, ns, name, NULL);
             json_object_del(L->uids, d->key + 2);
             known = 0;

@@ -83,7 +83,6 @@ typedef enum placement_note_kind {
                                      (all tried again when left == candidates; DESIGN.md §6, last rule) */
     PLACEMENT_NOTE_POLICY_FAILED, /* .outcome, .message: binder.lua failed; placed in packing order (decision 0024) */
     PLACEMENT_NOTE_BUDGET_FAILED, /* .ns/.name (the claim), .outcome, .message: the budget check failed; it waits */
-    PLACEMENT_NOTE_USAGE_ERROR,   /* .message: the budget usage table failed (counted again) */
     PLACEMENT_NOTE_EXPLAIN,       /* .message: a sentence on why a set waits or what the leader did (a template
                                      claim created or deleted, a claim of a template name not the VMI's own, a
                                      set limited to its volume's nodes, GPUs a VMI uses that no claim covers);
@@ -164,11 +163,11 @@ int placement_build(placement *p);
 
 /* The policy bundle's engine (borrowed, open until replaced or the model
  * is freed): the chooser (policies/binder.lua, decision 0024) and the
- * budget check at bind (DESIGN.md §5). `changed` non-zero when it is not
- * the engine given last (its usage table is fed again). Returns COZY_OK,
- * or an error (logged) when the usage table cannot be fed: nothing may
- * be bound until this succeeds. */
-cozy_result placement_set_policy(placement *p, engine *pe, int changed, cozy_err *err);
+ * budget check at bind (DESIGN.md §5), which reads the units the binder's
+ * state holds (decision 0044: nothing to feed a new engine). `changed`
+ * non-zero when it is not the engine given last. Nothing is bound before
+ * an engine is set. */
+void placement_set_policy(placement *p, engine *pe, int changed);
 
 /* Takes the objects named by `batch` (keys, above; borrowed) as io shows
  * them now into the state: classes first, then claims, volumes, sets,
@@ -184,7 +183,8 @@ typedef enum placement_pass {
 
 /* Reconciles: the pass `pass` names, then incremental passes while
  * raw-name use or moves leave work (at most 4; the rest waits for the
- * next call), each followed by the usage table's settle. Sets the policy
+ * next call), each followed by a settle of the held units' promises
+ * (binder_state_held_settle). Sets the policy
  * engine's cluster view first when it is stale. Does nothing before a
  * policy engine was set (placement_set_policy): no bind without the
  * budget check. */

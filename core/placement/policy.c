@@ -1,61 +1,33 @@
-/* policy.c — the binder's Lua hooks and the usage table
- * (policy.h). Rules: DESIGN.md §5 (budgets at bind), §6 (the chooser),
- * docs/decisions/0020 §3 and 0024.
+/* policy.c — the binder's Lua hooks (policy.h): the chooser and the
+ * budget check at bind over the state's held units. Rules: DESIGN.md §5
+ * (budgets at bind), §6 (the chooser), docs/decisions/0020 §3, 0024, 0044.
  */
 #include "placement/policy.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-void placement_policy_init(placement_policy *bp, engine *e, const binder_state *st)
+void placement_policy_init(placement_policy *bp, engine *e, binder_state *st)
 {
     memset(bp, 0, sizeof *bp);
     bp->e = e;
     bp->st = st;
-    bp->allowed = json_object();
 }
 
 void placement_policy_free(placement_policy *bp)
 {
-    json_decref(bp->allowed);
-    bp->allowed = NULL;
+    (void)bp;
 }
 
-int placement_policy_holds(binder_phase p)
+/* engine_held over the binder's state (binder_state_held_next). */
+static int held_next(void *ud, const void **pos, const char **ns, const char **class_name, long long *units)
 {
-    return p == BINDER_BOUND || p == BINDER_ATTACHED || p == BINDER_LOST;
-}
-
-static void usage_add(placement_policy *bp, const char *ns, const char *cls, long long delta)
-{
-    cozy_err err;
-    if(engine_binder_usage_add(bp->e, ns, cls, delta, &err) != COZY_OK)
-        bp->last_error = err;
-}
-
-typedef struct feed_ctx {
-    placement_policy *bp;
-    cozy_result rc;
-    cozy_err *err;
-} feed_ctx;
-
-static void feed_claim(void *ud, const binder_claim_status *c)
-{
-    feed_ctx *f = ud;
-    if(f->rc != COZY_OK || !placement_policy_holds(c->phase))
-        return;
-    f->rc = engine_binder_usage_add(f->bp->e, c->ns, c->class_name, (long long)c->count, f->err);
-}
-
-cozy_result placement_policy_feed(placement_policy *bp, cozy_err *err)
-{
-    json_object_clear(bp->allowed);
-    cozy_result rc = engine_binder_usage_reset(bp->e, err);
-    if(rc != COZY_OK)
-        return rc;
-    feed_ctx f = {bp, COZY_OK, err};
-    binder_state_claims(bp->st, feed_claim, &f);
-    return f.rc;
+    uint64_t u = 0;
+    if(!binder_state_held_next(ud, pos, ns, class_name, &u))
+        return 0;
+    *units = u > (uint64_t)LLONG_MAX ? LLONG_MAX : (long long)u;
+    return 1;
 }
 
 int placement_policy_choose(placement_policy *bp, const binder_set_view *sv, const binder_candidate *cands, size_t n,
@@ -103,20 +75,9 @@ int placement_policy_choose(placement_policy *bp, const binder_set_view *sv, con
     return ch.index;
 }
 
-/* What this pass allowed and is not Bound yet leaves the usage table. */
 void placement_policy_settle(placement_policy *bp)
 {
-    const char *k;
-    json_t *v;
-    json_object_foreach(bp->allowed, k, v)
-    {
-        char ns[BINDER_MAX_NAMESPACE + 1];
-        const char *slash = strchr(k, '/');
-        snprintf(ns, sizeof ns, "%.*s", (int)(slash ? slash - k : 0), k);
-        usage_add(bp, ns, json_string_value(json_object_get(v, "class")),
-                  -(long long)json_integer_value(json_object_get(v, "count")));
-    }
-    json_object_clear(bp->allowed);
+    binder_state_held_settle(bp->st);
 }
 
 int placement_policy_budget(placement_policy *bp, const binder_claim_status *c, char *why, size_t why_size,
@@ -125,49 +86,30 @@ int placement_policy_budget(placement_policy *bp, const binder_claim_status *c, 
     engine_binder_verdict v;
     memset(&v, 0, sizeof v);
     cozy_err err;
-    if(engine_binder_budget(bp->e, c->ns, c->class_name, c->count, &v, &err) != COZY_OK) {
+    engine_held held = {bp->st, held_next};
+    if(engine_binder_budget(bp->e, c->ns, c->class_name, c->count, &held, &v, &err) != COZY_OK) {
         if(v.allow || !v.message[0])
             snprintf(v.message, sizeof v.message, "the budget check failed: %.400s", err.msg);
         v.allow = 0;
+    }
+    if(v.allow && binder_state_held_promise(bp->st, c->ns, c->name, &err) != BINDER_OK) {
+        /* not counted, so not allowed: the next claim would not see it */
+        v.allow = 0;
+        v.outcome = ENGINE_POLICY_ERROR;
+        snprintf(v.message, sizeof v.message, "the budget check failed: cannot count the claim's units: %.400s",
+                 err.msg);
     }
     if(out)
         *out = v;
     if(!v.allow) {
         /* the set waits whole: what this pass allowed and is not Bound yet
-         * (the set's earlier claims) is taken back now, so no later set of
+         * (the set's earlier claims) is released now, so no later set of
          * the pass counts it */
-        placement_policy_settle(bp);
+        binder_state_held_settle(bp->st);
         snprintf(why, why_size, "%s", v.message);
         return 0;
     }
-    char key[BINDER_MAX_NAMESPACE + BINDER_MAX_NAME + 2];
-    snprintf(key, sizeof key, "%s/%s", c->ns, c->name);
-    json_object_set_new(bp->allowed, key,
-                        json_pack("{s:s,s:I}", "class", c->class_name, "count", (json_int_t)c->count));
-    usage_add(bp, c->ns, c->class_name, (long long)c->count);
     return 1;
-}
-
-void placement_policy_on_event(placement_policy *bp, const binder_event *e)
-{
-    binder_claim_status cs;
-    if(binder_state_claim_get(bp->st, e->ns, e->name, &cs) != BINDER_OK)
-        return;
-    char key[BINDER_MAX_NAMESPACE + BINDER_MAX_NAME + 2];
-    snprintf(key, sizeof key, "%s/%s", e->ns, e->name);
-    if(json_object_get(bp->allowed, key) && e->from == BINDER_PENDING && placement_policy_holds(e->to)) {
-        json_object_del(bp->allowed, key); /* added when it was allowed */
-        return;
-    }
-    if(placement_policy_holds(e->from) != placement_policy_holds(e->to))
-        usage_add(bp, e->ns, cs.class_name, placement_policy_holds(e->to) ? (long long)cs.count : -(long long)cs.count);
-}
-
-void placement_policy_on_delete(placement_policy *bp, const char *ns, const char *name)
-{
-    binder_claim_status cs;
-    if(binder_state_claim_get(bp->st, ns, name, &cs) == BINDER_OK && placement_policy_holds(cs.phase))
-        usage_add(bp, ns, cs.class_name, -(long long)cs.count);
 }
 
 int placement_policy_refuse(json_t *refused, const char *ns, const char *vm, const char *node)

@@ -23,7 +23,7 @@ M.BINDER_FILE = "binder.lua"
 
 --- Loads every policy file listed in host.policy_files, in order. Returns
 --- the bundle {rules = {...}, count = n, binder = {choose, description,
---- file} or nil, usage = {}}. Raises "FILE: message" when a file fails to
+--- file} or nil}. Raises "FILE: message" when a file fails to
 --- load, declares a bad or duplicate rule, or binder.lua returns anything
 --- but one binder declaration.
 function M.load(host)
@@ -32,8 +32,7 @@ function M.load(host)
   base.json = require "cozygpu.json"
   base.gpu = require "cozygpu.gpu"
   base.patch = require "cozygpu.jsonpatch"
-  -- usage: the binder's held units, [namespace][class] = units (M.binder_usage_add)
-  local bundle = { host = host, rules = {}, byname = {}, count = 0, usage = {} }
+  local bundle = { host = host, rules = {}, byname = {}, count = 0 }
   for _, f in ipairs(host.policy_files) do
     local chunk, err = host.load(f.path, f.memory)
     if not chunk then error(err, 0) end
@@ -423,44 +422,27 @@ function M.binder_choose(bundle, set, candidates)
   return "allowed", r
 end
 
---- Adds `delta` units (negative: removes) to the units of class `class`
---- held in namespace `ns` by the binder's Bound, Attached and Lost claims
---- (bundle.usage, the count the budget check at bind reads). O(1); an
---- entry that comes to 0 is dropped. Returns the new value.
-function M.binder_usage_add(bundle, ns, class, delta)
-  local u = bundle.usage
-  local per = u[ns]
-  if not per then per = {}; u[ns] = per end
-  local v = (per[class] or 0) + delta
-  if v == 0 then
-    per[class] = nil
-    if next(per) == nil then u[ns] = nil end
-  else
-    per[class] = v
-  end
-  return v
-end
-
---- Forgets every unit of bundle.usage (a new leader counts again).
-function M.binder_usage_reset(bundle)
-  bundle.usage = {}
-end
-
--- claims(t, want) for budget.check_set: the units bundle.usage holds in
--- the namespaces of tenant t's subtree (labelled tenant.cozystack.io/t)
--- whose class satisfies want. O(namespaces holding units x their classes),
+-- claims(t, want) for budget.check_set: the units held in the namespaces
+-- of tenant t's subtree (labelled tenant.cozystack.io/t) whose class
+-- satisfies want, read from the binder's state through host.binder_held
+-- (its Bound, Attached and Lost claims and the Pending ones this pass
+-- allowed; decision 0044). O(pairs of namespace and class holding units),
 -- never a walk of claims. No users are listed: a message at bind names
 -- only the tenant, the key and the limit.
 local function usage_counter(bundle)
-  local cluster = bundle.cluster
+  local cluster, held = bundle.cluster, bundle.host.binder_held
   return function(t, want)
-    local total = 0
-    for ns, per in next, bundle.usage do
-      local o = cluster:namespace(ns)
-      if o ~= nil and object.label(o, tenant.TENANT_PREFIX .. t) ~= nil then
-        for cls, n in next, per do
-          if want(cls) then total = total + n end
+    local total, label = 0, tenant.TENANT_PREFIX .. t
+    local inside = {}
+    for ns, cls, n in held() do
+      if want(cls) then
+        local yes = inside[ns]
+        if yes == nil then
+          local o = cluster:namespace(ns)
+          yes = o ~= nil and object.label(o, label) ~= nil
+          inside[ns] = yes
         end
+        if yes then total = total + n end
       end
     end
     return total, {}
@@ -491,9 +473,10 @@ end
 
 --- The budget check at bind (DESIGN.md §5, decision 0020 §3): may `count`
 --- units of class `class_name` go Pending -> Bound in namespace `ns`,
---- given the units bundle.usage holds and the Running raw-name VMIs of the
---- cluster view? Rules R1–R5 are cozygpu.budget's (check_set), with the
---- claims counted from bundle.usage. Runs under host.invoke (budget,
+--- given the units the binder holds (host.binder_held, decision 0044) and
+--- the Running raw-name VMIs of the cluster view? Rules R1–R5 are
+--- cozygpu.budget's (check_set), with the claims counted from the binder's
+--- held units. Runs under host.invoke (budget,
 --- memory cap, deadline). Returns the outcome word and, when "allowed"
 --- (the check ran): true, or false, message, tenant, key, limit, rule;
 --- on a failure ("error", "budget", "memory", "deadline"): the word and

@@ -578,6 +578,135 @@ static void t_no_overcommit_and_restore(void)
 }
 
 /* decision 0020 §3: the budget hook refuses Pending -> Bound (OverBudget) */
+/* ------------------------------------------------- held units (§5 at bind) */
+
+/* The units binder_state_held_next walks for ns/cls, -1 when the pair is
+ * listed twice or with 0 units (the walk lists each holding pair once). */
+static long long walked(const binder_state *st, const char *ns, const char *cls)
+{
+    const void *pos = NULL;
+    const char *n, *c;
+    uint64_t u;
+    long long got = 0;
+    int seen_pair = 0;
+    while(binder_state_held_next(st, &pos, &n, &c, &u)) {
+        if(u == 0)
+            return -1;
+        if(!strcmp(n, ns) && !strcmp(c, cls)) {
+            if(seen_pair++)
+                return -1;
+            got = (long long)u;
+        }
+    }
+    return got;
+}
+
+static void held_is(const binder_state *st, const char *ns, const char *cls, uint64_t want_units, const char *when)
+{
+    char what[200], d[160];
+    snprintf(what, sizeof what, "%s: %s holds %llu of class %s", when, ns, (unsigned long long)want_units, cls);
+    uint64_t got = binder_state_held(st, ns, cls);
+    long long w = walked(st, ns, cls);
+    snprintf(d, sizeof d, "binder_state_held %llu, the walk %lld", (unsigned long long)got, w);
+    ok(got == want_units && w == (long long)want_units, what, d);
+}
+
+/* A budget hook as placement's: a limit of `budget_left` units per
+ * namespace and class over what the state holds, promising what it allows
+ * and releasing the pass's promises when it refuses (the set waits whole). */
+static binder_state *HELD_ST;
+static int held_budget(void *ud, const binder_claim_status *c, char *why, size_t why_size)
+{
+    rec *r = ud;
+    r->budget_calls++;
+    if(binder_state_held(HELD_ST, c->ns, c->class_name) + c->count > (uint64_t)r->budget_left) {
+        snprintf(why, why_size, "over %d", r->budget_left);
+        binder_state_held_settle(HELD_ST);
+        return 0;
+    }
+    return binder_state_held_promise(HELD_ST, c->ns, c->name, NULL) == BINDER_OK;
+}
+
+/* DESIGN.md §5 at bind, decision 0044: the state keeps the units each
+ * namespace holds of each class (Bound, Attached, Lost; Pending only while
+ * promised), so the budget check reads them instead of a copy kept by
+ * deltas. */
+static void t_held(void)
+{
+    binder_state *st = fresh("held units per namespace and class");
+    node(st, "n1", F_OK, "a", 8, "b", 8);
+    cozy_err err = {{0}};
+    binder_state_claim_add(st, "t2", "c", "a", 1, 0, NULL);
+    claim(st, "p", "a", 2);
+    held_is(st, "t", "a", 0, "Pending");
+    ok(binder_state_held_promise(st, "t", "p", &err) == BINDER_OK, "a Pending claim is promised", err.msg);
+    ok(binder_state_held_promise(st, "t", "p", &err) == BINDER_OK, "promised twice", err.msg);
+    held_is(st, "t", "a", 2, "promised (twice: once)");
+    held_is(st, "t", "b", 0, "promised");
+    binder_state_held_settle(st);
+    held_is(st, "t", "a", 0, "settled");
+    binder_state_held_promise(st, "t", "p", NULL);
+    pass(st); /* Pending -> Bound: the promise becomes the claim's own */
+    want(st, "p", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    held_is(st, "t", "a", 2, "promised, then Bound");
+    binder_state_held_settle(st);
+    held_is(st, "t", "a", 2, "Bound, after a settle");
+    held_is(st, "t2", "a", 1, "Bound in another namespace");
+    ok(binder_state_held_promise(st, "t", "p", &err) == BINDER_ERR_INPUT, "a Bound claim is not promised", NULL);
+    ok(binder_state_held_promise(st, "t", "nope", NULL) == BINDER_ERR_NO_CLAIM, "an unknown claim is not promised",
+       NULL);
+    binder_claim_status l = {"t", "lost", "b", 3, 0, BINDER_LOST, NULL, NULL, BINDER_R_NODE_LOST, "lost"};
+    binder_state_claim_put(st, &l, NULL);
+    held_is(st, "t", "b", 3, "Lost (it keeps counting)");
+    /* a promised claim deleted: its units go, and a settle after it is safe */
+    claim(st, "gone", "a", 4);
+    binder_state_held_promise(st, "t", "gone", NULL);
+    held_is(st, "t", "a", 6, "Bound 2 and promised 4");
+    binder_state_claim_delete(st, "t", "gone", NULL);
+    held_is(st, "t", "a", 2, "the promised claim deleted");
+    binder_state_held_settle(st);
+    held_is(st, "t", "a", 2, "settled after the deletion");
+    binder_state_claim_delete(st, "t", "p", NULL);
+    binder_state_claim_delete(st, "t2", "c", NULL);
+    held_is(st, "t", "a", 0, "its Bound claim deleted");
+    held_is(st, "t2", "a", 0, "its Bound claim deleted");
+    binder_state_free(st);
+
+    /* the set's next claim sees the first one's promise; a refusal
+     * releases the set's promises (the set waits whole) */
+    st = fresh("held units: the budget hook promises");
+    HELD_ST = st;
+    node(st, "n1", F_OK, "a", 8, NULL, 0);
+    binder_hooks hk = {&R, on_choose, held_budget, on_event, on_delete};
+    R.budget_left = 3;
+    claim(st, "x1", "a", 2);
+    claim(st, "x2", "a", 2);
+    vm(st, "vx", "x1", "x2", BINDER_VMI_NONE, NULL);
+    binder_reconcile(st, &hk);
+    want(st, "x1", BINDER_PENDING, NULL, BINDER_R_OVER_BUDGET);
+    want(st, "x2", BINDER_PENDING, NULL, BINDER_R_OVER_BUDGET);
+    held_is(st, "t", "a", 0, "a set over its budget (2 + 2 > 3)");
+    binder_state_free(st);
+    st = fresh("held units: a set within its budget");
+    HELD_ST = st;
+    node(st, "n1", F_OK, "a", 8, NULL, 0);
+    R.budget_left = 3;
+    claim(st, "y1", "a", 1);
+    claim(st, "y2", "a", 2);
+    vm(st, "vy", "y1", "y2", BINDER_VMI_NONE, NULL);
+    binder_reconcile(st, &hk);
+    binder_state_held_settle(st);
+    want(st, "y1", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    want(st, "y2", BINDER_BOUND, "n1", BINDER_R_PLACED);
+    held_is(st, "t", "a", 3, "a set within its budget (1 + 2), bound");
+    claim(st, "y3", "a", 1);
+    binder_reconcile(st, &hk);
+    want(st, "y3", BINDER_PENDING, NULL, BINDER_R_OVER_BUDGET);
+    held_is(st, "t", "a", 3, "a claim over the budget waits, unheld");
+    HELD_ST = NULL;
+    binder_state_free(st);
+}
+
 static void t_budget(void)
 {
     binder_state *st = fresh("budget at bind");
@@ -798,6 +927,28 @@ static int class_view_differs(const binder_state *st, const char *cls, char *d, 
             return 1;
         }
     return 0;
+}
+
+/* the held units of class cls in namespace t against a walk of every
+ * claim in a holding phase (no promise is open between passes) */
+static void sum_held(void *ud, const binder_claim_status *c)
+{
+    phase_sum *p = ud;
+    if(strcmp(c->class_name, p->cls) == 0 && binder_phase_holds(c->phase))
+        p->units[0] += c->count;
+}
+
+static int held_differs(const binder_state *st, const char *cls, char *d, size_t n)
+{
+    phase_sum want = {.cls = cls};
+    binder_state_claims(st, sum_held, &want);
+    uint64_t got = binder_state_held(st, "t", cls);
+    long long w = walked(st, "t", cls);
+    if(got == want.units[0] && w == (long long)got)
+        return 0;
+    snprintf(d, n, "class %s: held %llu, walked %lld, the claims hold %llu", cls, (unsigned long long)got, w,
+             (unsigned long long)want.units[0]);
+    return 1;
 }
 
 /* The pass the random run drives: binder_reconcile (incremental) for the
@@ -1084,6 +1235,12 @@ static int rand_step(binder_state *st, binder_hooks *h_, unsigned long step, int
                 ok(0, "the class view counts every claim by phase", dd);
                 bad = 1;
             }
+            if(!bad && held_differs(st, k ? "b" : "a", d, sizeof d)) {
+                char dd[480];
+                snprintf(dd, sizeof dd, "step %lu (op %u): %s", step, op, d);
+                ok(0, "the held units are those of the claims in a holding phase", dd);
+                bad = 1;
+            }
         }
         cozy_err err = {{0}};
         if(binder_state_verify(st, &err)) {
@@ -1108,6 +1265,7 @@ int main(int argc, char **argv)
     t_leave_attached();
     t_delete_pending_vmi();
     t_class_deleting();
+    t_held();
     t_no_overcommit_and_restore();
     t_budget();
     t_chooser();

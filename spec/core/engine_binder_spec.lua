@@ -2,7 +2,8 @@
 -- binder's Lua"; docs/decisions/0024): the chooser of policies/binder.lua
 -- and what happens when a hoster's replacement fails, and the budget check
 -- at bind (DESIGN.md §5 R1–R5 through lua/cozygpu/budget.lua) over the
--- usage table the caller keeps.
+-- units the caller's binder state holds (decision 0044; here a table
+-- { [namespace] = { [class] = units } } stands for it).
 local core, json = H.core, H.json
 
 -- a candidate as engine_binder_choose documents it: units of class l40s
@@ -191,10 +192,10 @@ local TOTAL, CLASS = "gpuclass.cozystack.io/devices", "l40s.gpuclass.cozystack.i
 describe("the budget check at bind (engine_binder_budget)", function()
   it("R1: a parent's key caps its children together, naming the parent, the key and the limit only", function()
     local e = tree { ["tenant-a"] = { [TOTAL] = "3" } }
-    assert(e:binder_usage_add("tenant-a-b", "l40s", 2))
-    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 1)), "2 + 1 fits in 3")
-    assert(e:binder_usage_add("tenant-a-c", "l40s", 1))
-    local ok, outcome, msg, rule, t, key, limit = e:binder_budget("tenant-a-b", "l40s", 1)
+    local held = { ["tenant-a-b"] = { l40s = 2 } }
+    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 1, held)), "2 + 1 fits in 3")
+    held["tenant-a-c"] = { l40s = 1 }
+    local ok, outcome, msg, rule, t, key, limit = e:binder_budget("tenant-a-b", "l40s", 1, held)
     assert.is_false(ok)
     assert.are.same({ "allowed", "R1", "tenant-a", TOTAL, 3 }, { outcome, rule, t, key, limit })
     assert.matches('tenant "tenant%-a"', msg)
@@ -203,38 +204,34 @@ describe("the budget check at bind (engine_binder_budget)", function()
     assert.not_matches("tenant%-a%-c", msg)
     assert.not_matches("GPUClaim", msg)
     -- tenant-d, outside tenant-a's subtree, is not capped by it (R3: no key)
-    assert.is_true((e:binder_budget("tenant-d", "l40s", 8)))
-    assert.is_true((e:binder_budget("outside", "l40s", 8)), "outside the tenant tree")
+    assert.is_true((e:binder_budget("tenant-d", "l40s", 8, held)))
+    assert.is_true((e:binder_budget("outside", "l40s", 8, held)), "outside the tenant tree")
     e:close()
   end)
 
   it("R2: a child's key only adds a limit; it never lifts its parent's", function()
     local e = tree { ["tenant-a"] = { [TOTAL] = "3" }, ["tenant-a-b"] = { [CLASS] = "10" },
       ["tenant-a-c"] = { [CLASS] = "1" } }
-    assert(e:binder_usage_add("tenant-a-b", "l40s", 2))
-    local ok, _, _, _, t, key, limit = e:binder_budget("tenant-a-b", "l40s", 2)
+    local ok, _, _, _, t, key, limit = e:binder_budget("tenant-a-b", "l40s", 2, { ["tenant-a-b"] = { l40s = 2 } })
     assert.is_false(ok)
     assert.are.same({ "tenant-a", TOTAL, 3 }, { t, key, limit }, "the parent's 3, not the child's 10")
     -- tenant-a-c's own 1 caps it although its parent has room
-    assert(e:binder_usage_add("tenant-a-b", "l40s", -2))
-    assert(e:binder_usage_add("tenant-a-c", "l40s", 1))
-    ok, _, _, _, t, key, limit = e:binder_budget("tenant-a-c", "l40s", 1)
+    ok, _, _, _, t, key, limit = e:binder_budget("tenant-a-c", "l40s", 1, { ["tenant-a-c"] = { l40s = 1 } })
     assert.is_false(ok)
     assert.are.same({ "tenant-a-c", CLASS, 1 }, { t, key, limit })
     e:close()
   end)
 
-  it("counts what the caller added and removed, per namespace and class", function()
+  it("counts the held units per namespace and class: another class is not under a class key", function()
     local e = tree { ["tenant-a"] = { [CLASS] = "2" } }
-    assert(e:binder_usage_add("tenant-a-b", "l40s", 1))
-    assert(e:binder_usage_add("tenant-a-b", "a100", 5)) -- another class: not under the l40s key
-    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 1)))
-    assert(e:binder_usage_add("tenant-a-c", "l40s", 1))
-    assert.is_false((e:binder_budget("tenant-a-c", "l40s", 1)))
-    assert(e:binder_usage_add("tenant-a-b", "l40s", -1))
-    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 1)))
-    assert(e:binder_usage_reset())
-    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 2)))
+    local held = { ["tenant-a-b"] = { l40s = 1, a100 = 5 } }
+    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 1, held)), "1 l40s held + 1 fits in 2; the 5 a100 do not count")
+    held["tenant-a-c"] = { l40s = 1 }
+    assert.is_false((e:binder_budget("tenant-a-c", "l40s", 1, held)), "2 held + 1 > 2")
+    held["tenant-a-b"].l40s = nil
+    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 1, held)))
+    assert.is_true((e:binder_budget("tenant-a-c", "l40s", 2)), "nothing held")
+    assert.is_false((e:binder_budget("tenant-a-c", "l40s", 3)), "3 > 2 with nothing held")
     e:close()
   end)
 
@@ -248,8 +245,7 @@ describe("the budget check at bind (engine_binder_budget)", function()
     local raw = H.vmi { namespace = "tenant-a-c", name = "raw", gpus = { "nvidia.com/L40S" } }
     raw.status = { phase = "Running" }
     e = tree({ ["tenant-a"] = { ["requests.nvidia.com/L40S"] = "2", [TOTAL] = "10" } }, { raw })
-    assert(e:binder_usage_add("tenant-a-b", "l40s", 1))
-    ok, _, msg, rule = e:binder_budget("tenant-a-b", "l40s", 1)
+    ok, _, msg, rule = e:binder_budget("tenant-a-b", "l40s", 1, { ["tenant-a-b"] = { l40s = 1 } })
     assert.is_false(ok, "1 claimed + 1 raw-name VMI + 1 more > 2")
     assert.are.equal("R5", rule)
     assert.not_matches("tenant%-a%-c", msg, nil, nil, "the VMI and its namespace are not named")

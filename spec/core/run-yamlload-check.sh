@@ -6,5 +6,5 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 exec sh "$here/run-san-check.sh" "yaml-0.1 jansson" "$here/yamlload_check.c" \
-    format/yamlload.c format/yamlscalar.c base/buf.c base/b64.c base/utf8.c base/file.c \
+    format/yamlload.c format/yamlescape.c format/yamlscalar.c base/buf.c base/b64.c base/utf8.c base/file.c \
     -- "${1:-/work/shared/fixtures/kubevirt}"

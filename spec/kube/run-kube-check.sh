@@ -15,7 +15,7 @@ san=""
 gcc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -g -O1 $san -I"$core" \
     -o "$out" "$here/kube_check.c" "$core/kube/kube.c" "$core/kube/kubeconfig.c" "$core/kube/watch.c" \
     "$core/kube/watch_stream.c" \
-    "$core/base/log.c" "$core/format/yamlload.c" "$core/format/yamlscalar.c" "$core/base/result.c" \
+    "$core/base/log.c" "$core/format/yamlload.c" "$core/format/yamlescape.c" "$core/format/yamlscalar.c" "$core/base/result.c" \
     "$core/base/buf.c" "$core/base/b64.c" "$core/base/utf8.c" "$core/base/file.c" \
     $(pkg-config --cflags --libs libcurl jansson yaml-0.1) -lpthread
 "$out" selftest
