@@ -184,6 +184,9 @@ int controller_main(int argc, char **argv)
     metrics_declare("cozygpu_watch_restarts_total", "counter", "Watch restarts, by resource and reason.");
     metrics_declare("cozygpu_watch_cache_objects", "gauge", "Objects each watch cache holds, by resource.");
     metrics_declare("cozygpu_leader", "gauge", "1 while this replica holds the leader Lease.");
+    metrics_declare("cozygpu_writer_wakes_total", "counter",
+                    "Wakes of each leader-only writer loop (binder, license, status, usage), by whether this replica "
+                    "led then; counted before the wake's work, so a wake that writes nothing shows too.");
     metrics_declare("cozygpu_binder_passes_total", "counter",
                     "Binder passes on the leader, by kind (full: on taking the lead; incremental: per batch of changes).");
     metrics_declare("cozygpu_binder_applied_resource_version", "gauge",

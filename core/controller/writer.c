@@ -5,7 +5,10 @@
  */
 #include "controller/internal.h"
 
+#include <stdio.h>
+
 #include "base/log.h"
+#include "base/metrics.h"
 
 void ctl_writer_run(const ctl_writer *w)
 {
@@ -16,7 +19,11 @@ void ctl_writer_run(const ctl_writer *w)
         ctl_key *batch = ctl_key_wait_take(w->queue, w->wake, wait < 0 ? 0 : wait, &stop, w->take, w->ud);
         if(stop)
             break;
-        if(!lease_is_leader(ctl_proc->lease) || !kube_watcher_synced(ctl_proc->watcher)) {
+        int leading = lease_is_leader(ctl_proc->lease);
+        char labels[96];
+        snprintf(labels, sizeof labels, "writer=\"%s\",leading=\"%s\"", w->component, leading ? "true" : "false");
+        metrics_counter_add("cozygpu_writer_wakes_total", labels, 1);
+        if(!leading || !kube_watcher_synced(ctl_proc->watcher)) {
             keyset_free(&batch);
             if(built) {
                 if(w->dropped)

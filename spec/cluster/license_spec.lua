@@ -162,6 +162,19 @@ local function want()
   end
   return out
 end
+-- Waits until replica r's license copier has woken `n` more times, as
+-- leader (leading "true") or not ("false"): cozygpu_writer_wakes_total
+-- is counted as each wake begins, so n more means n - 1 whole wakes
+-- since the call.
+local function wait_wakes(r, leading, n)
+  local key = ('cozygpu_writer_wakes_total{writer="license",leading="%s"}'):format(leading)
+  local function wakes() return (c:metrics(r) or {})[key] end
+  local from
+  assert(P.wait_until(function() from = wakes() return from ~= nil end, 30, 0.2), "no " .. key .. " in the metrics")
+  assert(P.wait_until(function() return (wakes() or 0) >= from + n end, 30, 0.2),
+    ("the copier did not wake %d times (%s from %s)"):format(n, key, from))
+end
+
 local function set_of(t)
   local out = {}
   for k in pairs(t) do out[#out + 1] = k end
@@ -347,15 +360,14 @@ describe("the leader's license copier through kube-apiserver (two replicas)", fu
     -- owned by its users: alice's claim in tenant-a
     assert.are.equal("a1", got["tenant-a"].metadata.ownerReferences[1].name)
     -- once settled nothing is written again while nothing changes: no
-    -- copy and no class changes resourceVersion over a few seconds. The
-    -- passing of time is what is tested: the copier (its own thread,
-    -- license.c) wakes at least once a second, and a copier that rewrote
-    -- on a wake would show within the window; with nothing changing there
-    -- is no event to apply, and it publishes no count of its wakes (the
-    -- applied gauge, decision 0040, is the binder's). The copies already
-    -- hold what check_copy wants: a write now is one it should not make
+    -- copy and no class changes resourceVersion while the leader's copier
+    -- wakes three more times (cozygpu_writer_wakes_total: each wake is one
+    -- in which a copier that rewrote would have written). The copies
+    -- already hold what check_copy wants: a write now is one it should not
+    -- make
     local cls = get("/apis/cozystack.io/v1alpha1/gpuclasses/" .. CLASS)
-    P.sleep(4)
+    local _, leader = c:leader()
+    wait_wakes(leader, "true", 3)
     local now = copies()
     assert.are.equal(set_of(w), set_of(now))
     for ns, s in pairs(got) do assert.are.equal(s.metadata.resourceVersion, now[ns].metadata.resourceVersion, ns) end
@@ -761,12 +773,9 @@ describe("the license copier without a watch of its copies (one leader, --resync
     wait_cond("True", "TokenFound")
     local start = restart("replica-z")
     ok { "patch", "gpuclass", CLASS, "--type=json", "-p", '[{"op":"remove","path":"/spec/license"}]' }
-    -- a replica that does not lead writes nothing. The passing of time is
-    -- what is tested: no replica leads, and one that does not publishes
-    -- nothing of its copier or binder (the applied gauge, decision 0040, is
-    -- the leader's), so there is nothing that would say it has looked; the
-    -- window holds several wakes of a copier (one a second at most)
-    P.sleep(2)
+    -- a replica that does not lead writes nothing: the webhooks replica's
+    -- copier wakes three times, not leading, and the copies stay
+    wait_wakes(c.replicas.webhooks, "false", 3)
     assert.are.equal("tenant-a,tenant-c", set_of(copies()))
     start()
     wait_copies({}, T)

@@ -508,13 +508,13 @@ cases:
     end
     assert.truthy(P.wait_until(function() return count("no policy bundle serves") >= 1 end, 15),
       "the binder never said it waits for a bundle:\n" .. (P.read(c.log) or ""))
-    -- a window in which the old loop rebuilt at least twice (once per
-    -- wake, a wake a second at most). The passing of time is what is
-    -- tested here: a binder waiting for a bundle neither flushes nor counts
-    -- a pass, so no gauge or counter marks its wakes (its applied gauge,
-    -- decision 0040, is published after a flush); the check can only pass
-    -- falsely on a machine so slow that the binder woke less than twice
-    P.sleep(2)
+    -- three more wakes of the binder's loop (cozygpu_writer_wakes_total,
+    -- counted as each begins: two whole wakes), each of which the old loop
+    -- spent rebuilding
+    local key = 'cozygpu_writer_wakes_total{writer="binder",leading="true"}'
+    local from = (E.metrics(c) or {})[key] or 0
+    assert.truthy(P.wait_until(function() return ((E.metrics(c) or {})[key] or 0) >= from + 3 end, 15),
+      "the binder's loop did not wake three times")
     assert.equal(1, count("rebuilt the binder's state from the caches"))
     assert.equal(1, count("no policy bundle serves"))
     local events = E.get(d, "/api/v1/namespaces/cozy-gpu/events")
