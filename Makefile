@@ -81,7 +81,7 @@ ENGINE_BENCH := $(BUILD)/bin/cozygpu-engine-bench
 include bench/bench.mk
 
 # the policy engine alone, per phase (bench/engine.c)
-$(ENGINE_BENCH): bench/engine.c $(call objs,$(ENGINE_SRC))
+$(ENGINE_BENCH): bench/engine.c $(call objs,$(ENGINE_SRC) core/admission/request.c core/admission/response.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(PKG_CFLAGS) -Icore -o $@ $^ $(PKG_LIBS) -lpthread -lm
 

@@ -9,7 +9,10 @@
 #   $(BUILD)/bin/cozygpu-binder-bench  the binder's index, then its state machine (bench/binder.c)
 #   make bench                    bench/bench.sh against the controller
 #                                 (BENCH_TARGET_CMD / BENCH_ARGS to adjust),
-#                                 the policy engine alone, then bench-binder
+#                                 the policy engine alone (timed, then its
+#                                 instructions per review under callgrind
+#                                 against bench/engine-instructions.baseline:
+#                                 bench/engine-instructions.sh), then bench-binder
 #   make bench-binder             the binder's index: 1k claims on 100 nodes,
 #                                 10k on 1k, 100k on 10k, events on the full
 #                                 state; then the same through the state
@@ -97,6 +100,8 @@ bench: bench-tools $(ENGINE_BENCH)
 	@echo
 	@echo "the policy engine alone (no HTTP, TLS or JSON parsing), each review timed:"
 	$(if $(ENGINE_BENCH),$(ENGINE_BENCH) --cluster examples/classes --cluster examples/cluster examples/reviews)
+	@echo
+	$(if $(ENGINE_BENCH),bench/engine-instructions.sh $(ENGINE_BENCH))
 	@echo
 	@$(MAKE) --no-print-directory bench-binder
 	@echo
