@@ -3,7 +3,7 @@
 # install what is missing first (Debian packages, through `make deps`).
 
 CC      ?= gcc
-PKGS    := lua5.4 jansson yaml-0.1
+PKGS    := lua5.4 jansson yaml-0.1 yajl
 CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -24,7 +24,7 @@ HOST_LIBS   := $(shell pkg-config --libs $(HOST_PKGS) 2>/dev/null)
 # package also installs (on a systemd host its postinst starts it on :9090:
 # `systemctl disable --now prometheus` if you do not want it).
 DEB_PACKAGES := gcc make pkg-config lua5.4 liblua5.4-dev lua-busted \
-	libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev \
+	libjansson-dev libyajl-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev \
 	libpci-dev libgnutls28-dev uthash-dev curl openssl procps haproxy prometheus valgrind kubectl
 # kubectl is not a Debian package; deps checks for it but does not install it.
 DEB_INSTALLABLE := $(filter-out kubectl,$(DEB_PACKAGES))

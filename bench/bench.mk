@@ -28,15 +28,16 @@ WARN    ?= -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
 CFLAGS  ?= -O2 -g
 BUILD   ?= build
 
-WEBHOOK_PKGS   := libmicrohttpd gnutls jansson
+WEBHOOK_PKGS   := libmicrohttpd gnutls jansson yajl
 WEBHOOK_CFLAGS := $(shell pkg-config --cflags $(WEBHOOK_PKGS) 2>/dev/null)
 WEBHOOK_LIBS   := $(shell pkg-config --libs $(WEBHOOK_PKGS) 2>/dev/null) -lpthread -lm
 # the webhook server (HTTP side, certificate pair) with the base layer
 # (result codes, log, metrics, buffers, file reads)
 WEBHOOK_SRC    := core/server/webhook.c core/server/webhook_http.c core/server/webhook_review.c core/server/tls.c \
-	core/base/metrics.c core/base/log.c core/base/result.c core/base/buf.c core/base/file.c
+	core/base/metrics.c core/base/log.c core/base/result.c core/base/buf.c core/base/file.c \
+	core/base/jsonload.c core/base/utf8.c
 WEBHOOK_HDR    := core/server/webhook.h core/server/webhook_internal.h core/server/tls.h core/base/metrics.h \
-	core/base/log.h core/base/result.h core/base/buf.h core/base/file.h
+	core/base/log.h core/base/result.h core/base/buf.h core/base/file.h core/base/jsonload.h core/base/utf8.h
 
 LOAD_PKGS      := libcurl jansson yaml-0.1
 LOAD_CFLAGS    := $(shell pkg-config --cflags $(LOAD_PKGS) 2>/dev/null)

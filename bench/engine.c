@@ -37,6 +37,7 @@
 #include "admission/request.h"
 #include "admission/response.h"
 #include "format/config.h"
+#include "base/jsonload.h"
 #include "engine/engine.h"
 #include "format/manifest.h"
 
@@ -66,7 +67,7 @@ static uint64_t answers_hash = 1469598103934665603ULL;
 static size_t engine_path(engine *e, const char *body, size_t len, int hash)
 {
     json_error_t jerr;
-    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *doc = cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if(!doc)
         return 0;
     const json_t *req = json_object_get(doc, "request");

@@ -36,12 +36,13 @@ catalogs=$(files "${fixtures:+$fixtures/sysfs/creatable_vgpu_types}" -- -name '*
 
 add fuzz_yaml $yaml
 add fuzz_json_lua $json
+add fuzz_jsonload $json
 add fuzz_review $reviews
 add fuzz_config examples/config.yaml deploy/*config*.yaml $(files examples -- -name '*.yaml')
 add fuzz_kubeconfig fuzz/seeds/fuzz_kubeconfig/*
 add fuzz_inventory fuzz/seeds/fuzz_inventory/* $catalogs
 add fuzz_pattern fuzz/seeds/fuzz_pattern/*
-for t in fuzz_yaml fuzz_json_lua fuzz_review fuzz_config; do
+for t in fuzz_yaml fuzz_json_lua fuzz_jsonload fuzz_review fuzz_config; do
   [ -d fuzz/seeds/$t ] && add $t fuzz/seeds/$t/*
 done
 for t in "$corpus"/*/; do echo "seed: $(basename "$t"): $(ls "$t" | wc -l) inputs"; done

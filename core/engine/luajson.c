@@ -2,6 +2,7 @@
 #include "engine/luajson.h"
 
 #include "base/utf8.h"
+#include "base/jsonload.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -465,7 +466,7 @@ static int l_decode(lua_State *L)
     size_t len;
     const char *s = luaL_checklstring(L, 1, &len);
     json_error_t jerr;
-    json_t *j = json_loadb(s, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    json_t *j = cozy_json_loadb(s, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if(!j) {
         lua_pushnil(L);
         lua_pushfstring(L, "line %d, column %d: %s", jerr.line, jerr.column, jerr.text);

@@ -20,6 +20,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/jsonload.h"
 #include "server/webhook_internal.h"
 
 /* NULL when `doc` is an admission.k8s.io/v1 AdmissionReview with a request
@@ -89,7 +90,7 @@ static void wh_review(webhook_server *s, wh_req *r)
     json_error_t jerr;
     /* duplicate keys are refused, as `cozygpu review` refuses them: one
      * decoding for both */
-    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *doc = cozy_json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &jerr);
     cozy_buf_free(&r->body); /* parsed: its bytes go back to the budget */
     r->body = (cozy_buf){ 0 };
     webhook_body_release(s, r->reserved);
