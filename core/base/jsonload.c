@@ -149,6 +149,25 @@ static int risky_escape(const char *buf, size_t len)
     return 0;
 }
 
+/* 1 when the text ends inside a string: once its first value is complete,
+ * yajl accepts a string cut by the end of the text (`{}"x`), which jansson
+ * refuses. Quotes are found with memchr; one preceded by an odd number of
+ * backslashes is escaped. */
+static int ends_in_string(const char *buf, size_t len)
+{
+    const char *p = buf, *end = buf + len;
+    int in = 0;
+    while((p = memchr(p, '"', (size_t)(end - p)))) {
+        size_t bs = 0;
+        for(const char *q = p; in && q > buf && q[-1] == '\\'; q--)
+            bs++;
+        if(bs % 2 == 0)
+            in = !in;
+        p++;
+    }
+    return in;
+}
+
 static void free_builder(builder *b)
 {
     for(size_t i = 0; i < b->depth; i++)
@@ -160,7 +179,7 @@ static void free_builder(builder *b)
 json_t *cozy_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *error)
 {
     if((flags & ~(size_t)(JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)) || !buf || risky_escape(buf, len) ||
-       !cozy_utf8_valid(buf, len))
+       ends_in_string(buf, len) || memchr(buf, '\v', len) || memchr(buf, '\f', len) || !cozy_utf8_valid(buf, len))
         return json_loadb(buf, len, flags, error);
     builder b = {.dups = (flags & JSON_REJECT_DUPLICATES) != 0};
     yajl_handle h = yajl_alloc(&callbacks, NULL, &b);

@@ -17,6 +17,10 @@
  *   - a "\u" escape of U+0000 or of a UTF-16 surrogate anywhere in the
  *     text (jansson refuses NUL and lone surrogates; yajl would write
  *     them, or '?', into the string);
+ *   - text that ends inside a string (yajl accepts `{}"x`: a string cut by
+ *     the end, after a complete value);
+ *   - a vertical tab or form feed byte anywhere (yajl takes both as
+ *     whitespace between tokens; JSON and jansson do not);
  *   - any flag but JSON_REJECT_DUPLICATES and JSON_DECODE_ANY.
  */
 #ifndef COZYGPU_BASE_JSONLOAD_H

@@ -131,6 +131,10 @@ int main(int argc, char **argv)
         "{\"z\":1,\"a\":2,\"m\":{\"y\":[],\"b\":null}}", "{\"\":\"\"}", "[\"\\/\",\"\\b\\f\\n\\r\\t\"]",
         "[\"\\x\"]", "[\"\\u12\"]", "[\"\\uZZZZ\"]", "[\"\\\\u0000\"]", "\xef\xbb\xbf{}", "[1e999999999999]",
         "[123456789012345678901234567890]", "[-]", "[tru]", "[nul]", "{\"a\":[1,2,3],\"b\":{\"c\":\"d\"}}",
+        /* a string cut by the end after a complete value (fuzz_jsonload found it) */
+        "{}\"x", " 0\".0e-400", "{}\"x}", "{}\"x\\\"", "{\"a\":\"b\\\\\"}", "[1]\"",
+        /* whitespace JSON does not have (fuzz_jsonload found it) */
+        "{\"a\":1,\v\"b\":2}", "[\f1]", "\v{}",
     };
     for(size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         both_flags(cases[i][0] ? cases[i] : "(empty)", cases[i], strlen(cases[i]));
