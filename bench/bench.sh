@@ -28,8 +28,11 @@
 #                     while F is sent back to back (cozygpu-load --hostile),
 #                     so one review thread is always stuck
 #
-# Targets: p99 under 2 ms at 1,000 reviews/s, and at saturation at
-# least half the transport limit's throughput. Decision 0017: with one review
+# Targets: p99 under 2 ms at 1,000 reviews/s; at saturation at least half
+# the transport limit's throughput; the server's own CPU per review (from
+# /proc/PID/stat, the controller's pid from {port_file}.pid when the
+# command writes one) at most 3x the bare server's per request, each
+# ratio taken per pair of adjacent runs and its median and range printed. Decision 0017: with one review
 # thread stuck, the fixed-rate p99 within 2x of the unloaded one.
 set -eu
 
@@ -111,11 +114,35 @@ echo "bench: bare   $bare_url ($workers workers)"
 
 results=$tmp/results
 : >"$results"
+# user + system CPU time of process $1 in clock ticks (/proc/PID/stat
+# fields 14 and 15, counted after the parenthesised command name)
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $13 }'; }
+hz=$(getconf CLK_TCK)
+# the server process a label measures: the target's (the controller's own
+# pid when its command wrote one beside the port file) or the bare one's
+server_pid() {
+    case $1 in
+    bare-*) echo "$bare_pid" ;;
+    *) if [ -s "$tmp/target.port.pid" ]; then cat "$tmp/target.port.pid"; else echo "$target_pid"; fi ;;
+    esac
+}
 run_load() { # label url ca mode-args...
     label=$1 url=$2 ca=$3; shift 3
+    spid=$(server_pid "$label")
+    c0=$(cpu_ticks "$spid")
     # shellcheck disable=SC2086
-    "$LOAD" --url "$url" --cacert "$ca" --duration "$duration" --warmup 1 --label "$label" $routes "$@" "$reviews" \
-        2>>"$tmp/load.log" | grep '^RESULT' >>"$results" || true
+    line=$("$LOAD" --url "$url" --cacert "$ca" --duration "$duration" --warmup 1 --label "$label" $routes "$@" \
+        "$reviews" 2>>"$tmp/load.log" | grep '^RESULT' || true)
+    c1=$(cpu_ticks "$spid")
+    [ -n "$line" ] || return 0
+    # the server's CPU per request, in microseconds: its CPU time over the
+    # whole run (warm-up second included) over the requests of the whole
+    # run, taken as the measured ones scaled by (duration + 1) / duration
+    # at the same pace (the load tool counts only the measured ones)
+    n=$(printf '%s' "$line" | sed -n 's/.* n=\([0-9]*\).*/\1/p')
+    cpu_us=$(awk -v a="${c0:-0}" -v b="${c1:-0}" -v hz="$hz" -v n="${n:-0}" -v d="$duration" \
+        'BEGIN { if (n > 0 && b > a) printf "%.1f", (b - a) / hz * 1e6 / (n * (d + 1) / d); else print "nan" }')
+    printf '%s cpu_us=%s\n' "$line" "$cpu_us" >>"$results"
 }
 # scheme, host and port of the target
 target_base() { printf '%s' "$target_url" | sed 's|^\(https*://[^/]*\).*|\1|'; }
@@ -174,6 +201,33 @@ printf '  %-28s %10s %10s %12s\n' "target / bare" \
     "$(awk -v a="$ts_p50" -v b="$bs_p50" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')" \
     "$(awk -v a="$ts_p99" -v b="$bs_p99" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')" "$ratio"
 verdict_sat=$(awk -v r="$ratio" 'BEGIN { print (r + 0 >= 0.5) ? "PASS" : "FAIL" }')
+# per run (a target run and the bare run beside it): the throughput ratio
+# and the server CPU per review, target over bare; median and range
+pairs() { # field
+    awk -v f="$1" '
+        function val(line,   m) { if (match(line, " " f "=[0-9.]+")) return substr(line, RSTART + length(f) + 2, RLENGTH - length(f) - 2); return "" }
+        / label=target-sat / { t[++nt] = val($0) }
+        / label=bare-sat / { b[++nb] = val($0) }
+        END {
+            n = 0
+            for (i = 1; i <= nt && i <= nb; i++) if (t[i] != "" && b[i] != "" && b[i] + 0 > 0) r[++n] = t[i] / b[i]
+            if (n == 0) { print "nan nan nan"; exit }
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
+            med = (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
+            printf "%.2f %.2f %.2f\n", med, r[1], r[n]
+        }' "$results"
+}
+set -- $(pairs rps)
+sat_med=$1 sat_lo=$2 sat_hi=$3
+set -- $(pairs cpu_us)
+cpu_med=$1 cpu_lo=$2 cpu_hi=$3
+tc_us=$(median target-sat cpu_us) bc_us=$(median bare-sat cpu_us)
+echo
+printf 'server CPU per review at saturation, from each server process'"'"'s own CPU time (/proc; medians of %s runs)\n' "$runs"
+printf '  %-28s %10s us\n' "target" "$tc_us" "bare MHD TLS (transport)" "$bc_us"
+printf '  target / bare, per pair of runs: median %s (range %s to %s); throughput target / bare per pair: median %s (range %s to %s)\n' \
+    "$cpu_med" "$cpu_lo" "$cpu_hi" "$sat_med" "$sat_lo" "$sat_hi"
+verdict_cpu=$(awk -v r="$cpu_med" 'BEGIN { print (r + 0 > 0 && r + 0 <= 3) ? "PASS" : "FAIL" }')
 if [ "$rate" != 0 ]; then
     tr_p50=$(median target-rate p50_ms) tr_p99=$(median target-rate p99_ms) tr_rps=$(median target-rate rps)
     br_p50=$(median bare-rate p50_ms) br_p99=$(median bare-rate p99_ms) br_rps=$(median bare-rate rps)
@@ -205,5 +259,6 @@ if [ "$rate" != 0 ]; then
         printf 'p99 with one review thread stuck <= 2 x unloaded p99: %s (%s)\n' "$verdict_stuck" "$stuck_ratio"
 fi
 printf 'target throughput >= 0.5 x transport limit: %s (%s)\n' "$verdict_sat" "$ratio"
+printf 'server CPU per review <= 3 x the bare server'"'"'s per request: %s (%s)\n' "$verdict_cpu" "$cpu_med"
 echo "per-run figures:"
 sed 's/^RESULT /  /' "$results"

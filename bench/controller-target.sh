@@ -6,7 +6,8 @@
 # key of the cozygpu-policies ConfigMap, as a hoster adds one);
 # BENCH_CONFIG=FILE replaces examples/config.yaml.
 # bench.sh starts it as --target-cmd and stops it with SIGTERM; the double
-# goes with it. Runs from the repository root; BUILD picks the build dir.
+# goes with it. The controller's pid is written to PORT_FILE.pid (bench.sh
+# measures the server's own CPU time per review from /proc). Runs from the repository root; BUILD picks the build dir.
 set -eu
 BUILD=${BUILD:-build}
 cert=$1 key=$2 port_file=$3
@@ -43,4 +44,6 @@ fi
     --tls-cert-file "$cert" --tls-key-file "$key" --address 127.0.0.1 --port 0 --port-file "$port_file" \
     --config "${BENCH_CONFIG:-examples/config.yaml}" --state-dir "$tmp" --log-level warn "$@" &
 cpid=$!
+# the controller's pid beside its port file: bench.sh reads its CPU time
+echo "$cpid" >"$port_file.pid"
 wait "$cpid"
