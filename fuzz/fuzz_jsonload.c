@@ -11,7 +11,8 @@
  *   - both accept or both refuse;
  *   - accepted: the values are equal (json_equal) and write out the same,
  *     keys in the same order (json_dumps without sorting);
- *   - refused: the same error text, line, column and position.
+ *   - the same error text, source, line, column and position (after a
+ *     success too: json_loadb fills it then).
  * Seeds: the .json files of examples/ and the shared fixtures, and the
  * example AdmissionReviews as JSON (fuzz/seed.sh).
  */
@@ -52,10 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(!da || strcmp(da, db) == 0);
         free(da);
         free(db);
-    } else {
-        CHECK(strcmp(ea.text, eb.text) == 0);
-        CHECK(ea.line == eb.line && ea.column == eb.column && ea.position == eb.position);
     }
+    /* refused: the same error; accepted: *error as json_loadb leaves it */
+    CHECK(strcmp(ea.text, eb.text) == 0 && strcmp(ea.source, eb.source) == 0);
+    CHECK(ea.line == eb.line && ea.column == eb.column && ea.position == eb.position);
     json_decref(a);
     json_decref(b);
     free(buf);

@@ -5,6 +5,8 @@
  */
 #include "base/jsonload.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,5 +198,13 @@ json_t *cozy_json_loadb(const char *buf, size_t len, size_t flags, json_error_t 
     json_t *root = b.root;
     b.root = NULL;
     free_builder(&b);
+    if(error) {
+        /* as json_loadb leaves it after a success: no text, no line or
+         * column, the position at the end of what it read */
+        memset(error, 0, sizeof *error);
+        snprintf(error->source, sizeof error->source, "<buffer>");
+        error->line = error->column = -1;
+        error->position = (int)(len > INT_MAX ? INT_MAX : len);
+    }
     return root;
 }

@@ -30,7 +30,11 @@
 #include <stddef.h>
 
 /* As json_loadb(buf, len, flags, error): a new reference, or NULL with
- * *error filled (error may be NULL). `flags`: JSON_REJECT_DUPLICATES and
+ * *error filled (error may be NULL); after a success *error is as
+ * json_loadb leaves it (no text, "<buffer>", line and column -1, the
+ * position at the end). Numbers are read with strtod in the C locale, as
+ * the process runs (nothing calls setlocale): under a locale with a
+ * decimal comma yajl would cut "1.5" to 1. `flags`: JSON_REJECT_DUPLICATES and
  * JSON_DECODE_ANY as jansson reads them; any other flag sends the text to
  * json_loadb. */
 json_t *cozy_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *error);
