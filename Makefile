@@ -74,7 +74,7 @@ include spec/support/kube-double/double.mk
 # bench/hostile/rule.lua, and bench/hostile/review.yaml keeps one review
 # thread stuck until its deadline during the "one thread stuck" runs.
 BENCH_TARGET_CMD := env BENCH_OVERRIDE=bench/hostile/rule.lua BENCH_CONFIG=bench/hostile/config.yaml \
-	bench/controller-target.sh {cert} {key} {port_file} --workers 4
+	bench/controller-target.sh {cert} {key} {port_file}
 BENCH_ARGS ?= --path /validate/vmi --route Pod=/mutate/launcher --route GPUClass=/validate/gpuclass \
 	--route GPUClaim=/validate/gpuclaim --hostile bench/hostile/review.yaml
 ENGINE_BENCH := $(BUILD)/bin/cozygpu-engine-bench

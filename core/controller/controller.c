@@ -382,8 +382,12 @@ int controller_main(int argc, char **argv)
         write_port_file(f->port_file, webhook_port(ctl_proc->server));
     if(f->probe_port_file && webhook_probe_port(ctl_proc->server))
         write_port_file(f->probe_port_file, webhook_probe_port(ctl_proc->server));
+    char workers[16], io[16];
+    snprintf(workers, sizeof workers, "%d", f->workers);
+    snprintf(io, sizeof io, "%d", f->io_threads);
     log_write(LOG_INFO, "controller", "serving admission webhooks", LOG_NUM "port", portbuf, "identity", f->identity,
-              "server", kube_client_server(ctl_proc->client), NULL);
+              "server", kube_client_server(ctl_proc->client), LOG_NUM "workers", workers, LOG_NUM "io_threads", io,
+              NULL);
 
     if(f->leader_elect) {
         lease_options lo = {.namespace_ = f->ns, .name = f->lease_name, .identity = f->identity,

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/cpus.h"
 #include "base/duration.h"
 #include "base/log.h"
 #include "kube/lease.h"
@@ -103,9 +104,12 @@ static void usage(FILE *f)
         "  --probe-port-file FILE   write the bound probe port to FILE once listening\n"
         "  --tls-cert-file FILE     PEM certificate (chain); re-read when it changes\n"
         "  --tls-key-file FILE      PEM private key; re-read when it changes\n"
-        "  --workers N              review threads, one Lua state each (default 4)\n"
+        "  --workers N              review threads, one Lua state each (default: the\n"
+        "                           CPUs available, at least 2: the affinity mask,\n"
+        "                           lowered to the cgroup's CPU quota)\n"
         "  --io-threads N           TLS and HTTP threads; they only move bytes and queue\n"
-        "                           complete reviews for the review threads (default 2)\n"
+        "                           complete reviews for the review threads (default:\n"
+        "                           half the CPUs available, at least 1)\n"
         "  --review-timeout DURATION  deadline for one review; keep it below the\n"
         "                           webhooks' timeoutSeconds (default 8s)\n"
         "  --max-body-bytes N       largest AdmissionReview accepted (default 3145728)\n"
@@ -202,8 +206,8 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
         .address = "0.0.0.0",
         .port = 8443,
         .probe_port = -1,
-        .workers = 4,
-        .io_threads = 2,
+        .workers = 0,    /* 0: from the CPUs available (ctl_flags_threads) */
+        .io_threads = 0,
         .review_timeout_ms = 8000,
         .max_body = 3 * 1024 * 1024,
         .max_connections = 512,
@@ -324,6 +328,17 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
             return flag_error("--policies-configmap: \"%s\" is not a ConfigMap name "
                               "(lowercase letters, digits, '-' and '.')",
                               n);
+    }
+    if(f->workers == 0 || f->io_threads == 0) {
+        /* from the CPUs this process may use (base/cpus.h): a review
+         * thread per CPU, and never fewer than two, so that one review
+         * stuck until its deadline leaves another to run (decision 0017);
+         * half as many I/O threads (they only move bytes) */
+        int cpus = cozy_cpus_available(NULL);
+        if(f->workers == 0)
+            f->workers = cpus < 2 ? 2 : cpus > 256 ? 256 : cpus;
+        if(f->io_threads == 0)
+            f->io_threads = cpus / 2 < 1 ? 1 : cpus / 2 > 64 ? 64 : cpus / 2;
     }
     if(f->leader_elect && !(f->retry_ms > 0 && f->retry_ms < f->renew_ms && f->renew_ms < f->lease_ms))
         return flag_error("--retry-period (%ld ms) < --renew-deadline (%ld ms) < --lease-duration (%ld ms) is "

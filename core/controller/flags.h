@@ -25,8 +25,9 @@ typedef struct ctl_flags {
     const char *probe_port_file;    /* where the bound probe port is written, or NULL */
     const char *port_file;
     const char *cert_file, *key_file;
-    int workers;                    /* 1..256: review threads */
-    int io_threads;                 /* 1..64: the webhook server's TLS and HTTP threads */
+    int workers;                    /* 1..256: review threads (default: the CPUs available, at least 2) */
+    int io_threads;                 /* 1..64: the webhook server's TLS and HTTP threads (default: half the
+                                       CPUs available, at least 1) */
     long review_timeout_ms;         /* 100..29000 */
     long max_body;                  /* bytes, >= 1024 */
     int max_connections;            /* open webhook connections in all, 1..65536 */

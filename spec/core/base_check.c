@@ -21,6 +21,7 @@
 
 #include "base/b64.h"
 #include "base/buf.h"
+#include "base/cpus.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/utf8.h"
@@ -499,8 +500,53 @@ static void check_log(void)
     check_section = NULL;
 }
 
+/* base/cpus.h: cgroup v2 cpu.max ("QUOTA PERIOD" or "max PERIOD", Linux
+ * cgroup-v2.rst) rounded up to whole CPUs, and the count it lowers */
+static void write_cpu_max(const char *dir, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    FILE *f = fopen(path, "w");
+    if(f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void check_cpus(void)
+{
+    check_section = "cpus";
+    ok(cozy_cpus_of_quota("150000 100000\n") == 2, "1.5 CPUs of quota (a 1500m limit) round up to 2", NULL);
+    ok(cozy_cpus_of_quota("100000 100000") == 1, "a 1000m limit is 1", NULL);
+    ok(cozy_cpus_of_quota("50000 100000") == 1, "half a CPU is 1", NULL);
+    ok(cozy_cpus_of_quota("400000 100000") == 4, "a 4000m limit is 4", NULL);
+    ok(cozy_cpus_of_quota("max 100000\n") == 0, "max: no quota", NULL);
+    ok(cozy_cpus_of_quota("") == 0 && cozy_cpus_of_quota("x y") == 0 && cozy_cpus_of_quota("100000") == 0 &&
+           cozy_cpus_of_quota("-5 100000") == 0 && cozy_cpus_of_quota("5 0") == 0,
+       "text that is not a quota: none", NULL);
+    char dir[] = "/tmp/cozygpu-cpus-XXXXXX";
+    if(!mkdtemp(dir)) {
+        ok(0, "mkdtemp", strerror(errno));
+        return;
+    }
+    int none = cozy_cpus_available(dir); /* no cpu.max: the affinity mask */
+    ok(none >= 1, "with no cpu.max, the affinity mask's count, at least 1", NULL);
+    write_cpu_max(dir, "100000 100000\n");
+    ok(cozy_cpus_available(dir) == 1, "a 1000m limit lowers it to 1", NULL);
+    write_cpu_max(dir, "max 100000\n");
+    ok(cozy_cpus_available(dir) == none, "max leaves it", NULL);
+    write_cpu_max(dir, "100000000 100000\n");
+    ok(cozy_cpus_available(dir) == none, "a quota above the mask does not raise it", NULL);
+    char path[512];
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    unlink(path);
+    rmdir(dir);
+    check_section = NULL;
+}
+
 int main(void)
 {
+    check_cpus();
     check_base64();
     check_utf8();
     check_buf();

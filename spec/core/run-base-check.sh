@@ -4,4 +4,4 @@
 #   spec/core/run-base-check.sh
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-exec sh "$here/run-san-check.sh" "" "$here/base_check.c" base/b64.c base/utf8.c base/buf.c base/file.c base/log.c
+exec sh "$here/run-san-check.sh" "" "$here/base_check.c" base/b64.c base/utf8.c base/buf.c base/file.c base/log.c base/cpus.c
