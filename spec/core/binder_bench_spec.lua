@@ -5,15 +5,7 @@
 -- (binder_reconcile_all) then finds nothing the incremental passes left
 -- undone (decisions 0023, 0042); the bench exits 1 when not.
 describe("the binder bench", function()
-  local bin = H.build .. "/bin/cozygpu-binder-bench"
-
-  local function run(args)
-    local log = os.tmpname()
-    local _, _, code = os.execute(H.q(bin) .. " " .. args .. " >" .. H.q(log) .. " 2>&1")
-    local out = H.read(log) or ""
-    os.remove(log)
-    return out, code
-  end
+  local function run(args) return H.run_tool("cozygpu-binder-bench", args) end
 
   it("runs every event kind on a settled state, and a full pass then finds nothing left", function()
     local out, code = run("--seed 7 --max-nodes 100 --runs 1 --events 20 --state-max-nodes 1000 --state-events 20")

@@ -6,15 +6,7 @@
 -- that the instruction counts compare the same work (issue target: the
 -- answers stay the same while reviews get cheaper).
 describe("the engine bench's instruction mode", function()
-  local bin = H.build .. "/bin/cozygpu-engine-bench"
-
-  local function run(args)
-    local log = os.tmpname()
-    local _, _, code = os.execute(H.q(bin) .. " " .. args .. " >" .. H.q(log) .. " 2>&1")
-    local out = H.read(log) or ""
-    os.remove(log)
-    return out, code
-  end
+  local function run(args) return H.run_tool("cozygpu-engine-bench", args) end
 
   it("runs every example review through the engine path and answers as the baseline did", function()
     local out, code = run("--instructions --rounds 2 --cluster examples/classes --cluster examples/cluster examples/reviews")

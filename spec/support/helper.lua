@@ -94,6 +94,17 @@ function H.run(args, env)
   return o, e, code
 end
 
+--- Runs one of the build's other tools (H.build .. "/bin/" .. name: the
+--- benches) with `args`, a shell-quoted argument string. Returns its
+--- stdout and stderr together, and its exit status.
+function H.run_tool(name, args)
+  local log = os.tmpname()
+  local _, _, code = os.execute(shell_quote(H.build .. "/bin/" .. name) .. " " .. args .. " >" .. shell_quote(log) .. " 2>&1")
+  local out = H.read(log) or ""
+  os.remove(log)
+  return out, code
+end
+
 --- Runs a C check script (spec/core/run-*-check.sh: it compiles a
 --- table-driven check program under ASan/UBSan and runs it) and asserts
 --- that it ended well and its last line says "N passed, 0 failed". The
