@@ -104,12 +104,12 @@ static void usage(FILE *f)
         "  --probe-port-file FILE   write the bound probe port to FILE once listening\n"
         "  --tls-cert-file FILE     PEM certificate (chain); re-read when it changes\n"
         "  --tls-key-file FILE      PEM private key; re-read when it changes\n"
-        "  --workers N              review threads, one Lua state each (default: the\n"
-        "                           CPUs available, at least 2: the affinity mask,\n"
-        "                           lowered to the cgroup's CPU quota)\n"
+        "  --workers N              review threads, one Lua state each (default: as many\n"
+        "                           as CPUs available, from 2 to 4; CPUs available is\n"
+        "                           the affinity mask lowered to the cgroup's CPU quota)\n"
         "  --io-threads N           TLS and HTTP threads; they only move bytes and queue\n"
         "                           complete reviews for the review threads (default:\n"
-        "                           half the CPUs available, at least 1)\n"
+        "                           half the CPUs available, 1 or 2)\n"
         "  --review-timeout DURATION  deadline for one review; keep it below the\n"
         "                           webhooks' timeoutSeconds (default 8s)\n"
         "  --max-body-bytes N       largest AdmissionReview accepted (default 3145728)\n"
@@ -335,10 +335,16 @@ int ctl_flags_parse(int argc, char **argv, ctl_flags *f)
          * stuck until its deadline leaves another to run (decision 0017);
          * half as many I/O threads (they only move bytes) */
         int cpus = cozy_cpus_available(NULL);
+        /* at most CTL_DEFAULT_MAX_WORKERS: each review thread holds a Lua
+         * state of up to policyBudget.memoryBytes, and the Deployment's
+         * memory limit (deploy/40-controller.yaml) is sized for that many;
+         * the Deployment sets no CPU limit, so a large node's count alone
+         * would be far too many */
         if(f->workers == 0)
-            f->workers = cpus < 2 ? 2 : cpus > 256 ? 256 : cpus;
+            f->workers = cpus < 2 ? 2 : cpus > CTL_DEFAULT_MAX_WORKERS ? CTL_DEFAULT_MAX_WORKERS : cpus;
         if(f->io_threads == 0)
-            f->io_threads = cpus / 2 < 1 ? 1 : cpus / 2 > 64 ? 64 : cpus / 2;
+            f->io_threads = cpus / 2 < 1 ? 1 : cpus / 2 > CTL_DEFAULT_MAX_WORKERS / 2 ? CTL_DEFAULT_MAX_WORKERS / 2
+                                                                                  : cpus / 2;
     }
     if(f->leader_elect && !(f->retry_ms > 0 && f->retry_ms < f->renew_ms && f->renew_ms < f->lease_ms))
         return flag_error("--retry-period (%ld ms) < --renew-deadline (%ld ms) < --lease-duration (%ld ms) is "

@@ -8,6 +8,10 @@
 #ifndef COZYGPU_CONTROLLER_FLAGS_H
 #define COZYGPU_CONTROLLER_FLAGS_H
 
+/* The most review threads the default gives (decision 0047): the
+ * Deployment's memory limit is sized for this many Lua states. */
+#define CTL_DEFAULT_MAX_WORKERS 4
+
 #include "base/log.h"
 
 /* The parsed command line. Every string points into argv, the
@@ -25,9 +29,10 @@ typedef struct ctl_flags {
     const char *probe_port_file;    /* where the bound probe port is written, or NULL */
     const char *port_file;
     const char *cert_file, *key_file;
-    int workers;                    /* 1..256: review threads (default: the CPUs available, at least 2) */
+    int workers;                    /* 1..256: review threads (default: the CPUs available, 2 to
+                                       CTL_DEFAULT_MAX_WORKERS) */
     int io_threads;                 /* 1..64: the webhook server's TLS and HTTP threads (default: half the
-                                       CPUs available, at least 1) */
+                                       CPUs available, 1 to CTL_DEFAULT_MAX_WORKERS / 2) */
     long review_timeout_ms;         /* 100..29000 */
     long max_body;                  /* bytes, >= 1024 */
     int max_connections;            /* open webhook connections in all, 1..65536 */
