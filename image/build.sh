@@ -55,7 +55,7 @@ done
 
 # the runtime packages: the libraries the binary links (and, through them,
 # theirs), the CA bundle and libpci's PCI ID database
-PACKAGES=liblua5.4-0,libjansson4,libyaml-0-2,libcurl4,libmicrohttpd12,libgnutls30,libpci3,pci.ids,ca-certificates
+PACKAGES=liblua5.4-0,libjansson4,libyajl2,libyaml-0-2,libcurl4,libmicrohttpd12,libgnutls30,libpci3,pci.ids,ca-certificates
 # what `make image` links against must be what the image carries
 readelf -d "$bin" | grep -q 'Shared library: \[libcurl\.so\.4\]' ||
     die "$bin does not link libcurl.so.4 (libcurl4): update PACKAGES in image/build.sh"
