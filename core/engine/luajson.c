@@ -624,6 +624,43 @@ static int fast_copy(lua_State *L, int idx, int depth)
     return 1;
 }
 
+/* json.get(v, k1, k2, ...) -> the value at that path; nil as soon as a step
+ * is absent, JSON null or not a table (v itself with no keys). A table
+ * reached through a read-only view comes back as a view, as indexing the
+ * view step by step gives it; other tables are indexed as `t[k]` is
+ * (metamethods included). One C call for the walk: cozygpu.object.get is
+ * this function (the rules' most frequent call). */
+static int l_get(lua_State *L)
+{
+    int n = lua_gettop(L);
+    if(n == 0)
+        return 0;
+    luaL_checkstack(L, 3, "json.get");
+    lua_pushvalue(L, 1);
+    int viewed = 0;
+    for(int i = 2; i <= n; i++) {
+        if(lua_type(L, -1) != LUA_TTABLE) {
+            lua_pushnil(L);
+            return 1;
+        }
+        if(is_proxy(L, -1)) {
+            lua_rawgetp(L, -1, &proxy_key);
+            lua_remove(L, -2);
+            viewed = 1;
+        }
+        lua_pushvalue(L, i);
+        lua_gettable(L, -2);
+        lua_remove(L, -2);
+        if(lua_type(L, -1) == LUA_TLIGHTUSERDATA && lua_touserdata(L, -1) == NULL) {
+            lua_pushnil(L);
+            return 1;
+        }
+    }
+    if(viewed)
+        luajson_push_readonly(L, -1);
+    return 1;
+}
+
 static int l_copy(lua_State *L)
 {
     luaL_checkany(L, 1);
@@ -642,6 +679,7 @@ int luaopen_cozygpu_json(lua_State *L)
     static const luaL_Reg fns[] = {
         {"encode", l_encode}, {"decode", l_decode}, {"object", l_object},
         {"array", l_array},   {"kind", l_kind},     {"copy", l_copy}, {"readonly", l_readonly},
+        {"get", l_get},
         {NULL, NULL},
     };
     luajson_open_markers(L);

@@ -57,4 +57,38 @@ describe("cozygpu.json", function()
     for _, v in ipairs(ro.a.b) do n = n + v end
     assert.are.equal(6, n)
   end)
+
+  -- json.get is cozygpu.object.get: the walk the Lua version made, step by
+  -- step with indexing (`v[k]`), in one C call
+  it("json.get follows keys and indexes, nil at an absent, null or non-table step", function()
+    local t = json.decode('{"metadata":{"labels":{"a":"1"},"owners":[{"kind":"VM"}],"gone":null},"s":"text"}')
+    assert.are.equal("1", json.get(t, "metadata", "labels", "a"))
+    assert.are.equal("VM", json.get(t, "metadata", "owners", 1, "kind"))
+    assert.is_nil(json.get(t, "metadata", "owners", 2, "kind"))
+    assert.is_nil(json.get(t, "metadata", "gone"))          -- null reads as absent
+    assert.is_nil(json.get(t, "metadata", "gone", "x"))
+    assert.is_nil(json.get(t, "s", "len"))                  -- a string is no table (not string.len)
+    assert.is_nil(json.get(t, "metadata", "labels", "a", "b"))
+    assert.is_nil(json.get(nil, "a"))
+    assert.is_nil(json.get(t, "missing", nil))
+    assert.are.equal(t, json.get(t))                        -- no keys: the value itself
+    assert.are.equal(json.null, json.get(json.null))
+    assert.is_nil(json.get())
+    -- other tables are indexed as t[k] is: metamethods included
+    local proxied = setmetatable({}, { __index = function(_, k) return { k = k } end })
+    assert.are.equal("x", json.get(proxied, "x", "k"))
+  end)
+
+  it("json.get keeps what it reaches through a read-only view read-only, and the same view each time", function()
+    local ro = json.readonly(json.decode('{"spec":{"domain":{"devices":{"gpus":[{"name":"g"}]}}}}'))
+    local gpus = json.get(ro, "spec", "domain", "devices", "gpus")
+    assert.are.equal("read-only", getmetatable(gpus))
+    assert.are.equal(ro.spec.domain.devices.gpus, gpus)     -- the view indexing gives
+    assert.are.equal("g", gpus[1].name)
+    assert.has_error(function() gpus[1].name = "h" end)
+    assert.are.equal("array", json.kind(gpus))
+    -- a plain table holding a view: the view's tables stay read-only
+    local mixed = { inner = ro }
+    assert.has_error(function() json.get(mixed, "inner", "spec").domain = 1 end)
+  end)
 end)

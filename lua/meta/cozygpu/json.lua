@@ -68,6 +68,15 @@ function json.kind(v) end
 ---@return T
 function json.copy(v) end
 
+---The value at the path `...` (keys and 1-based indexes) from `v`: nil as
+---soon as a step is absent, JSON null or not a table; `v` itself with no
+---keys. A table reached through a read-only view comes back read-only.
+---One call for the whole walk (cozygpu.object.get is this function).
+---@param v any
+---@param ... any
+---@return any
+function json.get(v, ...) end
+
 ---A read-only view of `v` (`v` itself when it is not a table): reads go
 ---through, assignment raises, `pairs`, `ipairs`, `#` and `next` work.
 ---Raises only when called without an argument.
