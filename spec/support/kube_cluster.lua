@@ -349,15 +349,17 @@ end
 
 --- Starts one controller replica as the cozygpu-controller ServiceAccount,
 --- flags as deploy/40-controller.yaml gives them (paths local). o =
---- {identity, port, probe_port (default: a free one), extra}. Returns the replica {pid, port, probe_port,
---- url, log, identity, cacert}.
+--- {identity, port, probe_port (default: a free one), config (a settings
+--- file; default the deployed config.yaml, self.config), extra (flags added
+--- last: a repeated flag's last value wins)}. Returns the replica {pid,
+--- port, probe_port, url, log, identity, cacert}.
 function Cluster:start_controller(o)
   local id = o.identity
   local probe = o.probe_port or P.free_port()
   local log = ("%s/%s.log"):format(self.dir, id)
   local args = {
     cozygpu, "controller", "--kubeconfig", self.controller_kubeconfig,
-    "--namespace", "cozy-gpu", "--identity", id, "--config", self.config,
+    "--namespace", "cozy-gpu", "--identity", id, "--config", o.config or self.config,
     "--policies-configmap", "cozygpu-policies",
     "--tls-cert-file", self.certs.cert, "--tls-key-file", self.certs.key,
     "--address", "127.0.0.1", "--port", tostring(o.port), "--probe-port", tostring(probe),
@@ -366,7 +368,7 @@ function Cluster:start_controller(o)
   for _, a in ipairs(o.extra or {}) do args[#args + 1] = a end
   local env = os.getenv("COZYGPU_ASAN") == "1" and "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" or nil
   local r = { identity = id, port = o.port, probe_port = probe, log = log, cacert = self.certs.ca,
-    url = "https://127.0.0.1:" .. o.port, extra = o.extra }
+    url = "https://127.0.0.1:" .. o.port, extra = o.extra, config = o.config }
   r.pid = P.spawn(args, log, env)
   self.replicas[id] = r
   -- cluster/cluster.sh down stops it too (a spec that fails before its
