@@ -71,30 +71,50 @@ local function in_subtree(cluster, ns_name, t)
   return ns ~= nil and object.label(ns, tenant.TENANT_PREFIX .. t) ~= nil
 end
 
--- usage in the subtree of `t`: claims whose class satisfies `want(class
--- name)`, plus running raw-name VMIs (R6): with `rn`, their entries of
--- that resource name (a raw key); without, their entries whose class
--- satisfies `want` (class and total keys: a VM does not leave a class's
--- budget by naming the class's resource directly, decision 0003).
--- `claims`, when given, replaces the walk of the cluster's GPUClaims:
--- claims(t, want) -> total, users (the binder's own count, decision 0024).
--- Returns total, list of users {what, name, count}.
-local function usage(cluster, t, want, rn, claims)
+-- Usage sums derived from a cluster view, per tenant and key, computed once
+-- per view: the view is immutable and lives as long as its snapshot (weak
+-- keys let it go), so a review walks the GPUClaims and VMIs of the cluster
+-- at most once per (tenant, key) and snapshot instead of on every check.
+local memo = setmetatable({}, { __mode = "k" })
+
+local function memoized(cluster, part, t, key, compute)
+  local m = memo[cluster]
+  if not m then m = {}; memo[cluster] = m end
+  local k = part .. "\0" .. t .. "\0" .. key
+  local r = m[k]
+  if not r then
+    local total, users = compute()
+    r = { total = total, users = users }
+    m[k] = r
+  end
+  return r.total, r.users
+end
+
+-- GPUs held by the GPUClaims of the subtree of `t` whose class satisfies
+-- `want` (R6: every claim that exists counts, in every phase): total, and
+-- the users {what, name, count} in snapshot order
+local function claims_usage(cluster, t, want)
   local total, users = 0, {}
-  if claims then
-    total, users = claims(t, want)
-  else
-    for _, c in ipairs(cluster:gpuclaims()) do
-      local ns = object.get(c, "metadata", "namespace")
-      local cls = object.get(c, "spec", "class")
-      if type(cls) == "string" and want(cls) and in_subtree(cluster, ns, t) then
-        local n = object.get(c, "spec", "count")
-        n = math.type(n) == "integer" and n or 1
-        total = add(total, n)
-        users[#users + 1] = { what = "GPUClaim", name = ns .. "/" .. tostring(object.get(c, "metadata", "name")), count = n }
-      end
+  for _, c in ipairs(cluster:gpuclaims()) do
+    local ns = object.get(c, "metadata", "namespace")
+    local cls = object.get(c, "spec", "class")
+    if type(cls) == "string" and want(cls) and in_subtree(cluster, ns, t) then
+      local n = object.get(c, "spec", "count")
+      n = math.type(n) == "integer" and n or 1
+      total = add(total, n)
+      users[#users + 1] = { what = "GPUClaim", name = ns .. "/" .. tostring(object.get(c, "metadata", "name")), count = n }
     end
   end
+  return total, users
+end
+
+-- GPUs of the running raw-name VMIs (without the class-reference label) of
+-- the subtree of `t` (R6): with `rn`, their entries of that resource name
+-- (a raw key); without, their entries whose class satisfies `want` (class
+-- and total keys: a VM does not leave a class's budget by naming the
+-- class's resource directly, decision 0003). Total and users, one per VMI.
+local function vmi_usage(cluster, t, want, rn)
+  local total, users = 0, {}
   local gpu = require "cozygpu.gpu"
   local claims_of = require("cozygpu.claims").of
   for _, v in ipairs(cluster:list("VirtualMachineInstance")) do
@@ -123,6 +143,45 @@ local function usage(cluster, t, want, rn, claims)
     end
   end
   return total, users
+end
+
+-- usage in the subtree of `t` under the key `key` (what `want` and `rn`
+-- select: "class:<name>", "all" or "rn:<resource name>"): the claims whose
+-- class satisfies `want(class name)`, plus the running raw-name VMIs'
+-- entries (vmi_usage). `claims`, when given, replaces the claims of the
+-- view: claims(t, want) -> total, users (the binder's own count, decision
+-- 0024). Returns total, list of users {what, name, count} (claims first,
+-- then VMIs; the list is shared: read it only).
+local function usage(cluster, t, key, want, rn, claims)
+  local ctotal, cusers
+  if claims then
+    ctotal, cusers = claims(t, want)
+  else
+    ctotal, cusers = memoized(cluster, "claims", t, key, function() return claims_usage(cluster, t, want) end)
+  end
+  local vtotal, vusers = memoized(cluster, "vmis", t, key, function() return vmi_usage(cluster, t, want, rn) end)
+  if #vusers == 0 then return add(ctotal, vtotal), cusers end
+  local users = {}
+  for i, u in ipairs(cusers) do users[i] = u end
+  for _, u in ipairs(vusers) do users[#users + 1] = u end
+  return add(ctotal, vtotal), users
+end
+
+-- resource name -> {class name = true}, once per view
+local memo_rn = setmetatable({}, { __mode = "k" })
+local function classes_by_resource(cluster)
+  local m = memo_rn[cluster]
+  if m then return m end
+  m = {}
+  for _, c in ipairs(cluster:gpuclasses()) do
+    local rn = object.get(c, "spec", "resourceName")
+    if type(rn) == "string" then
+      m[rn] = m[rn] or {}
+      m[rn][object.get(c, "metadata", "name")] = true
+    end
+  end
+  memo_rn[cluster] = m
+  return m
 end
 
 local function describe_users(users, elsewhere)
@@ -203,14 +262,7 @@ function M.check_set(cluster, ns_name, set, opts)
       if o.class then by_rn[rn].classes[#by_rn[rn].classes + 1] = object.get(o.class, "metadata", "name") end
     end
   end
-  local classes_of_rn = {}
-  for _, c in ipairs(cluster:gpuclasses()) do
-    local rn = object.get(c, "spec", "resourceName")
-    if type(rn) == "string" then
-      classes_of_rn[rn] = classes_of_rn[rn] or {}
-      classes_of_rn[rn][object.get(c, "metadata", "name")] = true
-    end
-  end
+  local classes_of_rn = classes_by_resource(cluster)
   local out = {}
   for _, t in ipairs(chain) do
     local ok, err = pcall(function()
@@ -231,12 +283,12 @@ function M.check_set(cluster, ns_name, set, opts)
         local ck = M.class_key(cname)
         climits[cname] = limit(cluster, t, ck)
         if climits[cname] then
-          local used, users = usage(cluster, t, function(c) return c == cname end, nil, opts.claims)
+          local used, users = usage(cluster, t, "class:" .. cname, function(c) return c == cname end, nil, opts.claims)
           over(ck, climits[cname], used, users, "R1", by_class[cname])
         end
       end
       if tlimit and total > 0 then
-        local used, users = usage(cluster, t, function() return true end, nil, opts.claims)
+        local used, users = usage(cluster, t, "all", function() return true end, nil, opts.claims)
         over(M.TOTAL_KEY, tlimit, used, users, "R1", total)
       end
       for _, rn in ipairs(rn_order) do
@@ -255,7 +307,7 @@ function M.check_set(cluster, ns_name, set, opts)
           end
           if next(blocked) == nil then
             local same = classes_of_rn[rn] or {}
-            local used, users = usage(cluster, t, function(c) return same[c] == true end, rn, opts.claims)
+            local used, users = usage(cluster, t, "rn:" .. rn, function(c) return same[c] == true end, rn, opts.claims)
             over(M.raw_key(rn), rlimit, used, users, "R5", by_rn[rn].count)
           end
         end

@@ -21,6 +21,7 @@ local function key(ns, name) return (ns or "") .. "/" .. (name or "") end
 function M.new(objects, settings)
   local by_kind = {}          -- kind -> array
   local by_name = {}          -- kind -> "ns/name" -> object
+  local by_ns = {}            -- kind -> namespace -> array (namespaced objects, in snapshot order)
   local class_by_resource = {} -- resourceName -> array of classes
   for _, o in ipairs(objects) do
     local kind = object.get(o, "kind")
@@ -28,7 +29,15 @@ function M.new(objects, settings)
       by_kind[kind] = by_kind[kind] or {}
       table.insert(by_kind[kind], o)
       by_name[kind] = by_name[kind] or {}
-      by_name[kind][key(object.get(o, "metadata", "namespace"), object.get(o, "metadata", "name"))] = o
+      local ns = object.get(o, "metadata", "namespace")
+      by_name[kind][key(ns, object.get(o, "metadata", "name"))] = o
+      if type(ns) == "string" then
+        local k = by_ns[kind]
+        if not k then k = {}; by_ns[kind] = k end
+        local l = k[ns]
+        if not l then l = {}; k[ns] = l end
+        l[#l + 1] = o
+      end
       if kind == "GPUClass" then
         local rn = object.get(o, "spec", "resourceName")
         if type(rn) == "string" then
@@ -58,14 +67,14 @@ function M.new(objects, settings)
   function view.classes_for_resource(_, name) return ro(class_by_resource[name] or empty) end
   --- Namespace by name.
   function view.namespace(self, name) return self:get("Namespace", nil, name) end
-  --- ResourceQuotas of namespace `ns`.
-  function view.resourcequotas(self, ns)
-    local out = {}
-    for _, q in ipairs(by_kind.ResourceQuota or {}) do
-      if object.get(q, "metadata", "namespace") == ns then out[#out + 1] = q end
-    end
-    return ro(out)
+  -- the namespaced objects of `kind` in namespace `ns` (indexed once per
+  -- view: a lookup never walks the cluster)
+  local function in_ns(kind, ns)
+    local k = by_ns[kind]
+    return ro(k and k[ns] or empty)
   end
+  --- ResourceQuotas of namespace `ns`, in snapshot order.
+  function view.resourcequotas(_, ns) return in_ns("ResourceQuota", ns) end
   --- The KubeVirt CR (the first one; a cluster has one), or nil.
   function view.kubevirt(_) return by_kind.KubeVirt and ro(by_kind.KubeVirt[1]) or nil end
   --- The user KubeVirt's virt-controller acts as (it creates the
@@ -85,13 +94,11 @@ function M.new(objects, settings)
   function view.node(self, name) return self:get("Node", nil, name) end
   --- Every Node.
   function view.nodes(self) return self:list("Node") end
-  --- GPUClaims of namespace `ns`, or of every namespace when ns is nil.
+  --- GPUClaims of namespace `ns` (in snapshot order), or of every
+  --- namespace when ns is nil.
   function view.gpuclaims(_, ns)
-    local out = {}
-    for _, c in ipairs(by_kind.GPUClaim or {}) do
-      if ns == nil or object.get(c, "metadata", "namespace") == ns then out[#out + 1] = c end
-    end
-    return ro(out)
+    if ns == nil then return ro(by_kind.GPUClaim or empty) end
+    return in_ns("GPUClaim", ns)
   end
   view.settings = settings
   return ro(view)

@@ -95,6 +95,12 @@ local function one_of(want, have)
   return false
 end
 
+-- whether a table match (kind, group, operations) takes request `req`
+local function match_table(m, req)
+  local kind = req.kind or {}
+  return one_of(m.kind, kind.kind) and one_of(m.group, kind.group) and one_of(m.operations, req.operation)
+end
+
 -- returns true/false, or nil and a failure {kind, message}; and the
 -- seconds a match function took (0 for a table)
 local function matches(host, r, req, cluster)
@@ -107,8 +113,7 @@ local function matches(host, r, req, cluster)
     if st ~= "ok" then return nil, { kind = st, message = a }, took end
     return a and true or false, nil, took
   end
-  local kind = req.kind or {}
-  return one_of(m.kind, kind.kind) and one_of(m.group, kind.group) and one_of(m.operations, req.operation), nil, 0
+  return match_table(m, req), nil, 0
 end
 
 -- What a hook returned is the policy's: it is read with raw access only
@@ -317,7 +322,9 @@ function M.review(bundle, request, phases)
     -- no copy: rules see it read-only, and jsonpatch.apply returns a new document
     local current = request.object
     for _, r in ipairs(bundle.rules) do
-      if r.mutate and #failures == 0 then
+      -- a table match reads only kind and operation, which no patch
+      -- changes: a rule it leaves out costs no view of the patched request
+      if r.mutate and #failures == 0 and (type(r.match) ~= "table" or match_table(r.match, req)) then
         local view = {}
         for k, v in pairs(request) do view[k] = v end
         view.object = current

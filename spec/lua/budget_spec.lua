@@ -335,4 +335,36 @@ describe("cozygpu.budget (DESIGN.md §5) over root > child > grandchild", functi
     assert.truthy(shorts[1].message:find("GPUClaim tenant-a/web (1)", 1, true), shorts[1].message)
     assert.truthy(shorts[1].message:find("short by 1", 1, true), shorts[1].message)
   end)
+
+  -- usage is remembered per view (budget.lua's memo): the same view answers
+  -- the same, a new snapshot's view counts anew, and one view's sums never
+  -- leak into another's
+  it("counts each view's own claims and VMIs, however often it is asked", function()
+    local function view_with(objects)
+      local objs = {}
+      for _, o in ipairs(CLASSES) do objs[#objs + 1] = o end
+      for _, o in ipairs(NAMESPACES) do objs[#objs + 1] = o end
+      objs[#objs + 1] = kubevirt()
+      objs[#objs + 1] = quota("tenant-a", { ["l40s.gpuclass.cozystack.io/devices"] = "2", ["requests." .. L40S] = "3" })
+      for _, o in ipairs(objects) do objs[#objs + 1] = o end
+      return cluster.new(json.decode(json.encode(objs)), assert(H.core.config_from(json.object())))
+    end
+    local one = view_with { claim("tenant-a", "l40s", 1, "Bound", "first") }
+    local two = view_with { claim("tenant-a", "l40s", 1, "Bound", "first"), claim("tenant-a-b", "l40s", 1, "Bound", "second") }
+    for _ = 1, 3 do
+      assert.is_true((budget.check(one, "tenant-a", one:gpuclass("l40s"), 1)))
+      local ok, shorts = budget.check(two, "tenant-a", two:gpuclass("l40s"), 1)
+      assert.is_false(ok)
+      assert.are.equal(2, shorts[1].used)
+      assert.truthy(shorts[1].message:find("GPUClaim tenant-a-b/second (1)", 1, true), shorts[1].message)
+    end
+    -- the raw key with a running raw-name VMI: its entries count once, in
+    -- the view that has it
+    local three = view_with { claim("tenant-a", "l40s", 1, "Bound", "first"), raw_vmi("tenant-a", L40S, 2) }
+    local ok, shorts = budget.check_set(three, "tenant-a", { { rn = L40S, count = 1 } }, { raw = true })
+    assert.is_false(ok)
+    assert.are.equal("R5", shorts[1].rule)
+    assert.are.equal(3, shorts[1].used)
+    assert.is_true((budget.check_set(one, "tenant-a", { { rn = L40S, count = 2 } }, { raw = true })))
+  end)
 end)
