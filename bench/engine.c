@@ -67,15 +67,16 @@ static uint64_t answers_hash = 1469598103934665603ULL;
 static size_t engine_path(engine *e, const char *body, size_t len, int hash)
 {
     json_error_t jerr;
-    json_t *doc = cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *doc = engine_decode_review(e, body, len, &jerr);
     if(!doc)
         return 0;
     const json_t *req = json_object_get(doc, "request");
     cozy_err err;
     json_t *resp = NULL;
-    if(admission_check_request(req, "bench", &err) != COZY_OK)
+    if(admission_check_request(req, "bench", &err) != COZY_OK) {
+        engine_forget_decoded(e);
         resp = admission_refusal(req, 400, err.msg);
-    else {
+    } else {
         engine_verdict v;
         if(engine_review(e, req, server_phase(req), &v, &err) != COZY_OK) {
             json_decref(doc);

@@ -16,24 +16,11 @@
 
 /* Deeper than this the text goes to json_loadb, whose limit
  * (JSON_PARSER_MAX_DEPTH, 2048 in jansson 2.14) then decides. */
-#define JSONLOAD_MAX_DEPTH 1024
 
-typedef struct frame {
-    json_t *c;    /* the open object or array (borrowed: its parent, or root, holds it) */
-    char *key;    /* an object's key waiting for its value (owned), NULL: none */
-    size_t keylen;
-} frame;
+typedef cozy_json_builder builder;
+typedef cozy_json_frame frame;
 
-typedef struct builder {
-    json_t *root;
-    frame *st;
-    size_t depth, cap;
-    int dups; /* JSON_REJECT_DUPLICATES */
-} builder;
-
-/* Puts v (stolen) where the parse is: root, the array's end, or under the
- * waiting key. 0 stops the parse (a duplicate key, out of memory). */
-static int put(builder *b, json_t *v)
+int cozy_json_builder_put(cozy_json_builder *b, json_t *v)
 {
     if(!v)
         return 0;
@@ -62,7 +49,7 @@ static int put(builder *b, json_t *v)
     return ok;
 }
 
-static int open_container(builder *b, json_t *c)
+int cozy_json_builder_open(cozy_json_builder *b, json_t *c)
 {
     if(!c)
         return 0;
@@ -80,7 +67,7 @@ static int open_container(builder *b, json_t *c)
         b->st = st;
         b->cap = cap;
     }
-    if(!put(b, json_incref(c))) {
+    if(!cozy_json_builder_put(b, json_incref(c))) {
         json_decref(c);
         return 0;
     }
@@ -89,9 +76,8 @@ static int open_container(builder *b, json_t *c)
     return 1;
 }
 
-static int close_container(void *ud)
+int cozy_json_builder_close(cozy_json_builder *b)
 {
-    builder *b = ud;
     if(b->depth == 0)
         return 0;
     frame *f = &b->st[--b->depth];
@@ -100,6 +86,22 @@ static int close_container(void *ud)
     return 1;
 }
 
+int cozy_json_builder_key(cozy_json_builder *b, const char *s, size_t len)
+{
+    frame *f = &b->st[b->depth - 1];
+    free(f->key);
+    f->key = malloc(len + 1);
+    if(!f->key)
+        return 0;
+    memcpy(f->key, s, len);
+    f->key[len] = 0;
+    f->keylen = len;
+    return 1;
+}
+
+static int put(builder *b, json_t *v) { return cozy_json_builder_put(b, v); }
+static int close_container(void *ud) { return cozy_json_builder_close(ud); }
+static int open_container(builder *b, json_t *c) { return cozy_json_builder_open(b, c); }
 static int on_null(void *ud) { return put(ud, json_null()); }
 static int on_boolean(void *ud, int v) { return put(ud, json_boolean(v)); }
 static int on_integer(void *ud, long long v) { return put(ud, json_integer((json_int_t)v)); }
@@ -115,16 +117,7 @@ static int on_start_array(void *ud) { return open_container(ud, json_array()); }
 
 static int on_map_key(void *ud, const unsigned char *s, size_t len)
 {
-    builder *b = ud;
-    frame *f = &b->st[b->depth - 1];
-    free(f->key);
-    f->key = malloc(len + 1);
-    if(!f->key)
-        return 0;
-    memcpy(f->key, s, len);
-    f->key[len] = 0;
-    f->keylen = len;
-    return 1;
+    return cozy_json_builder_key(ud, (const char *)s, len);
 }
 
 static const yajl_callbacks callbacks = {
@@ -170,18 +163,41 @@ static int ends_in_string(const char *buf, size_t len)
     return in;
 }
 
-static void free_builder(builder *b)
+void cozy_json_builder_free(cozy_json_builder *b)
 {
     for(size_t i = 0; i < b->depth; i++)
         free(b->st[i].key);
     free(b->st);
     json_decref(b->root);
+    b->st = NULL;
+    b->root = NULL;
+    b->depth = b->cap = 0;
+}
+
+static void free_builder(builder *b) { cozy_json_builder_free(b); }
+
+int cozy_json_yajl_reads_as_jansson(const char *buf, size_t len, size_t flags)
+{
+    return !(flags & ~(size_t)(JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)) && buf && !risky_escape(buf, len) &&
+           !ends_in_string(buf, len) && !memchr(buf, '\v', len) && !memchr(buf, '\f', len) &&
+           cozy_utf8_valid(buf, len);
+}
+
+void cozy_json_loaded(json_error_t *error, size_t len)
+{
+    if(error) {
+        /* as json_loadb leaves it after a success: no text, no line or
+         * column, the position at the end of what it read */
+        memset(error, 0, sizeof *error);
+        snprintf(error->source, sizeof error->source, "<buffer>");
+        error->line = error->column = -1;
+        error->position = (int)(len > INT_MAX ? INT_MAX : len);
+    }
 }
 
 json_t *cozy_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *error)
 {
-    if((flags & ~(size_t)(JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)) || !buf || risky_escape(buf, len) ||
-       ends_in_string(buf, len) || memchr(buf, '\v', len) || memchr(buf, '\f', len) || !cozy_utf8_valid(buf, len))
+    if(!cozy_json_yajl_reads_as_jansson(buf, len, flags))
         return json_loadb(buf, len, flags, error);
     builder b = {.dups = (flags & JSON_REJECT_DUPLICATES) != 0};
     yajl_handle h = yajl_alloc(&callbacks, NULL, &b);
@@ -198,13 +214,6 @@ json_t *cozy_json_loadb(const char *buf, size_t len, size_t flags, json_error_t 
     json_t *root = b.root;
     b.root = NULL;
     free_builder(&b);
-    if(error) {
-        /* as json_loadb leaves it after a success: no text, no line or
-         * column, the position at the end of what it read */
-        memset(error, 0, sizeof *error);
-        snprintf(error->source, sizeof error->source, "<buffer>");
-        error->line = error->column = -1;
-        error->position = (int)(len > INT_MAX ? INT_MAX : len);
-    }
+    cozy_json_loaded(error, len);
     return root;
 }

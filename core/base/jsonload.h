@@ -39,4 +39,56 @@
  * json_loadb. */
 json_t *cozy_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *error);
 
+/* --- for another yajl reader that must read as cozy_json_loadb does
+ * (engine/luadecode.c) ----------------------------------------------- */
+
+/* Deeper than this a text goes to json_loadb, whose limit
+ * (JSON_PARSER_MAX_DEPTH, 2048 in jansson 2.14) then decides. */
+#define JSONLOAD_MAX_DEPTH 1024
+
+/* 1 when yajl may read `buf` (len bytes) with `flags`: none of the cases
+ * listed above that send a text to json_loadb holds before parsing (flags,
+ * a risky "\u" escape, a text ending inside a string, vertical tab or form
+ * feed, invalid UTF-8). What only the parse finds (a yajl error, a
+ * duplicate key, the depth) is the reader's to check. */
+int cozy_json_yajl_reads_as_jansson(const char *buf, size_t len, size_t flags);
+
+/* Fills *error (may be NULL) as json_loadb leaves it after a success on
+ * `len` bytes. */
+void cozy_json_loaded(json_error_t *error, size_t len);
+
+/* The jansson tree yajl's callbacks build (model: yajl_tree.c): a stack of
+ * open containers, each object's key waiting for its value. Zero it to
+ * start; `dups` 1 refuses duplicate keys. */
+typedef struct cozy_json_frame {
+    json_t *c;    /* the open object or array (borrowed: its parent, or root, holds it) */
+    char *key;    /* an object's key waiting for its value (owned), NULL: none */
+    size_t keylen;
+} cozy_json_frame;
+
+typedef struct cozy_json_builder {
+    json_t *root; /* owned */
+    cozy_json_frame *st;
+    size_t depth, cap;
+    int dups;
+} cozy_json_builder;
+
+/* Puts v (stolen, NULL: out of memory) where the parse is: root, the open
+ * array's end, or under the waiting key. Returns 1, or 0 to stop the parse
+ * (a duplicate key, a second root, out of memory). */
+int cozy_json_builder_put(cozy_json_builder *b, json_t *v);
+
+/* Puts container c (stolen) as a value and opens it. 0 as put, and also
+ * past JSONLOAD_MAX_DEPTH. */
+int cozy_json_builder_open(cozy_json_builder *b, json_t *c);
+
+/* Closes the innermost open container. 0 when none is open. */
+int cozy_json_builder_close(cozy_json_builder *b);
+
+/* The open object's next key (copied). 0: out of memory. */
+int cozy_json_builder_key(cozy_json_builder *b, const char *s, size_t len);
+
+/* Frees what b holds (the root too) and zeroes it for reuse. */
+void cozy_json_builder_free(cozy_json_builder *b);
+
 #endif

@@ -266,6 +266,16 @@ extern const size_t ctl_review_n_endpoints;
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review,
                          const struct timespec *deadline, json_t **response, webhook_decision *decision);
 
+/* webhook_parse_fn (server/webhook.h; ctx and ep unused): reads the body
+ * with this thread's engine (engine_decode_review: the request's Lua
+ * value kept in the engine, request.object and request.oldObject emptied
+ * in the document) and remembers the engine for the review that follows,
+ * so that a bundle reload in between cannot hand that review to an
+ * engine without its object (decision 0049). Without an engine (caches
+ * not listed, no bundle) it reads the whole body with cozy_json_loadb and
+ * the review refuses, saying why. */
+json_t *ctl_review_on_parse(void *ctx, const webhook_endpoint *ep, const char *body, size_t len, json_error_t *error);
+
 /* webhook_options.ready (server/webhook.h): 1 when /readyz should answer
  * 200: a bundle is served, not shutting down, every watch cache listed.
  * Else 0, with every reason that holds in `why` (size why_size), joined by

@@ -21,6 +21,7 @@
 #include "admission/request.h"
 #include "admission/response.h"
 #include "base/buf.h"
+#include "base/jsonload.h"
 #include "base/log.h"
 #include "base/metrics.h"
 
@@ -41,6 +42,7 @@ typedef struct worker {
     ctl_bundle *b;
     unsigned long cluster_gen;
     int has_cluster;
+    engine *decoded_by; /* ctl_review_on_parse's engine, for the review that follows it */
 } worker;
 
 static __thread worker W;
@@ -210,21 +212,50 @@ static const char *endpoint_operations(const webhook_endpoint *ep)
                                                                                                       : "CREATE";
 }
 
+json_t *ctl_review_on_parse(void *ctx, const webhook_endpoint *ep, const char *body, size_t len, json_error_t *error)
+{
+    (void)ctx;
+    (void)ep;
+    cozy_err err;
+    engine *e = worker_engine(&err);
+    W.decoded_by = e;
+    if(!e) /* ctl_review_on_review says why */
+        return cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, error);
+    return engine_decode_review(e, body, len, error);
+}
+
+static int review_with(engine *e, const cozy_err *engine_err, const webhook_endpoint *ep, const json_t *review,
+                       const struct timespec *deadline, json_t **response, webhook_decision *decision);
+
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
                          json_t **response, webhook_decision *decision)
 {
     (void)ctx;
+    cozy_err err = {{0}};
+    /* the engine that read the body, if one did: it holds the request's
+       object (ctl_review_on_parse), and a bundle reload in between must
+       not hand this review to another */
+    engine *e = W.decoded_by ? W.decoded_by : worker_engine(&err);
+    W.decoded_by = NULL;
+    int rc = review_with(e, &err, ep, review, deadline, response, decision);
+    if(e)
+        engine_forget_decoded(e); /* a refusal before the rules left it */
+    return rc;
+}
+
+static int review_with(engine *e, const cozy_err *engine_err, const webhook_endpoint *ep, const json_t *review,
+                       const struct timespec *deadline, json_t **response, webhook_decision *decision)
+{
     cozy_err err;
     char where[96];
     snprintf(where, sizeof where, "cozygpu webhook %s", ep->name);
     const json_t *request = json_object_get(review, "request");
-    engine *e = worker_engine(&err);
     if(!e) {
         /* fail closed, and say why (not ready yet, no bundle) */
-        log_write(LOG_WARN, "webhook", "refusing: no engine for the review", "webhook", ep->name, "error", err.msg,
-                  NULL);
+        log_write(LOG_WARN, "webhook", "refusing: no engine for the review", "webhook", ep->name, "error",
+                  engine_err->msg, NULL);
         char msg[1200];
-        snprintf(msg, sizeof msg, "cozygpu webhook %s: not serving: %s", ep->name, err.msg);
+        snprintf(msg, sizeof msg, "cozygpu webhook %s: not serving: %s", ep->name, engine_err->msg);
         *response = admission_envelope(NULL, admission_refusal(request, 500, msg));
         *decision = WEBHOOK_ERROR;
         return *response ? 0 : -1;

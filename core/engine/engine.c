@@ -152,7 +152,7 @@ static cozy_result engine_new(engine **out, const engine_options *opt, const cha
     e->library_dir = strdup(opt && opt->library_dir ? opt->library_dir : COZYGPU_LIBDIR);
     e->bundle_dir = strdup(opt && opt->bundle_dir ? opt->bundle_dir : COZYGPU_POLICYDIR);
     e->override_dir = opt && opt->override_dir ? strdup(opt->override_dir) : NULL;
-    e->admission_ref = e->bundle_ref = e->runtime_ref = LUA_NOREF;
+    e->admission_ref = e->bundle_ref = e->runtime_ref = e->decoded_ref = LUA_NOREF;
     if(!e->library_dir || !e->bundle_dir || (opt && opt->override_dir && !e->override_dir)) {
         engine_close(e);
         return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory");
@@ -469,9 +469,15 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
     memset(out, 0, sizeof *out);
     e->n_last_rules = 0;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->bundle_ref);
-    if((rc = engine_push_json(e, request, err)) != COZY_OK) {
-        lua_settop(L, top);
-        return rc;
+    if(e->decoded_ref != LUA_NOREF && e->decoded_for == request) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, e->decoded_ref); /* engine_decode_review built it */
+        engine_forget_decoded(e);
+    } else {
+        engine_forget_decoded(e);
+        if((rc = engine_push_json(e, request, err)) != COZY_OK) {
+            lua_settop(L, top);
+            return rc;
+        }
     }
     lua_createtable(L, 0, 2);
     lua_pushboolean(L, (phases & ENGINE_VALIDATE) != 0);

@@ -142,6 +142,30 @@ typedef enum engine_phase {
  * failed, and the caller must treat it as a refusal too. */
 cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err);
 
+/* Reads an AdmissionReview's text (`buf`, `len` bytes) as
+ * cozy_json_loadb(buf, len, JSON_REJECT_DUPLICATES, error) does, returning
+ * a new reference or NULL with *error filled (jansson's error: the same
+ * text, line and column as before), but in one pass that also builds the
+ * Lua value of its `request` in the engine (decision 0049). The document
+ * returned then holds request.object and request.oldObject, when they are
+ * objects or arrays, as empty ones of the same type: what C reads of a
+ * request is its envelope (uid, kind, resource, operation, userInfo, the
+ * types of object and oldObject; admission/request.h); the rules get the
+ * whole request from the Lua value. engine_review(e, r) with r the
+ * returned document's "request" member uses that Lua value instead of
+ * converting r; it is dropped by that review, by the next decode, or by
+ * engine_forget_decoded. A text that yajl could read differently from
+ * jansson, or that does not parse, goes to cozy_json_loadb whole (then the
+ * document is complete and engine_review converts it as usual). Never
+ * raises; runs the decode inside the engine's memory limit. */
+json_t *engine_decode_review(engine *e, const char *buf, size_t len, json_error_t *error);
+
+/* Drops the Lua request engine_decode_review kept, if any. Call it when
+ * the review will not run (a refusal before the rules), before the
+ * document is freed: engine_review must never take a later request at the
+ * same address for it. */
+void engine_forget_decoded(engine *e);
+
 /* Applies JSONPatch `ops` (array) to `doc` (both borrowed) with the
  * library's RFC 6902 implementation. On success *out is the new document
  * (caller owns); on failure COZY_ERR_INPUT with the failing operation. */

@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define LUAJSON_OBJECT_MT "cozygpu.json.object"
-#define LUAJSON_ARRAY_MT  "cozygpu.json.array"
 
 static void open_proxy(lua_State *L);
 

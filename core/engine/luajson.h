@@ -27,6 +27,10 @@
  * (protects the C stack from hostile documents and cyclic tables). */
 #define LUAJSON_MAX_DEPTH 10000 /* the YAML loader's limit, go-yaml's */
 
+/* Registry names of the object and array markers (metatables). */
+#define LUAJSON_OBJECT_MT "cozygpu.json.object"
+#define LUAJSON_ARRAY_MT  "cozygpu.json.array"
+
 /* Pushes the Lua value for `j` (borrowed; not modified). Raises a Lua error
  * (memory) on failure, so call it inside a protected call or accept the
  * panic handler. Requires the markers (luajson_open_markers). */

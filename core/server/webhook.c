@@ -148,6 +148,7 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     s->max_body = o->max_body_bytes ? o->max_body_bytes : WH_DEFAULT_MAX_BODY;
     s->timeout_ms = o->review_timeout_ms > 0 ? o->review_timeout_ms : WH_DEFAULT_TIMEOUT_MS;
     s->review = o->review;
+    s->parse = o->parse;
     s->ctx = o->ctx;
     s->ready = o->ready;
     s->request_timeout_ms = o->request_timeout_ms > 0 ? o->request_timeout_ms : WH_DEFAULT_REQUEST_TIMEOUT_MS;

@@ -100,6 +100,19 @@ typedef enum webhook_decision {
 typedef int (*webhook_review_fn)(void *ctx, const webhook_endpoint *ep, const json_t *review,
                                  const struct timespec *deadline, json_t **response, webhook_decision *decision);
 
+/* Reads a review's body (`len` bytes at `body`, borrowed) into the
+ * document the server checks and hands to review; called on the review
+ * thread that then calls review with that document, right after it, when
+ * the document is an AdmissionReview the server accepts (else nothing
+ * follows). Must answer as cozy_json_loadb(body, len,
+ * JSON_REJECT_DUPLICATES, error) does (base/jsonload.h): a new reference,
+ * or NULL with *error filled, the same error for the same text; it may
+ * leave out of the document what its review callback reads elsewhere
+ * (the controller's keeps request.object and request.oldObject in its
+ * engine, decision 0049). */
+typedef json_t *(*webhook_parse_fn)(void *ctx, const webhook_endpoint *ep, const char *body, size_t len,
+                                    json_error_t *error);
+
 /* /readyz asks it on the probe or an I/O thread (so it must be quick and
  * thread-safe). Returns nonzero when the replica is ready. Otherwise
  * returns 0 and may write why into `why` (a buffer of `why_size` bytes,
@@ -142,7 +155,8 @@ typedef struct webhook_options {
                                              Retry-After: 1, without keeping its body;
                                              0: 64 MiB */
     webhook_review_fn review;
-    void *ctx;                            /* for review and ready */
+    webhook_parse_fn parse;               /* NULL: cozy_json_loadb, duplicate keys refused */
+    void *ctx;                            /* for review, parse and ready */
     webhook_ready_fn ready;               /* /readyz; NULL: always ready */
     /* Probes on their own listener and thread (plain HTTP, same address):
      * GET /healthz, /readyz, /metrics answer there even while every review

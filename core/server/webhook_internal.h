@@ -57,6 +57,7 @@ struct webhook_server {
     size_t max_body;
     long timeout_ms;
     webhook_review_fn review;
+    webhook_parse_fn parse; /* NULL: cozy_json_loadb */
     void *ctx;
     webhook_ready_fn ready;
     atomic_int in_flight;

@@ -90,7 +90,9 @@ static void wh_review(webhook_server *s, wh_req *r)
     json_error_t jerr;
     /* duplicate keys are refused, as `cozygpu review` refuses them: one
      * decoding for both */
-    json_t *doc = cozy_json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    const char *body = r->body.p ? r->body.p : "";
+    json_t *doc = s->parse ? s->parse(s->ctx, ep, body, r->body.len, &jerr)
+                           : cozy_json_loadb(body, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
     cozy_buf_free(&r->body); /* parsed: its bytes go back to the budget */
     r->body = (cozy_buf){ 0 };
     webhook_body_release(s, r->reserved);
