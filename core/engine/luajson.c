@@ -99,14 +99,14 @@ static const char proxy_key = 0;
 #define LUAJSON_PROXY_MT    "cozygpu.readonly"
 #define LUAJSON_PROXY_CACHE "cozygpu.readonly.cache"
 
+/* A view holds its target under proxy_key, which only this file can
+   write: a table that has it is a view (plain or frozen). */
 static int is_proxy(lua_State *L, int idx)
 {
-    int yes = 0;
-    if(lua_type(L, idx) == LUA_TTABLE && lua_getmetatable(L, idx)) {
-        luaL_getmetatable(L, LUAJSON_PROXY_MT);
-        yes = lua_rawequal(L, -1, -2);
-        lua_pop(L, 2);
-    }
+    if(lua_type(L, idx) != LUA_TTABLE)
+        return 0;
+    int yes = lua_rawgetp(L, idx, &proxy_key) != LUA_TNIL;
+    lua_pop(L, 1);
     return yes;
 }
 
@@ -217,6 +217,68 @@ void luajson_push_readonly(lua_State *L, int idx)
     lua_pushvalue(L, -2);
     lua_rawset(L, -4); /* cache[target] = view */
     lua_remove(L, -2);
+}
+
+/* The frozen view of the table at idx (not a view): its own metatable
+   whose __index is a table of the target's members, nested tables as
+   frozen views of theirs, so a read is the VM's table lookup, with no C
+   call. Registered in the view cache before its members are made, so a
+   cycle finds it. */
+static void push_frozen(lua_State *L, int idx, int depth)
+{
+    if(depth > LUAJSON_MAX_DEPTH)
+        luaL_error(L, "read-only view nested deeper than %d levels", LUAJSON_MAX_DEPTH);
+    luaL_checkstack(L, 8, "read-only view");
+    lua_getfield(L, LUA_REGISTRYINDEX, LUAJSON_PROXY_CACHE);
+    int cache = lua_gettop(L);
+    lua_pushvalue(L, idx);
+    if(lua_rawget(L, cache) == LUA_TTABLE) {
+        lua_remove(L, cache);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 1); /* the view */
+    int view = lua_gettop(L);
+    lua_pushvalue(L, idx);
+    lua_rawsetp(L, view, &proxy_key);
+    lua_pushvalue(L, idx);
+    lua_pushvalue(L, view);
+    lua_rawset(L, cache); /* cache[target] = view */
+    lua_newtable(L); /* the members, read through __index */
+    int members = lua_gettop(L);
+    lua_pushnil(L);
+    while(lua_next(L, idx)) {
+        if(lua_type(L, -1) == LUA_TTABLE && !is_proxy(L, -1)) {
+            push_frozen(L, lua_gettop(L), depth + 1);
+            lua_replace(L, -2);
+        }
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, members);
+    }
+    lua_createtable(L, 0, 6); /* its metatable */
+    lua_pushvalue(L, members);
+    lua_setfield(L, -2, "__index");
+    luaL_getmetatable(L, LUAJSON_PROXY_MT);
+    static const char *const shared[] = {"__newindex", "__len", "__pairs", "__metatable"};
+    for(size_t i = 0; i < sizeof shared / sizeof *shared; i++) {
+        lua_getfield(L, -1, shared[i]);
+        lua_setfield(L, -3, shared[i]);
+    }
+    lua_pop(L, 1);
+    lua_setmetatable(L, view);
+    lua_settop(L, view);
+    lua_remove(L, cache);
+}
+
+void luajson_push_frozen(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    if(lua_type(L, idx) != LUA_TTABLE || is_proxy(L, idx)) {
+        lua_pushvalue(L, idx);
+        return;
+    }
+    push_frozen(L, idx, 0);
 }
 
 /* 1 object, 2 array, 0 unmarked */

@@ -55,6 +55,17 @@ void luajson_open_markers(lua_State *L);
  * Needs luajson_open_markers. May raise (memory). */
 void luajson_push_readonly(lua_State *L, int idx);
 
+/* Pushes a frozen read-only view of the table at `idx`: as
+ * luajson_push_readonly, but its members are copied once, now, into the
+ * view's own metatable (__index a table, nested tables as frozen views),
+ * so that reading a field costs a table lookup instead of a C call. For
+ * tables that never change after this call: the standard libraries and
+ * the policy library's modules (decision 0050). A later change to the
+ * table is not seen through the view. Same identity rules as
+ * luajson_push_readonly (one view per table, from the same cache). May
+ * raise (memory, or nesting past LUAJSON_MAX_DEPTH). */
+void luajson_push_frozen(lua_State *L, int idx);
+
 /* `next` for the sandbox: like the base library's next, but a read-only
  * view iterates its target's keys (with values wrapped) instead of exposing
  * the target. A lua_CFunction. */

@@ -477,6 +477,7 @@ int sandbox_require(lua_State *L)
         return 1;
     }
     lua_pop(L, 1);
+    int frozen = 1; /* the library's modules (and json) never change once loaded: frozen views */
     if(strcmp(name, "cozygpu.json") == 0) {
         luaopen_cozygpu_json(L);
     } else {
@@ -519,6 +520,7 @@ int sandbox_require(lua_State *L)
          * no state in globals: restoring them would only cost every review. */
         if(!library)
             sandbox_freeze_env(L, -2);
+        frozen = library;
         lua_remove(L, -2);
         lua_pushnil(L);
         lua_setfield(L, 3, name);
@@ -529,7 +531,10 @@ int sandbox_require(lua_State *L)
     }
     lua_pushvalue(L, -1);
     lua_setfield(L, 2, name);
-    luajson_push_readonly(L, -1);
+    if(frozen)
+        luajson_push_frozen(L, -1);
+    else
+        luajson_push_readonly(L, -1);
     return 1;
 }
 
@@ -640,7 +645,7 @@ void sandbox_build_base(lua_State *L)
     }
     for(int i = 0; libs[i]; i++) {
         lua_getfield(L, -1, libs[i]);
-        luajson_push_readonly(L, -1);
+        luajson_push_frozen(L, -1);
         lua_setfield(L, base, libs[i]);
         lua_pop(L, 1);
     }
@@ -650,7 +655,7 @@ void sandbox_build_base(lua_State *L)
         lua_getfield(L, -2, os_fns[i]);
         lua_setfield(L, -2, os_fns[i]);
     }
-    luajson_push_readonly(L, -1);
+    luajson_push_frozen(L, -1);
     lua_setfield(L, base, "os");
     lua_pop(L, 3); /* os copy, os, _G */
     lua_pushcfunction(L, sandbox_require);

@@ -35,6 +35,29 @@ pcall(function() local _, t = rawnext(gpu); rawset(t, "entries", function() retu
     assert.truthy(out:find("vGPU devices of more than one class", 1, true), out)
   end)
 
+  it("cannot change a library module or a standard library through its frozen view (decision 0050)", function()
+    -- each write must raise; one that does not fails the file's load
+    local dir = H.policy_dir { ["00-frozen.lua"] = [[
+local function refused(f) assert(not pcall(f), "a write through a frozen view went through") end
+refused(function() string.format = function() return "x" end end)
+refused(function() table.concat = nil end)
+refused(function() math.type = nil end)
+refused(function() gpu.entries = function() return {} end end)
+local p = require "cozygpu.policy"
+refused(function() p.REASONS[403] = "Hacked" end)
+for _, v in pairs(p) do
+  if type(v) == "table" then refused(function() v.extra = 1 end) end
+end
+assert(getmetatable(string) == "read-only" and getmetatable(p.REASONS) == "read-only")
+assert(rawequal(require "cozygpu.policy", p), "one view per module")
+assert(rawget(gpu, "entries") == nil and type(gpu.entries) == "function")
+]] .. HARMLESS }
+    local out, err, code = review(dir, "examples/reviews/02-vmi-two-vgpu-classes.yaml")
+    assert.equal(0, code, err)
+    assert.truthy(out:find("^DENIED"), out)
+    assert.truthy(out:find("vGPU devices of more than one class", 1, true), out)
+  end)
+
   it("cannot change the shared JSON marker metatables", function()
     local dir = H.policy_dir { ["00-marker.lua"] = [[
 pcall(function()
