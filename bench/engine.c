@@ -72,21 +72,22 @@ static size_t engine_path(engine *e, const char *body, size_t len, int hash)
         return 0;
     const json_t *req = json_object_get(doc, "request");
     cozy_err err;
-    json_t *resp = NULL;
+    char *text = NULL;
+    size_t n = 0;
     if(admission_check_request(req, "bench", &err) != COZY_OK) {
         engine_forget_decoded(e);
-        resp = admission_refusal(req, 400, err.msg);
+        json_t *refusal = admission_envelope(NULL, admission_refusal(req, 400, err.msg));
+        text = refusal ? json_dumps(refusal, JSON_COMPACT) : NULL;
+        n = text ? strlen(text) : 0;
+        json_decref(refusal);
     } else {
         engine_verdict v;
-        if(engine_review(e, req, server_phase(req), &v, &err) != COZY_OK) {
+        if(engine_review_text(e, req, server_phase(req), NULL, &v, &text, &n, &err) != COZY_OK) {
             json_decref(doc);
             return 0;
         }
-        resp = v.response;
     }
-    json_t *out = admission_envelope(NULL, resp);
-    char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    size_t n = text ? strlen(text) : 0;
+    json_t *out = hash && text ? json_loads(text, 0, NULL) : NULL;
     if(hash) {
         /* keys sorted: the order of an object's keys comes from a Lua
          * table's, which differs between processes */

@@ -254,7 +254,9 @@ extern const size_t ctl_review_n_endpoints;
  *  - allowed=false, code 400 when request.kind is not the kind the path
  *    serves (deploy/50-webhooks.yaml, docs/decisions/0006), or a CREATE or
  *    UPDATE has no request.object (the API server always sends it);
- *  - else the policies' verdict (engine_review) under `deadline`
+ *  - else the policies' verdict under `deadline`, as text written straight
+ *    from the Lua response (engine_review_text, decision 0051; the
+ *    refusals above are answered as JSON documents)
  *    (CLOCK_MONOTONIC); one whose outcome is a failure (error, budget,
  *    memory, deadline: engine_outcome_is_failure) counts in
  *    cozygpu_policy_errors_total.
@@ -264,7 +266,7 @@ extern const size_t ctl_review_n_endpoints;
  * Returns 0, or -1 when the engine itself failed or out of memory (the
  * server then answers its own fail-closed 500). */
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review,
-                         const struct timespec *deadline, json_t **response, webhook_decision *decision);
+                         const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision);
 
 /* webhook_parse_fn (server/webhook.h; ctx and ep unused): reads the body
  * with this thread's engine (engine_decode_review: the request's Lua

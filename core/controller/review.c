@@ -225,10 +225,10 @@ json_t *ctl_review_on_parse(void *ctx, const webhook_endpoint *ep, const char *b
 }
 
 static int review_with(engine *e, const cozy_err *engine_err, const webhook_endpoint *ep, const json_t *review,
-                       const struct timespec *deadline, json_t **response, webhook_decision *decision);
+                       const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision);
 
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
-                         json_t **response, webhook_decision *decision)
+                         webhook_answer *answer, webhook_decision *decision)
 {
     (void)ctx;
     cozy_err err = {{0}};
@@ -237,14 +237,14 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
        not hand this review to another */
     engine *e = W.decoded_by ? W.decoded_by : worker_engine(&err);
     W.decoded_by = NULL;
-    int rc = review_with(e, &err, ep, review, deadline, response, decision);
+    int rc = review_with(e, &err, ep, review, deadline, answer, decision);
     if(e)
         engine_forget_decoded(e); /* a refusal before the rules left it */
     return rc;
 }
 
 static int review_with(engine *e, const cozy_err *engine_err, const webhook_endpoint *ep, const json_t *review,
-                       const struct timespec *deadline, json_t **response, webhook_decision *decision)
+                       const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision)
 {
     cozy_err err;
     char where[96];
@@ -256,9 +256,9 @@ static int review_with(engine *e, const cozy_err *engine_err, const webhook_endp
                   engine_err->msg, NULL);
         char msg[1200];
         snprintf(msg, sizeof msg, "cozygpu webhook %s: not serving: %s", ep->name, engine_err->msg);
-        *response = admission_envelope(NULL, admission_refusal(request, 500, msg));
+        answer->review = admission_envelope(NULL, admission_refusal(request, 500, msg));
         *decision = WEBHOOK_ERROR;
-        return *response ? 0 : -1;
+        return answer->review ? 0 : -1;
     }
     json_t *resp = NULL;
     engine_outcome outcome = ENGINE_REFUSED; /* the controller's own refusals below */
@@ -290,13 +290,15 @@ static int review_with(engine *e, const cozy_err *engine_err, const webhook_endp
     } else {
         engine_set_deadline(e, deadline);
         engine_verdict v;
-        cozy_result rc = engine_review(e, request, (engine_phase)ep->phase, &v, &err);
+        /* the answer written straight from the Lua response (decision 0051) */
+        cozy_result rc = engine_review_text(e, request, (engine_phase)ep->phase, NULL, &v, &answer->text,
+                                            &answer->len, &err);
         engine_set_deadline(e, NULL);
         if(rc != COZY_OK) {
             log_write(LOG_ERROR, "webhook", "policy engine failed", "webhook", ep->name, "error", err.msg, NULL);
             return -1;
         }
-        resp = v.response;
+        answer->allowed = v.allowed;
         outcome = v.outcome;
         rule_metrics(e);
         if(engine_outcome_is_failure(outcome))
@@ -307,8 +309,10 @@ static int review_with(engine *e, const cozy_err *engine_err, const webhook_endp
     *decision = engine_outcome_is_failure(outcome) ? WEBHOOK_ERROR
                 : outcome == ENGINE_ALLOWED        ? WEBHOOK_ALLOWED
                                                    : WEBHOOK_DENIED;
-    *response = admission_envelope(NULL, resp);
-    return *response ? 0 : -1;
+    if(answer->text)
+        return 0;
+    answer->review = admission_envelope(NULL, resp);
+    return answer->review ? 0 : -1;
 }
 
 /* Appends "; " (unless out is empty) and the formatted reason to out

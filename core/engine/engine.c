@@ -292,6 +292,7 @@ void engine_close(engine *e)
     }
     free(e->sources);
     free(e->last_rules);
+    free(e->last_message);
     free(e->library_dir);
     free(e->bundle_dir);
     free(e->override_dir);
@@ -461,7 +462,12 @@ static void keep_rule_results(engine *e, int idx)
     }
 }
 
-cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err)
+/* Runs admission.review on `request`: on success the stack holds, above
+   its old top, the response, the outcome word, the rule and the per-rule
+   list; out->outcome and out->rule are set and the rule list kept. On
+   failure the stack is as it was. */
+static cozy_result review_run(engine *e, const json_t *request, engine_phase phases, engine_verdict *out,
+                              cozy_err *err)
 {
     lua_State *L = e->L;
     int top = lua_gettop(L);
@@ -496,13 +502,19 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
     }
     snprintf(out->rule, sizeof out->rule, "%s", lua_isstring(L, -2) ? lua_tostring(L, -2) : "");
     keep_rule_results(e, -1);
+    out->outcome = (engine_outcome)outcome;
+    return COZY_OK;
+}
+
+/* The response at idx as JSON, its patch (a list of operations) replaced
+   by the base64 of its compact text with sorted keys and patchType
+   "JSONPatch" added. */
+static cozy_result response_json(engine *e, int idx, json_t **out, cozy_err *err)
+{
     json_t *resp = NULL;
-    rc = engine_to_json(e, -4, &resp, err);
-    lua_settop(L, top);
-    if(rc != COZY_OK) {
-        e->n_last_rules = 0;
+    cozy_result rc = engine_to_json(e, idx, &resp, err);
+    if(rc != COZY_OK)
         return rc;
-    }
     json_t *ops = json_object_get(resp, "patch");
     if(ops && json_is_array(ops)) {
         char *text = json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS);
@@ -516,9 +528,156 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
         json_object_set_new(resp, "patchType", json_string("JSONPatch"));
         free(b64);
     }
-    out->outcome = (engine_outcome)outcome;
+    *out = resp;
+    return COZY_OK;
+}
+
+cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err)
+{
+    lua_State *L = e->L;
+    int top = lua_gettop(L);
+    cozy_result rc = review_run(e, request, phases, out, err);
+    if(rc != COZY_OK)
+        return rc;
+    json_t *resp = NULL;
+    rc = response_json(e, -4, &resp, err);
+    lua_settop(L, top);
+    if(rc != COZY_OK) {
+        memset(out, 0, sizeof *out);
+        e->n_last_rules = 0;
+        return rc;
+    }
     out->response = resp;
     out->message = json_string_value(json_object_get(json_object_get(resp, "status"), "message"));
+    return COZY_OK;
+}
+
+/* appends a string literal, without its NUL */
+#define ADD_LITERAL(b, lit) cozy_buf_add((b), lit, sizeof lit - 1)
+
+/* Writes the response table at `r` (absolute) as the object
+   response_json would make, dumped compact: members in the table's order,
+   the patch as base64 in its place and patchType last. -1 when it is not
+   written (the caller takes the JSON path). */
+static int write_response(engine *e, int r, cozy_buf *b)
+{
+    lua_State *L = e->L;
+    if(lua_type(L, r) != LUA_TTABLE || lua_getmetatable(L, r)) {
+        if(lua_type(L, r) == LUA_TTABLE)
+            lua_pop(L, 1);
+        return -1; /* the runtime's response is a plain table */
+    }
+    lua_pushliteral(L, "patchType");
+    int has_type = lua_rawget(L, r) != LUA_TNIL;
+    lua_pop(L, 1);
+    if(has_type)
+        return -1;
+    int first = 1, patched = 0;
+    if(cozy_buf_add(b, "{", 1))
+        return -1;
+    lua_pushnil(L);
+    while(lua_next(L, r)) {
+        size_t klen;
+        const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &klen) : NULL;
+        int bad = !key || (!first && cozy_buf_add(b, ",", 1));
+        if(!bad && klen == 5 && memcmp(key, "patch", 5) == 0 && lua_type(L, -1) == LUA_TTABLE) {
+            cozy_err err;
+            json_t *ops = luajson_to_json(L, -1, &err);
+            char *text = json_is_array(ops) ? json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+            char *b64 = text ? cozy_base64_encode(text, strlen(text)) : NULL;
+            bad = !b64 || cozy_buf_printf(b, "\"patch\":\"%s\"", b64);
+            patched = 1;
+            free(b64);
+            free(text);
+            json_decref(ops);
+        } else if(!bad) {
+            lua_pushvalue(L, -2);
+            bad = luajson_write(L, -1, b) || cozy_buf_add(b, ":", 1) || luajson_write(L, -2, b);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        if(bad) {
+            lua_pop(L, 1);
+            return -1;
+        }
+        first = 0;
+    }
+    if(patched && ADD_LITERAL(b, ",\"patchType\":\"JSONPatch\""))
+        return -1;
+    return cozy_buf_add(b, "}", 1) ? -1 : 0;
+}
+
+cozy_result engine_review_text(engine *e, const json_t *request, engine_phase phases, const char *api_version,
+                               engine_verdict *out, char **text, size_t *len, cozy_err *err)
+{
+    lua_State *L = e->L;
+    int top = lua_gettop(L);
+    *text = NULL;
+    *len = 0;
+    cozy_result rc = review_run(e, request, phases, out, err);
+    if(rc != COZY_OK)
+        return rc;
+    int r = lua_absindex(L, -4);
+    /* what the server vouches for (webhook.h): uid echoed, allowed a boolean */
+    const char *uid = json_string_value(json_object_get(request, "uid"));
+    int shaped = lua_type(L, r) == LUA_TTABLE;
+    lua_pushliteral(L, "uid");
+    if(shaped)
+        lua_rawget(L, r);
+    lua_pushliteral(L, "allowed");
+    if(shaped)
+        lua_rawget(L, r);
+    shaped = shaped && lua_type(L, -2) == LUA_TSTRING && uid &&
+                 strcmp(lua_tostring(L, -2), uid) == 0 && lua_type(L, -1) == LUA_TBOOLEAN;
+    out->allowed = shaped && lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    if(!shaped) {
+        lua_settop(L, top);
+        memset(out, 0, sizeof *out);
+        e->n_last_rules = 0;
+        return cozy_fail(err, COZY_ERR_INTERNAL, "admission.review answered no uid and boolean allowed");
+    }
+    free(e->last_message);
+    e->last_message = NULL;
+    lua_pushliteral(L, "status");
+    if(lua_rawget(L, r) == LUA_TTABLE) {
+        lua_pushliteral(L, "message");
+        lua_rawget(L, -2);
+        if(lua_type(L, -1) == LUA_TSTRING)
+            e->last_message = strdup(lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    out->message = e->last_message;
+    cozy_buf b = {0};
+    const char *av = api_version ? api_version : "admission.k8s.io/v1";
+    lua_pushstring(L, av);
+    int bad = ADD_LITERAL(&b, "{\"apiVersion\":") || luajson_write(L, -1, &b) ||
+              ADD_LITERAL(&b, ",\"kind\":\"AdmissionReview\",\"response\":");
+    lua_pop(L, 1);
+    if(!bad && write_response(e, r, &b) == 0 && cozy_buf_add(&b, "}", 1) == 0) {
+        lua_settop(L, top);
+        *text = b.p;
+        *len = b.len;
+        return COZY_OK;
+    }
+    /* the JSON path: the same text, or its error */
+    cozy_buf_free(&b);
+    json_t *resp = NULL;
+    rc = response_json(e, r, &resp, err);
+    lua_settop(L, top);
+    if(rc != COZY_OK) {
+        memset(out, 0, sizeof *out);
+        e->n_last_rules = 0;
+        return rc;
+    }
+    json_t *env = json_pack("{s:s, s:s, s:o}", "apiVersion", av, "kind", "AdmissionReview", "response", resp);
+    char *t = env ? json_dumps(env, JSON_COMPACT) : NULL;
+    json_decref(env);
+    if(!t)
+        return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory writing the answer");
+    *text = t;
+    *len = strlen(t);
     return COZY_OK;
 }
 

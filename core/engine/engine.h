@@ -73,7 +73,10 @@ typedef struct engine_verdict {
     engine_outcome outcome;
     char rule[160];    /* the rule that refused or failed first; "" when allowed */
     json_t *response;  /* the AdmissionResponse (caller owns; see engine_review) */
-    const char *message; /* response.status.message (borrowed from response), or NULL when allowed */
+    const char *message; /* response.status.message (borrowed from response, or with
+                            engine_review_text from the engine until its next review),
+                            or NULL when allowed */
+    int allowed;         /* engine_review_text: the answer's response.allowed */
 } engine_verdict;
 
 /* What one rule said in the last review (engine_last_rules). */
@@ -141,6 +144,20 @@ typedef enum engine_phase {
  * an error return (COZY_ERR_INTERNAL, *out zeroed) means the library itself
  * failed, and the caller must treat it as a refusal too. */
 cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err);
+
+/* As engine_review, but the answer comes as the text of the whole
+ * AdmissionReview, {"apiVersion":<api_version, NULL: admission.k8s.io/v1>,
+ * "kind":"AdmissionReview","response":{...}}, written compact straight
+ * from the Lua response (luajson_write; decision 0051): the bytes
+ * json_dumps(envelope, JSON_COMPACT) gives for engine_review's response
+ * in the same envelope. *text is malloc'd, NUL-terminated (caller frees),
+ * *len its length. out->response is NULL; out->allowed says what the text
+ * says; out->message is the engine's copy, valid until its next review.
+ * A response the writer leaves alone takes engine_review's path and is
+ * dumped. COZY_ERR_INTERNAL also when the runtime's answer does not echo
+ * request.uid or has no boolean allowed (the webhook relies on both). */
+cozy_result engine_review_text(engine *e, const json_t *request, engine_phase phases, const char *api_version,
+                               engine_verdict *out, char **text, size_t *len, cozy_err *err);
 
 /* Reads an AdmissionReview's text (`buf`, `len` bytes) as
  * cozy_json_loadb(buf, len, JSON_REJECT_DUPLICATES, error) does, returning

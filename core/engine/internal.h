@@ -60,6 +60,7 @@ struct engine {
     int runtime_ref;          /* engine_open_runtime: the module */
     int rule_count;
     engine_rule_result *last_rules; /* engine_last_rules */
+    char *last_message;       /* engine_review_text: the last answer's status.message (owned) */
     size_t n_last_rules, cap_last_rules;
     const engine_held *held;  /* during engine_binder_budget only: host.binder_held reads it */
     unsigned held_call;       /* which budget call (a walk begun in another is refused) */

@@ -119,6 +119,11 @@ static void unwrap_proxy(lua_State *L)
     }
 }
 
+void luajson_unwrap(lua_State *L)
+{
+    unwrap_proxy(L);
+}
+
 static int proxy_index(lua_State *L)
 {
     lua_rawgetp(L, 1, &proxy_key);

@@ -71,6 +71,22 @@ void luajson_push_frozen(lua_State *L, int idx);
  * the target. A lua_CFunction. */
 int luajson_next(lua_State *L);
 
+/* Writes the Lua value at `idx` to `out` as compact JSON text: the bytes
+ * json_dumps(luajson_to_json(v), JSON_COMPACT) would write, objects in
+ * the order luajson_to_json inserts their keys (core/engine/luawrite.c,
+ * decision 0051). Returns 0, or -1 when it did not write the value: a
+ * value luajson_to_json refuses or that the writer leaves to it (a key
+ * that is not a string or holds NUL, invalid UTF-8, NaN, depth, memory,
+ * out->max); `out` may then hold part of it (truncate to the length it
+ * had). Never raises; reads through read-only views; runs no metamethod
+ * but the raw ones luajson_to_json also reads. */
+struct cozy_buf;
+int luajson_write(lua_State *L, int idx, struct cozy_buf *out);
+
+/* Replaces a read-only view at the top of the stack by its target (other
+ * values stay). */
+void luajson_unwrap(lua_State *L);
+
 /* Pushes the Lua value of `j` and releases j (ownership moves in), also
  * when the push raises. */
 void luajson_push_owned(lua_State *L, json_t *j);

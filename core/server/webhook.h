@@ -81,15 +81,30 @@ typedef enum webhook_decision {
     WEBHOOK_ERROR,   /* refused because a policy or the callback failed (fail closed) */
 } webhook_decision;
 
+/* What a review callback answers: one of
+ *   review: a new AdmissionReview (the server takes the reference) with
+ *     the request's apiVersion and kind and response.uid = request.uid;
+ *     the server checks it and writes it out;
+ *   text: the AdmissionReview already written as compact JSON (malloc'd,
+ *     the server frees it; len its length), with `allowed` what its
+ *     response.allowed says; the callback vouches for its shape
+ *     (response.uid = request.uid, allowed a boolean): the controller's
+ *     comes from engine_review_text, which checks both (decision 0051).
+ * The server hands it over zeroed. */
+typedef struct webhook_answer {
+    json_t *review;
+    char *text;
+    size_t len;
+    int allowed;
+} webhook_answer;
+
 /* Called on a review thread for each valid review.
  * review: the AdmissionReview as received (borrowed; apiVersion
  *   admission.k8s.io/v1, kind AdmissionReview, request an object with a
- *   non-empty string uid).
+ *   non-empty string uid), as the parse hook made it, if any.
  * deadline: CLOCK_MONOTONIC time by which the answer should be ready
  *   (review_timeout_ms after the request line arrived).
- * response: set to a new AdmissionReview (caller of the callback takes the
- *   reference) with the same apiVersion and kind and response.uid =
- *   request.uid.
+ * answer: set to the answer (webhook_answer).
  * decision: set to what the review came to (the server starts it at
  *   WEBHOOK_ERROR). A response that does not allow is never counted as
  *   allowed, whatever the callback says.
@@ -98,7 +113,7 @@ typedef enum webhook_decision {
  * answers a fail-closed refusal: allowed=false, status.code 500, message
  * "cozygpu webhook <name>: internal error", counted as an error. */
 typedef int (*webhook_review_fn)(void *ctx, const webhook_endpoint *ep, const json_t *review,
-                                 const struct timespec *deadline, json_t **response, webhook_decision *decision);
+                                 const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision);
 
 /* Reads a review's body (`len` bytes at `body`, borrowed) into the
  * document the server checks and hands to review; called on the review

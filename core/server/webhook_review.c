@@ -121,7 +121,7 @@ static void wh_review(webhook_server *s, wh_req *r)
     }
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    json_t *out = NULL;
+    webhook_answer ans = {0};
     webhook_decision said = WEBHOOK_ERROR;
     const char *bad;
     if(webhook_elapsed_ns(&deadline, &now) >= 0) {
@@ -129,27 +129,38 @@ static void wh_review(webhook_server *s, wh_req *r)
            given up or is about to; refuse without running it */
         bad = "its deadline passed while it waited for a review thread (every one was busy)";
     } else {
-        int rc = s->review(s->ctx, ep, doc, &deadline, &out, &said);
-        bad = rc != 0 ? "the review callback failed" : wh_response_problem(out, uid);
+        int rc = s->review(s->ctx, ep, doc, &deadline, &ans, &said);
+        bad = rc != 0                      ? "the review callback failed"
+              : ans.text && ans.review     ? "the review callback answered twice"
+              : ans.text                   ? NULL
+                                           : wh_response_problem(ans.review, uid);
     }
     const char *decision;
+    json_t *out = ans.review;
+    char *text = ans.text;
+    size_t text_len = ans.len;
+    int allowed = ans.text ? ans.allowed != 0 : json_is_true(json_object_get(json_object_get(out, "response"), "allowed"));
     if(bad) {
         log_write(LOG_ERROR, WH_COMPONENT, "review failed; refusing (fail closed)", "webhook", ep->name, "uid", uid,
                   "error", bad, NULL);
         json_decref(out);
+        free(text);
+        text = NULL;
         char msg[300];
         snprintf(msg, sizeof msg, "cozygpu webhook %s: internal error", ep->name);
         out = json_pack("{s:O?,s:s,s:{s:s,s:b,s:{s:i,s:s}}}", "apiVersion", json_object_get(doc, "apiVersion"), "kind",
                         "AdmissionReview", "response", "uid", uid, "allowed", 0, "status", "code", 500, "message", msg);
         decision = lab->error;
     } else {
-        int allowed = json_is_true(json_object_get(json_object_get(out, "response"), "allowed"));
         decision = said == WEBHOOK_ERROR               ? lab->error
                    : said == WEBHOOK_ALLOWED && allowed ? lab->allowed
                                                         : lab->denied;
     }
     json_decref(doc);
-    char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    if(!text) {
+        text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+        text_len = text ? strlen(text) : 0;
+    }
     json_decref(out);
     if(!text) { /* out of memory: the API server's failurePolicy Fail refuses for us */
         wh_answer_text(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "cozygpu webhook %s: internal error\n", ep->name);
@@ -164,7 +175,7 @@ static void wh_review(webhook_server *s, wh_req *r)
     r->ans_status = MHD_HTTP_OK;
     r->ans_ctype = "application/json";
     r->ans_text = text;
-    r->ans_len = strlen(text);
+    r->ans_len = text_len;
 }
 
 /* --- review pool ----------------------------------------------------------

@@ -12,7 +12,7 @@
  * same answer from engine_review either way. Inputs: hand-made edge
  * cases around the request's places, the example reviews as the API
  * server sends them (JSON), and seeded mutations of those.
- *   luadecode_check LIBRARY_DIR POLICY_DIR REVIEW_FILE...
+ *   luadecode_check LIBRARY_DIR POLICY_DIR [--cluster PATH]... REVIEW_FILE...
  * Run by spec/core/run-luadecode-check.sh under ASan/UBSan.
  */
 #include <lauxlib.h>
@@ -22,10 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/jsonload.h"
 #include "engine/engine.h"
 #include "engine/internal.h"
 #include "engine/luajson.h"
+#include "format/config.h"
 #include "format/manifest.h"
 
 #include "check.h"
@@ -217,21 +219,52 @@ static void mutate(engine *e, const char *name, const char *text, size_t len, in
 }
 
 /* engine_review of the decoded request and of the whole one answer alike */
-static void same_answer(engine *e, const char *what, const char *buf, size_t n)
+static void same_answer(engine *e, const char *what, const char *buf, size_t n, engine_phase phase)
 {
     json_error_t je;
     cozy_err err;
     json_t *a = engine_decode_review(e, buf, n, &je);
     json_t *b = cozy_json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
     engine_verdict va = {0}, vb = {0};
-    int ra = a ? (int)engine_review(e, json_object_get(a, "request"), ENGINE_BOTH, &va, &err) : -1;
-    int rb = b ? (int)engine_review(e, json_object_get(b, "request"), ENGINE_BOTH, &vb, &err) : -1;
+    int ra = a ? (int)engine_review(e, json_object_get(a, "request"), phase, &va, &err) : -1;
+    int rb = b ? (int)engine_review(e, json_object_get(b, "request"), phase, &vb, &err) : -1;
     char *ta = va.response ? json_dumps(va.response, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     char *tb = vb.response ? json_dumps(vb.response, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     int good = ra == COZY_OK && rb == COZY_OK && ta && tb && strcmp(ta, tb) == 0 && va.outcome == vb.outcome;
     char why[400];
     snprintf(why, sizeof why, "%.180s / %.180s", ta ? ta : "(none)", tb ? tb : "(none)");
     ok(good, what, good ? NULL : why);
+    /* engine_review_text: the bytes json_dumps gives engine_review's
+       response in its envelope (the key order of a Lua table is the same
+       for the same table in one state only, so both are read again and
+       compared with sorted keys, and the lengths must match) */
+    json_t *c = engine_decode_review(e, buf, n, &je);
+    engine_verdict vc = {0};
+    char *text = NULL;
+    size_t len = 0;
+    int rc = c ? (int)engine_review_text(e, json_object_get(c, "request"), phase, NULL, &vc, &text, &len, &err)
+               : -1;
+    json_t *env = vb.response ? json_pack("{s:s, s:s, s:O}", "apiVersion", "admission.k8s.io/v1", "kind",
+                                          "AdmissionReview", "response", vb.response)
+                              : NULL;
+    char *want = env ? json_dumps(env, JSON_COMPACT) : NULL;
+    json_t *got = text ? json_loads(text, 0, NULL) : NULL;
+    char *gs = got ? json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *ws = env ? json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    good = rc == COZY_OK && text && want && gs && ws && strcmp(gs, ws) == 0 && len == strlen(text) &&
+           strlen(want) == len && strcmp(text, want) == 0 && vc.outcome == vb.outcome &&
+           vc.allowed == json_is_true(json_object_get(vb.response, "allowed"));
+    snprintf(why, sizeof why, "%.180s / %.180s", text ? text : "(none)", want ? want : "(none)");
+    char what2[400];
+    snprintf(what2, sizeof what2, "%s: engine_review_text writes what json_dumps writes", what);
+    ok(good, what2, good ? NULL : why);
+    free(text);
+    free(want);
+    free(gs);
+    free(ws);
+    json_decref(got);
+    json_decref(env);
+    json_decref(c);
     free(ta);
     free(tb);
     json_decref(va.response);
@@ -240,10 +273,118 @@ static void same_answer(engine *e, const char *what, const char *buf, size_t n)
     json_decref(b);
 }
 
+/* a random Lua value on the stack: JSON-shaped mostly, with what the
+   writer must leave to luajson_to_json now and then */
+static void push_random(lua_State *L, int depth)
+{
+    static const char *const strings[] = {
+        "", "a", "plain text", "quote \" and backslash \\", "slash /", "tab\tnew\nline\rcr\bbs\fff",
+        "\x01\x1f\x7f", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "bad \xff utf-8", "cut \xe2\x82",
+        "nvidia.com/AD102GL_L40S", "\xe2\x80\xa8 line separator",
+    };
+    static const double reals[] = {0.5, -0.0, 1e-5, 1e20, 1e21, 0.1, 123456789.123, 1e300, 5e-324, -2.5e-310,
+                                   1.0, 100.0, 3.0e15, 1.7976931348623157e308};
+    unsigned k = (unsigned)(rnd() % (depth >= 4 ? 6 : 10));
+    switch(k) {
+    case 0: lua_pushinteger(L, (lua_Integer)rnd()); break;
+    case 1: lua_pushinteger(L, (lua_Integer)(rnd() % 2001) - 1000); break;
+    case 2: {
+        unsigned r = (unsigned)(rnd() % 40);
+        if(r == 0)
+            lua_pushnumber(L, 0.0 / 0.0);
+        else if(r == 1)
+            lua_pushnumber(L, 1.0 / 0.0);
+        else if(r < 20)
+            lua_pushnumber(L, reals[r % (sizeof reals / sizeof *reals)]);
+        else {
+            uint64_t bits = rnd();
+            double d;
+            memcpy(&d, &bits, sizeof d);
+            lua_pushnumber(L, d == d ? d : 2.5);
+        }
+        break;
+    }
+    case 3: {
+        const char *s = strings[rnd() % (sizeof strings / sizeof *strings)];
+        lua_pushstring(L, s);
+        break;
+    }
+    case 4: lua_pushboolean(L, (int)(rnd() & 1)); break;
+    case 5: lua_pushlightuserdata(L, NULL); break;
+    default: {
+        /* 6 object-marked, 7 array-marked, 8 unmarked with string keys, 9 unmarked sequence */
+        int n = (int)(rnd() % 5);
+        lua_createtable(L, 0, 0);
+        int t = lua_gettop(L);
+        for(int i = 1; i <= n; i++) {
+            if(k == 7 || k == 9)
+                lua_pushinteger(L, (rnd() % 30) == 0 ? i + 1 : i); /* now and then a hole */
+            else if((rnd() % 40) == 0)
+                lua_pushinteger(L, i); /* now and then a key that is not a string */
+            else {
+                char key[32];
+                snprintf(key, sizeof key, "%s%d", strings[rnd() % (sizeof strings / sizeof *strings)], i);
+                lua_pushstring(L, (rnd() % 40) == 0 ? "nul\0key" : key);
+                if(lua_rawlen(L, -1) == 3) /* the NUL cut it: write it with its NUL */
+                    lua_pushlstring(L, "nul\0key", 7), lua_remove(L, -2);
+            }
+            push_random(L, depth + 1);
+            lua_rawset(L, t);
+        }
+        if(k == 6 || k == 7)
+            luaL_setmetatable(L, k == 6 ? LUAJSON_OBJECT_MT : LUAJSON_ARRAY_MT);
+        if((rnd() % 8) == 0) { /* seen through a read-only view */
+            luajson_push_readonly(L, t);
+            lua_remove(L, t);
+        }
+    }
+    }
+}
+
+/* luajson_write against json_dumps(luajson_to_json(v), JSON_COMPACT) for
+   `n` random values: the same bytes whenever the writer writes; when it
+   does not, luajson_to_json refuses too, or the value is one the writer
+   leaves to it (a key with NUL) */
+static void writer_random(engine *e, int n)
+{
+    lua_State *L = engine_lua(e);
+    unsigned long written = 0, left = 0;
+    for(int i = 0; i < n; i++) {
+        int top = lua_gettop(L);
+        push_random(L, 0);
+        cozy_buf b = {0};
+        int rc = luajson_write(L, -1, &b);
+        cozy_err err;
+        json_t *j = luajson_to_json(L, -1, &err);
+        char *want = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        char what[64], why[600];
+        snprintf(what, sizeof what, "random value %d", i);
+        if(rc == 0) {
+            written++;
+            int good = want && b.p && strcmp(b.p, want) == 0;
+            snprintf(why, sizeof why, "wrote %.250s, json_dumps %.250s", b.p ? b.p : "", want ? want : "(refused)");
+            if(!good)
+                ok(0, what, why);
+        } else {
+            left++;
+            if(want && !strstr(want, "nul\\u0000key")) {
+                snprintf(why, sizeof why, "not written, but luajson_to_json takes it: %.400s", want);
+                ok(0, what, why);
+            }
+        }
+        free(want);
+        json_decref(j);
+        cozy_buf_free(&b);
+        lua_settop(L, top);
+    }
+    printf("writer: %lu random values written, %lu left to luajson_to_json\n", written, left);
+    ok(written > (unsigned long)n / 4 && left > 0, "the writer wrote some random values and left some", NULL);
+}
+
 int main(int argc, char **argv)
 {
     if(argc < 3) {
-        fprintf(stderr, "usage: luadecode_check LIBRARY_DIR POLICY_DIR REVIEW_FILE...\n");
+        fprintf(stderr, "usage: luadecode_check LIBRARY_DIR POLICY_DIR [--cluster PATH]... REVIEW_FILE...\n");
         return 2;
     }
     engine_options eo = {.library_dir = argv[1], .bundle_dir = argv[2]};
@@ -253,6 +394,29 @@ int main(int argc, char **argv)
         fprintf(stderr, "luadecode_check: %s\n", err.msg);
         return 2;
     }
+    /* the examples' cluster, so that the reviews are judged as the bench
+       judges them (budgets, classes, patches) */
+    int first_review = 3;
+    json_t *objs = json_array();
+    while(first_review + 1 < argc && strcmp(argv[first_review], "--cluster") == 0) {
+        json_t *r = json_array();
+        if(manifest_load_path(argv[first_review + 1], r, &err) != COZY_OK) {
+            fprintf(stderr, "luadecode_check: %s\n", err.msg);
+            return 2;
+        }
+        size_t j;
+        json_t *x;
+        json_array_foreach(r, j, x) json_array_append(objs, json_object_get(x, "object"));
+        json_decref(r);
+        first_review += 2;
+    }
+    json_t *settings = config_defaults();
+    if(engine_set_cluster(e, objs, settings, &err) != COZY_OK) {
+        fprintf(stderr, "luadecode_check: %s\n", err.msg);
+        return 2;
+    }
+    json_decref(objs);
+    json_decref(settings);
     check_section = "edge cases";
     /* -1: either way; 1 fast; 0 slow */
     static const struct {
@@ -316,7 +480,7 @@ int main(int argc, char **argv)
         free(wide);
     }
     check_section = "example reviews and their mutations";
-    for(int i = 3; i < argc; i++) {
+    for(int i = first_review; i < argc; i++) {
         json_t *recs = json_array();
         if(manifest_load_path(argv[i], recs, &err) != COZY_OK) {
             ok(0, argv[i], err.msg);
@@ -334,13 +498,21 @@ int main(int argc, char **argv)
             char what[300];
             snprintf(what, sizeof what, "%s", argv[i]);
             one(e, what, text, strlen(text), 1);
-            snprintf(what, sizeof what, "%s: the same answer from engine_review", argv[i]);
-            same_answer(e, what, text, strlen(text));
+            static const struct {
+                engine_phase phase;
+                const char *name;
+            } phases[] = {{ENGINE_VALIDATE, "validate"}, {ENGINE_MUTATE, "mutate"}, {ENGINE_BOTH, "both"}};
+            for(size_t p = 0; p < 3; p++) {
+                snprintf(what, sizeof what, "%s (%s): the same answer from engine_review", argv[i], phases[p].name);
+                same_answer(e, what, text, strlen(text), phases[p].phase);
+            }
             mutate(e, argv[i], text, strlen(text), 200);
             free(text);
         }
         json_decref(recs);
     }
+    check_section = "the answer writer";
+    writer_random(e, 20000);
     printf("compared %lu inputs with cozy_json_loadb and luajson_push: %lu fast, %lu the slow way\n", compared, fast,
            slow);
     ok(fast > 0 && slow > 0, "both ways were taken", NULL);

@@ -13,4 +13,4 @@ cd "$root"
 # the built-in paths engine.c needs (the check passes its own)
 SAN_CFLAGS="-DCOZYGPU_LIBDIR=\"$root/lua\" -DCOZYGPU_POLICYDIR=\"$root/policies\"" \
     exec sh "$here/run-san-check.sh" "lua5.4 jansson yaml-0.1 yajl" "$here/luadecode_check.c" $srcs \
-    -- "$root/lua" "$root/policies" $(find "$root/examples/reviews" -type f | sort)
+    -- "$root/lua" "$root/policies" --cluster "$root/examples/classes" --cluster "$root/examples/cluster" $(find "$root/examples/reviews" -type f | sort)

@@ -75,7 +75,7 @@ static long ms_until(const struct timespec *deadline)
 }
 
 static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
-                      json_t **response, webhook_decision *decision)
+                      webhook_answer *answer, webhook_decision *decision)
 {
     *decision = WEBHOOK_ALLOWED;
     (void)ctx;
@@ -113,9 +113,9 @@ static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *revie
         json_object_set_new(resp, "status", json_pack("{s:i,s:s}", "code", 500, "message", "policy error (test)"));
         *decision = WEBHOOK_ERROR; /* as the controller reports a failed policy */
     }
-    *response = json_pack("{s:O,s:s,s:o}", "apiVersion", json_object_get(review, "apiVersion"), "kind",
+    answer->review = json_pack("{s:O,s:s,s:o}", "apiVersion", json_object_get(review, "apiVersion"), "kind",
                           "AdmissionReview", "response", resp);
-    return *response ? 0 : -1;
+    return answer->review ? 0 : -1;
 }
 
 static void usage(void)
