@@ -227,6 +227,11 @@ printf 'server CPU per review at saturation, from each server process'"'"'s own 
 printf '  %-28s %10s us\n' "target" "$tc_us" "bare MHD TLS (transport)" "$bc_us"
 printf '  target / bare, per pair of runs: median %s (range %s to %s); throughput target / bare per pair: median %s (range %s to %s)\n' \
     "$cpu_med" "$cpu_lo" "$cpu_hi" "$sat_med" "$sat_lo" "$sat_hi"
+# the load client's own CPU (cores it used in the measured window): near
+# one core (it is single-threaded) means the client, not the server, set
+# the saturation figure; it shares the machine's CPUs with the server
+printf '  load client CPU at saturation (cores it used; it is single-threaded, on the same %s CPUs): target runs %s, bare runs %s\n' \
+    "$(nproc)" "$(median target-sat client_cores)" "$(median bare-sat client_cores)"
 verdict_cpu=$(awk -v r="$cpu_med" 'BEGIN { print (r + 0 > 0 && r + 0 <= 3) ? "PASS" : "FAIL" }')
 if [ "$rate" != 0 ]; then
     tr_p50=$(median target-rate p50_ms) tr_p99=$(median target-rate p99_ms) tr_rps=$(median target-rate rps)

@@ -29,6 +29,10 @@
  *
  * Output: a human summary on stderr and one line on stdout:
  *   RESULT label=L mode=closed|open n=.. errors=.. rps=.. p50_ms=.. p90_ms=.. p99_ms=.. max_ms=..
+ *          queued_at_end=.. hostile=.. client_cores=..
+ * client_cores is this process's own CPU time (user + system, getrusage)
+ * over the measured window's wall time: how many cores the client itself
+ * used, so a reader can tell a saturated client from a saturated server.
  * Requests sent after --warmup and before the end count, whenever they are
  * answered (a request stalled past the end is not left out of the
  * latencies); reviews/s counts those answered before the end.
@@ -44,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -77,6 +82,14 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* this process's CPU seconds, user + system */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
 static void die(const char *fmt, const char *a)
@@ -337,8 +350,13 @@ int main(int argc, char **argv)
     if(hostile)
         START(&slots[n_slots], now_s());
 
+    double cpu_warm = -1, wall_warm = 0; /* this process's CPU seconds when the warm-up ended */
     for(;;) {
         double now = now_s();
+        if(cpu_warm < 0 && now >= t_warm) {
+            cpu_warm = cpu_s();
+            wall_warm = now;
+        }
         if(open_loop && now < t_end)
             while(t0 + (double)scheduled * interval <= now)
                 scheduled++; /* its time has come; sent when a handle is free */
@@ -420,6 +438,8 @@ int main(int argc, char **argv)
         }
     }
     dropped = (long)(scheduled - dispatched);
+    double wall = now_s() - wall_warm;
+    double client_cores = cpu_warm >= 0 && wall > 0 ? (cpu_s() - cpu_warm) / wall : NAN;
 
     qsort(lat, n_lat, sizeof *lat, cmp_double);
     double rps = (double)in_time / duration;
@@ -432,8 +452,9 @@ int main(int argc, char **argv)
             p50, p90, p99, mx, hostile_sent,
             dropped ? " (requests still queued at the end: the target did not keep up)" : "");
     printf("RESULT label=%s mode=%s n=%ld errors=%ld rps=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f "
-           "queued_at_end=%ld hostile=%ld\n",
-           label, open_loop ? "open" : "closed", answered, errors, rps, p50, p90, p99, mx, dropped, hostile_sent);
+           "queued_at_end=%ld hostile=%ld client_cores=%.2f\n",
+           label, open_loop ? "open" : "closed", answered, errors, rps, p50, p90, p99, mx, dropped, hostile_sent,
+           client_cores);
 
     for(int i = 0; i < n_handles; i++) {
         if(slots[i].busy)
