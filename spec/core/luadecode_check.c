@@ -479,6 +479,22 @@ int main(int argc, char **argv)
         one(e, "20000 elements and 2000 keys", wide, n, 1);
         free(wide);
     }
+    /* more members than the Lua stack holds (LUAI_MAXSTACK, 1,000,000):
+       the fast way stops and the text goes the slow way, with the same
+       answer */
+    {
+        size_t k = 1100000;
+        char *wide = malloc(64 + 2 * k);
+        size_t n = (size_t)sprintf(wide, "{\"request\":{\"object\":[");
+        for(size_t i = 0; i < k; i++) {
+            if(i)
+                wide[n++] = ',';
+            wide[n++] = '0';
+        }
+        n += (size_t)sprintf(wide + n, "]}}");
+        one(e, "1,100,000 elements in request.object", wide, n, 0);
+        free(wide);
+    }
     check_section = "example reviews and their mutations";
     for(int i = first_review; i < argc; i++) {
         json_t *recs = json_array();
