@@ -17,7 +17,7 @@
 FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := fuzz_yaml fuzz_json_lua fuzz_jsonload fuzz_review fuzz_config fuzz_kubeconfig fuzz_inventory fuzz_pattern
+FUZZ_TARGETS := fuzz_yaml fuzz_json_lua fuzz_jsonload fuzz_luadecode fuzz_review fuzz_config fuzz_kubeconfig fuzz_inventory fuzz_pattern
 FUZZ_DEB_PACKAGES := clang libclang-rt-14-dev
 FUZZ_FIXTURES ?= $(or $(COZYGPU_FIXTURES),../shared/fixtures)
 # objects: instrumented for coverage, ASan and UBSan; harnesses link libFuzzer
@@ -48,6 +48,8 @@ FUZZ_SRC_fuzz_json_lua   := $(call layer_src,base format engine)
 FUZZ_LIBS_fuzz_json_lua  := $(PKG_LIBS) -lm
 FUZZ_SRC_fuzz_jsonload   := core/base/jsonload.c core/base/utf8.c
 FUZZ_LIBS_fuzz_jsonload  := $(PKG_LIBS)
+FUZZ_SRC_fuzz_luadecode  := $(call layer_src,base format engine)
+FUZZ_LIBS_fuzz_luadecode := $(PKG_LIBS) -lm
 FUZZ_SRC_fuzz_review     := $(call layer_src,base format engine admission)
 FUZZ_LIBS_fuzz_review    := $(PKG_LIBS) -lm
 FUZZ_SRC_fuzz_config     := $(call layer_src,base format)

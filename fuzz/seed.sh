@@ -37,6 +37,7 @@ catalogs=$(files "${fixtures:+$fixtures/sysfs/creatable_vgpu_types}" -- -name '*
 add fuzz_yaml $yaml
 add fuzz_json_lua $json
 add fuzz_jsonload $json
+add fuzz_luadecode $json fuzz/seeds/fuzz_luadecode/*
 add fuzz_review $reviews
 add fuzz_config examples/config.yaml deploy/*config*.yaml $(files examples -- -name '*.yaml')
 add fuzz_kubeconfig fuzz/seeds/fuzz_kubeconfig/*
