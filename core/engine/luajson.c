@@ -329,25 +329,47 @@ static json_t *fail_at(path_buf *path, cozy_err *err, const char *what)
     return NULL;
 }
 
+int luajson_table_shape(lua_State *L, int t, int *marker, lua_Integer *n)
+{
+    t = lua_absindex(L, t);
+    *marker = table_marker(L, t);
+    *n = (lua_Integer)lua_rawlen(L, t);
+    if(*marker != 0)
+        return *marker == 2;
+    /* unmarked: array iff every key is an integer 1..n with n > 0 */
+    lua_Integer count = 0;
+    int only_seq = 1;
+    lua_pushnil(L);
+    while(lua_next(L, t)) {
+        count++;
+        if(!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > *n)
+            only_seq = 0;
+        lua_pop(L, 1);
+    }
+    return count > 0 && only_seq && count == *n;
+}
+
+int luajson_array_extra_key(lua_State *L, int t, lua_Integer n)
+{
+    t = lua_absindex(L, t);
+    lua_pushnil(L);
+    while(lua_next(L, t)) {
+        int ok = lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 && lua_tointeger(L, -2) <= n;
+        lua_pop(L, 1);
+        if(!ok) {
+            lua_pop(L, 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static json_t *table_to_json(lua_State *L, int depth, path_buf *path, cozy_err *err)
 {
     int t = lua_gettop(L);
-    int marker = table_marker(L, t);
-    lua_Integer n = (lua_Integer)lua_rawlen(L, t);
-    int as_array = marker == 2;
-    if(marker == 0) {
-        /* unmarked: array iff every key is an integer 1..n with n > 0 */
-        lua_Integer count = 0;
-        int only_seq = 1;
-        lua_pushnil(L);
-        while(lua_next(L, t)) {
-            count++;
-            if(!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
-                only_seq = 0;
-            lua_pop(L, 1);
-        }
-        as_array = count > 0 && only_seq && count == n;
-    }
+    int marker;
+    lua_Integer n;
+    int as_array = luajson_table_shape(L, t, &marker, &n);
     if(as_array) {
         json_t *arr = json_array();
         for(lua_Integer i = 1; i <= n; i++) {
@@ -363,17 +385,9 @@ static json_t *table_to_json(lua_State *L, int depth, path_buf *path, cozy_err *
             }
         }
         /* a marked array must not carry other keys */
-        if(marker == 2) {
-            lua_pushnil(L);
-            while(lua_next(L, t)) {
-                int ok = lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 && lua_tointeger(L, -2) <= n;
-                lua_pop(L, 1);
-                if(!ok) {
-                    lua_pop(L, 1);
-                    json_decref(arr);
-                    return fail_at(path, err, "array has a non-sequence key (holes are not allowed)");
-                }
-            }
+        if(marker == 2 && luajson_array_extra_key(L, t, n)) {
+            json_decref(arr);
+            return fail_at(path, err, "array has a non-sequence key (holes are not allowed)");
         }
         return arr;
     }

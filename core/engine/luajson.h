@@ -83,6 +83,17 @@ int luajson_next(lua_State *L);
 struct cozy_buf;
 int luajson_write(lua_State *L, int idx, struct cozy_buf *out);
 
+/* How luajson_to_json writes the table at `t` (not a view): returns 1 for
+ * a JSON array (the array marker, or no marker and keys exactly 1..n with
+ * n > 0), 0 for an object; *marker is 2 array marker, 1 object marker, 0
+ * none; *n the table's raw length. Reads raw, runs no metamethod. */
+int luajson_table_shape(lua_State *L, int t, int *marker, lua_Integer *n);
+
+/* 1 when the table at `t` has a key other than the integers 1..n (what a
+ * table with the array marker must not have; luajson_to_json refuses it).
+ * Reads raw. */
+int luajson_array_extra_key(lua_State *L, int t, lua_Integer n);
+
 /* Replaces a read-only view at the top of the stack by its target (other
  * values stay). */
 void luajson_unwrap(lua_State *L);

@@ -97,41 +97,11 @@ static int write_value(lua_State *L, cozy_buf *b, int depth);
 static int write_table(lua_State *L, cozy_buf *b, int depth)
 {
     int t = lua_gettop(L);
-    int marker = 0;
-    if(lua_getmetatable(L, t)) {
-        lua_pushliteral(L, "__jsontype");
-        if(lua_rawget(L, -2) == LUA_TSTRING)
-            marker = strcmp(lua_tostring(L, -1), "array") == 0 ? 2 : 1;
-        lua_pop(L, 2);
-    }
-    lua_Integer n = (lua_Integer)lua_rawlen(L, t);
-    int as_array = marker == 2;
-    if(marker == 0) {
-        lua_Integer count = 0;
-        int only_seq = 1;
-        lua_pushnil(L);
-        while(lua_next(L, t)) {
-            count++;
-            if(!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
-                only_seq = 0;
-            lua_pop(L, 1);
-        }
-        as_array = count > 0 && only_seq && count == n;
-    }
-    if(as_array) {
-        if(marker == 2) { /* a marked array with other keys is refused: the old path says so */
-            lua_Integer count = 0;
-            lua_pushnil(L);
-            while(lua_next(L, t)) {
-                count++;
-                int ok = lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 && lua_tointeger(L, -2) <= n;
-                lua_pop(L, 1);
-                if(!ok) {
-                    lua_pop(L, 1);
-                    return -1;
-                }
-            }
-        }
+    int marker;
+    lua_Integer n;
+    if(luajson_table_shape(L, t, &marker, &n)) {
+        if(marker == 2 && luajson_array_extra_key(L, t, n))
+            return -1; /* refused: the old path says so */
         if(put(b, "[", 1))
             return -1;
         for(lua_Integer i = 1; i <= n; i++) {

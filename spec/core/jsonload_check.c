@@ -74,47 +74,13 @@ static void both_flags(const char *what, const char *buf, size_t n)
     }
 }
 
-static uint64_t rng = 46;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /* n mutations of text: bytes replaced, inserted or deleted, picked among
  * JSON's own characters and bytes that trip parsers */
 static void mutate(const char *name, const char *text, size_t len, int n)
 {
-    static const char pick[] = "{}[]\",:\\u0123456789.eE-+ntfalsrx\x00\x01\x7f\x80\xbf\xc0\xed\xf4\xff";
     char *buf = malloc(len + 16);
     for(int k = 0; k < n; k++) {
-        memcpy(buf, text, len);
-        size_t m = len;
-        int edits = 1 + (int)(rnd() % 3);
-        for(int e = 0; e < edits; e++) {
-            size_t at = m ? rnd() % m : 0;
-            char c = pick[rnd() % (sizeof pick - 1)];
-            switch(rnd() % 3) {
-            case 0:
-                if(m)
-                    buf[at] = c;
-                break;
-            case 1:
-                if(m < len + 15) {
-                    memmove(buf + at + 1, buf + at, m - at);
-                    buf[at] = c;
-                    m++;
-                }
-                break;
-            default:
-                if(m) {
-                    memmove(buf + at, buf + at + 1, m - at - 1);
-                    m--;
-                }
-            }
-        }
+        size_t m = check_mutate_json(text, len, buf);
         char why[300] = "";
         if(!same(buf, m, JSON_REJECT_DUPLICATES, why, sizeof why)) {
             char what[200];

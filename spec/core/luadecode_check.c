@@ -108,46 +108,12 @@ static void one(engine *e, const char *what, const char *buf, size_t n, int want
     ok(good, what, good ? NULL : why);
 }
 
-static uint64_t rng = 49;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /* n mutations of text (as jsonload_check.c makes them) */
 static void mutate(engine *e, const char *name, const char *text, size_t len, int n)
 {
-    static const char pick[] = "{}[]\",:\\u0123456789.eE-+ntfalsrx\x00\x01\x7f\x80\xbf\xc0\xed\xf4\xff";
     char *buf = malloc(len + 16);
     for(int k = 0; k < n; k++) {
-        memcpy(buf, text, len);
-        size_t m = len;
-        int edits = 1 + (int)(rnd() % 3);
-        for(int ed = 0; ed < edits; ed++) {
-            size_t at = m ? rnd() % m : 0;
-            char c = pick[rnd() % (sizeof pick - 1)];
-            switch(rnd() % 3) {
-            case 0:
-                if(m)
-                    buf[at] = c;
-                break;
-            case 1:
-                if(m < len + 15) {
-                    memmove(buf + at + 1, buf + at, m - at);
-                    buf[at] = c;
-                    m++;
-                }
-                break;
-            default:
-                if(m) {
-                    memmove(buf + at, buf + at + 1, m - at - 1);
-                    m--;
-                }
-            }
-        }
+        size_t m = check_mutate_json(text, len, buf);
         char why[300] = "";
         int was_fast;
         if(!same(e, buf, m, why, sizeof why, &was_fast)) {
@@ -225,12 +191,12 @@ static void push_random(lua_State *L, int depth)
     };
     static const double reals[] = {0.5, -0.0, 1e-5, 1e20, 1e21, 0.1, 123456789.123, 1e300, 5e-324, -2.5e-310,
                                    1.0, 100.0, 3.0e15, 1.7976931348623157e308};
-    unsigned k = (unsigned)(rnd() % (depth >= 4 ? 6 : 10));
+    unsigned k = (unsigned)(check_rnd() % (depth >= 4 ? 6 : 10));
     switch(k) {
-    case 0: lua_pushinteger(L, (lua_Integer)rnd()); break;
-    case 1: lua_pushinteger(L, (lua_Integer)(rnd() % 2001) - 1000); break;
+    case 0: lua_pushinteger(L, (lua_Integer)check_rnd()); break;
+    case 1: lua_pushinteger(L, (lua_Integer)(check_rnd() % 2001) - 1000); break;
     case 2: {
-        unsigned r = (unsigned)(rnd() % 40);
+        unsigned r = (unsigned)(check_rnd() % 40);
         if(r == 0)
             lua_pushnumber(L, 0.0 / 0.0);
         else if(r == 1)
@@ -238,7 +204,7 @@ static void push_random(lua_State *L, int depth)
         else if(r < 20)
             lua_pushnumber(L, reals[r % (sizeof reals / sizeof *reals)]);
         else {
-            uint64_t bits = rnd();
+            uint64_t bits = check_rnd();
             double d;
             memcpy(&d, &bits, sizeof d);
             lua_pushnumber(L, d == d ? d : 2.5);
@@ -246,26 +212,26 @@ static void push_random(lua_State *L, int depth)
         break;
     }
     case 3: {
-        const char *s = strings[rnd() % (sizeof strings / sizeof *strings)];
+        const char *s = strings[check_rnd() % (sizeof strings / sizeof *strings)];
         lua_pushstring(L, s);
         break;
     }
-    case 4: lua_pushboolean(L, (int)(rnd() & 1)); break;
+    case 4: lua_pushboolean(L, (int)(check_rnd() & 1)); break;
     case 5: lua_pushlightuserdata(L, NULL); break;
     default: {
         /* 6 object-marked, 7 array-marked, 8 unmarked with string keys, 9 unmarked sequence */
-        int n = (int)(rnd() % 5);
+        int n = (int)(check_rnd() % 5);
         lua_createtable(L, 0, 0);
         int t = lua_gettop(L);
         for(int i = 1; i <= n; i++) {
             if(k == 7 || k == 9)
-                lua_pushinteger(L, (rnd() % 30) == 0 ? i + 1 : i); /* now and then a hole */
-            else if((rnd() % 40) == 0)
+                lua_pushinteger(L, (check_rnd() % 30) == 0 ? i + 1 : i); /* now and then a hole */
+            else if((check_rnd() % 40) == 0)
                 lua_pushinteger(L, i); /* now and then a key that is not a string */
             else {
                 char key[32];
-                snprintf(key, sizeof key, "%s%d", strings[rnd() % (sizeof strings / sizeof *strings)], i);
-                lua_pushstring(L, (rnd() % 40) == 0 ? "nul\0key" : key);
+                snprintf(key, sizeof key, "%s%d", strings[check_rnd() % (sizeof strings / sizeof *strings)], i);
+                lua_pushstring(L, (check_rnd() % 40) == 0 ? "nul\0key" : key);
                 if(lua_rawlen(L, -1) == 3) /* the NUL cut it: write it with its NUL */
                     lua_pushlstring(L, "nul\0key", 7), lua_remove(L, -2);
             }
@@ -274,7 +240,7 @@ static void push_random(lua_State *L, int depth)
         }
         if(k == 6 || k == 7)
             luaL_setmetatable(L, k == 6 ? LUAJSON_OBJECT_MT : LUAJSON_ARRAY_MT);
-        if((rnd() % 8) == 0) { /* seen through a read-only view */
+        if((check_rnd() % 8) == 0) { /* seen through a read-only view */
             luajson_push_readonly(L, t);
             lua_remove(L, t);
         }
@@ -328,6 +294,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: luadecode_check LIBRARY_DIR POLICY_DIR [--cluster PATH]... REVIEW_FILE...\n");
         return 2;
     }
+    check_rng = 49;
     engine_options eo = {.library_dir = argv[1], .bundle_dir = argv[2]};
     engine *e = NULL;
     cozy_err err;
