@@ -99,7 +99,7 @@ bench-binder: $(BINDER_BENCH)
 bench: bench-tools $(ENGINE_BENCH)
 	BUILD=$(BUILD) bench/bench.sh --target-cmd '$(BENCH_TARGET_CMD)' $(BENCH_ARGS)
 	@echo
-	@echo "the policy engine alone (no HTTP, TLS or JSON parsing), each review timed:"
+	@echo "the policy engine without HTTP or TLS (first its whole path, body to answer; then the review alone), each review timed:"
 	$(if $(ENGINE_BENCH),$(ENGINE_BENCH) --cluster examples/classes --cluster examples/cluster examples/reviews)
 	@echo
 	$(if $(ENGINE_BENCH),bench/engine-instructions.sh $(ENGINE_BENCH))

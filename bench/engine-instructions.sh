@@ -19,8 +19,12 @@ set -eu
 record=
 if [ "${1:-}" = --record ]; then record=1; shift; fi
 bench=${1:?usage: bench/engine-instructions.sh [--record] ENGINE_BENCH [REVIEWS]}
-reviews=${2:-examples/reviews}
+reviews=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
+bench=$(cd "$(dirname "$bench")" && pwd)/$(basename "$bench")
+case $reviews in "" | /*) ;; *) reviews=$(pwd)/$reviews ;; esac
+cd "$here/.." # the examples' cluster is read from the repository root
+reviews=${reviews:-examples/reviews}
 baseline=$here/engine-instructions.baseline
 command -v valgrind >/dev/null || { echo "engine-instructions: valgrind is not installed (make deps)" >&2; exit 2; }
 dir=$(mktemp -d)
