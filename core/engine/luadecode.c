@@ -189,6 +189,10 @@ static int close_container(void *ud)
         /* the table made at once with its size, as luajson_push makes it
            (growing it member by member would rehash it log n times) */
         lua_State *L = d->L;
+        /* room for the table, its marker and the duplicate check: the table
+           stays on the stack as its parent's member (every push here must
+           be checked, or a list of empty containers writes past the stack) */
+        luaL_checkstack(L, 4, "JSON too large");
         int n = lua_gettop(L) - f.base;
         lua_createtable(L, f.array ? n : 0, f.array ? 0 : n / 2);
         lua_pushvalue(L, f.array ? d->arr_mt : d->obj_mt);

@@ -403,6 +403,28 @@ int main(int argc, char **argv)
         one(e, "1,100,000 elements in request.object", wide, n, 0);
         free(wide);
     }
+    /* lists of empty containers: each closed one stays on the Lua stack as
+       a member (a hostile tenant's review overflowed the stack with
+       `tolerations: [{}, {}, ...]`) */
+    static const size_t empties[] = {1000, 3000, 1040000};
+    for(size_t q = 0; q < sizeof empties / sizeof *empties; q++) {
+        for(int kind = 0; kind < 2; kind++) {
+            size_t k = empties[q];
+            char *wide = malloc(64 + 3 * k);
+            size_t n = (size_t)sprintf(wide, "{\"request\":{\"object\":{\"a\":[");
+            for(size_t i = 0; i < k; i++) {
+                if(i)
+                    wide[n++] = ',';
+                wide[n++] = kind ? '{' : '[';
+                wide[n++] = kind ? '}' : ']';
+            }
+            n += (size_t)sprintf(wide + n, "]}}}");
+            char what[80];
+            snprintf(what, sizeof what, "%zu empty %s in a list", k, kind ? "objects" : "arrays");
+            one(e, what, wide, n, k > 1000000 ? 0 : 1);
+            free(wide);
+        }
+    }
     check_section = "example reviews and their mutations";
     for(int i = first_review; i < argc; i++) {
         json_t *recs = json_array();
