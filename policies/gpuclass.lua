@@ -29,7 +29,7 @@ return rule "gpu/gpuclass" {
     end
     local mode = object.get(spec, "mode")
     if mode ~= "Passthrough" and mode ~= "VGPU" then
-      invalid(out, "spec.mode", ("Unsupported value: %q: supported values: \"Passthrough\", \"VGPU\""):format(tostring(mode)))
+      invalid(out, "spec.mode", ("Unsupported value: %q: supported values: \"Passthrough\", \"VGPU\""):format(object.show(mode)))
     end
     local rn = object.get(spec, "resourceName")
     if rn == nil then
@@ -52,7 +52,7 @@ return rule "gpu/gpuclass" {
     end
     local on_cordon = object.get(spec, "onCordon")
     if on_cordon ~= nil and on_cordon ~= "Move" and on_cordon ~= "Stay" then
-      invalid(out, "spec.onCordon", ("Unsupported value: %q: supported values: \"Move\", \"Stay\""):format(tostring(on_cordon)))
+      invalid(out, "spec.onCordon", ("Unsupported value: %q: supported values: \"Move\", \"Stay\""):format(object.show(on_cordon)))
     end
     local license = object.get(spec, "license")
     if license ~= nil then

@@ -220,7 +220,7 @@ local function vmi_dra_requests(vmi, cluster)
       end
       if not requests then
         out[#out + 1] = { field = field, message = ("cannot tell whether DRA claim %q of host device %q asks for a GPU: %s"):format(
-          cn, tostring(object.get(h, "name")), why) }
+          cn, object.show(object.get(h, "name")), why) }
       else
         local req = type(rn) == "string" and rn:match("^[^/]*") or nil
         local classes, found = {}, false
@@ -232,21 +232,22 @@ local function vmi_dra_requests(vmi, cluster)
         end
         if not found then
           out[#out + 1] = { field = field, message = ("cannot tell whether DRA claim %q of host device %q asks for a GPU: it has no request %q"):format(
-            cn, tostring(object.get(h, "name")), tostring(req)) }
+            cn, object.show(object.get(h, "name")), tostring(req)) }
         else
           local g = gpu_only(gpu_classes, classes)
           if #g > 0 then
             out[#out + 1] = { field = field, message = ("host device %q takes a GPU through DRA claim %q (device class %s): %s"):format(
-              tostring(object.get(h, "name")), cn, table.concat(g, ", "), BY_CLASS) }
+              object.show(object.get(h, "name")), cn, table.concat(g, ", "), BY_CLASS) }
           end
         end
       end
     end
   end
   for i, ref in ipairs(object.list(spec, "resourceClaims")) do
-    local field, name = ("spec.resourceClaims[%d]"):format(i - 1), tostring(object.get(ref, "name"))
+    local field, rawname = ("spec.resourceClaims[%d]"):format(i - 1), object.get(ref, "name")
+    local name = object.show(rawname)
     local requests, why = claim_requests(cluster, ns, ref)
-    local refs = referenced[name]
+    local refs = type(rawname) == "string" and referenced[rawname] or nil
     if not requests then
       -- a claim a device names is reported there (hostDevices) or is a GPU entry (gpus)
       if not refs then
@@ -259,7 +260,7 @@ local function vmi_dra_requests(vmi, cluster)
           local g = gpu_only(gpu_classes, request_classes(r))
           if #g > 0 then
             out[#out + 1] = { field = field, message = ("DRA claim %q asks for a GPU (request %q, device class %s) that no device of the VM names: %s"):format(
-              name, tostring(rname), table.concat(g, ", "), BY_CLASS) }
+              name, object.show(rname), table.concat(g, ", "), BY_CLASS) }
           end
         end
       end
@@ -308,10 +309,10 @@ return rule "gpu/raw-names" {
           if e.dra then
             local g = gpus[n]
             out[#out + 1] = verdict(m, ("GPU %q ordered through DRA claim %q (request %q): %s"):format(
-              tostring(e.entry_name), tostring(object.get(g, "claimName")), tostring(object.get(g, "requestName")), BY_CLASS),
+              object.show(e.entry_name), object.show(object.get(g, "claimName")), object.show(object.get(g, "requestName")), BY_CLASS),
               e.path .. ".claimName")
           else
-            out[#out + 1] = verdict(m, ("GPU %q ordered by device-plugin name: %s"):format(tostring(e.name or e.entry_name), BY_CLASS),
+            out[#out + 1] = verdict(m, ("GPU %q ordered by device-plugin name: %s"):format(object.show(e.name or e.entry_name), BY_CLASS),
               e.field or e.path)
           end
         end

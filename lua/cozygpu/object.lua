@@ -27,6 +27,23 @@ function M.label(obj, key) return M.get(obj, "metadata", "labels", key) end
 --- The value of annotation `key` on `obj`, or nil.
 function M.annotation(obj, key) return M.get(obj, "metadata", "annotations", key) end
 
+--- A value as text for a message a tenant reads: a string as itself; a
+--- number, boolean or nil as `tostring` gives it; JSON null as "null"; an
+--- object as "<object>" and an array as "<list>". `tostring` of a table
+--- (or of a read-only view) would print a memory address, which says
+--- nothing to the tenant and tells them about the process (found by a
+--- hostile-tenant review: a GPUClass with `spec.mode: {}`).
+--- @param v any
+--- @return string
+function M.show(v)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" or t == "nil" then return tostring(v) end
+  local k = json.kind(v)
+  if k == "array" then return "<list>" end
+  if k == "object" or k == "table" then return "<object>" end
+  return k -- "null", or the Lua type of anything else
+end
+
 --- "namespace/name" or "name" for messages.
 function M.ref(obj)
   local ns, name = M.get(obj, "metadata", "namespace"), M.get(obj, "metadata", "name")

@@ -43,7 +43,7 @@ function M.validate(list, path)
       if value ~= nil and type(value) ~= "string" then bad(i, "value", "must be a string") value = nil end
       if op == nil or op == "" then op = "Equal" end
       if op ~= "Exists" and op ~= "Equal" then
-        bad(i, "operator", ("Unsupported value: %q: supported values: \"Equal\", \"Exists\""):format(tostring(op)))
+        bad(i, "operator", ("Unsupported value: %q: supported values: \"Equal\", \"Exists\""):format(object.show(op)))
       end
       if key ~= nil and key ~= "" then
         local err = validation.qualified_name(key)
@@ -58,7 +58,7 @@ function M.validate(list, path)
         if err then bad(i, "value", err) end
       end
       if effect ~= nil and effect ~= "" and not EFFECTS[effect] then
-        bad(i, "effect", ("Unsupported value: %q: supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""):format(tostring(effect)))
+        bad(i, "effect", ("Unsupported value: %q: supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""):format(object.show(effect)))
       end
       if seconds ~= nil then
         if math.type(seconds) ~= "integer" then

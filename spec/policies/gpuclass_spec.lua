@@ -65,6 +65,20 @@ describe("GPUClass tolerations", function()
     assert.matches("spec.tolerations: Too many: 17: must have at most 16 items", resp.status.message, 1, true)
   end)
 
+  it("names the JSON type of a non-string value, never a table's address", function()
+    local resp = review(class({ { key = "k", operator = { x = 1 }, effect = json.array { "NoSchedule" } } },
+      { mode = json.array { "VGPU" }, onCordon = { y = 2 } }))
+    assert.is_false(resp.allowed)
+    local m = resp.status.message
+    for _, want in ipairs {
+      'spec.mode: Unsupported value: "<list>"', 'spec.onCordon: Unsupported value: "<object>"',
+      'spec.tolerations[0].operator: Unsupported value: "<object>"', 'spec.tolerations[0].effect: Unsupported value: "<list>"',
+    } do
+      assert.truthy(m:find(want, 1, true), m)
+    end
+    assert.is_nil(m:find("0x", 1, true), m)
+  end)
+
   it("reports every invalid toleration with its index", function()
     local resp = review(class { { key = "ok", operator = "Exists" }, { key = "a", operator = "Gt" }, { key = "b", operator = "Exists", value = "x" } })
     assert.matches("^spec.tolerations%[1%]%.operator: .*; spec.tolerations%[2%]%.operator: value must be empty", resp.status.message)

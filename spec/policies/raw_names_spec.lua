@@ -234,6 +234,15 @@ describe("raw-name policy and DRA", function()
     local e
     setup(function() e = dra_engine("Forbidden") end)
 
+    it("names the JSON type of a non-string name in its message, never a table's address", function()
+      local v = dra_vmi {}
+      v.spec.domain.devices.gpus = json.array { { name = { x = 1 }, claimName = json.array { "a" }, requestName = { y = 2 } } }
+      local r = review(e, v)
+      assert.is_false(r.allowed)
+      assert.truthy(r.status.message:find('GPU "<object>" ordered through DRA claim "<list>" (request "<object>")', 1, true), r.status.message)
+      assert.is_nil(r.status.message:find("0x", 1, true), r.status.message)
+    end)
+
     it("refuses a pod claim whose v1 request asks for a GPU class exactly, and allows a NIC class", function()
       refused(review(e, claim_pod { { claim = "gpu" } }), "spec.resourceClaims[0]")
       assert.is_true(review(e, claim_pod { { claim = "nic" } }).allowed)

@@ -24,6 +24,13 @@ local object = {}
 ---@return any
 function object.get(obj, ...) end
 
+---A value as message text: a string as itself; a number, boolean or nil
+---as `tostring` gives it; JSON null as "null"; an object as "<object>",
+---an array as "<list>" (never a table's memory address).
+---@param v any
+---@return string
+function object.show(v) end
+
 ---`object.get` for a list: the value when it is an array (or an unmarked
 ---table), otherwise a new empty array, so
 ---`for _, x in ipairs(object.list(o, "spec", "tolerations"))` is safe.
