@@ -96,8 +96,11 @@ void luajson_push(lua_State *L, const json_t *j)
 /* The view table holds its target under this light-userdata key, which no
  * policy can forge; the view's shared metatable has the methods. */
 static const char proxy_key = 0;
-#define LUAJSON_PROXY_MT    "cozygpu.readonly"
-#define LUAJSON_PROXY_CACHE "cozygpu.readonly.cache"
+#define LUAJSON_PROXY_MT "cozygpu.readonly"
+/* The view cache (target -> view, weak keys) and the views' shared
+ * metatable, kept in the registry under these light-userdata keys: a
+ * rawgetp with no string to intern, on every view made or found. */
+static const char cache_key = 0, proxy_mt_key = 0;
 
 /* A view holds its target under proxy_key, which only this file can
    write: a table that has it is a view (plain or frozen). */
@@ -189,12 +192,16 @@ static void open_proxy(lua_State *L)
         lua_pushliteral(L, "read-only");
         lua_setfield(L, -2, "__metatable");
     }
-    lua_pop(L, 1);
-    if(luaL_getsubtable(L, LUA_REGISTRYINDEX, LUAJSON_PROXY_CACHE) == 0) {
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &proxy_mt_key);
+    if(lua_rawgetp(L, LUA_REGISTRYINDEX, &cache_key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
         lua_createtable(L, 0, 1);
         lua_pushliteral(L, "k");
         lua_setfield(L, -2, "__mode");
         lua_setmetatable(L, -2);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &cache_key);
+        return;
     }
     lua_pop(L, 1);
 }
@@ -207,7 +214,7 @@ void luajson_push_readonly(lua_State *L, int idx)
         return;
     }
     luaL_checkstack(L, 4, "read-only view");
-    lua_getfield(L, LUA_REGISTRYINDEX, LUAJSON_PROXY_CACHE);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &cache_key);
     lua_pushvalue(L, idx);
     if(lua_rawget(L, -2) == LUA_TTABLE) {
         lua_remove(L, -2);
@@ -217,7 +224,8 @@ void luajson_push_readonly(lua_State *L, int idx)
     lua_createtable(L, 0, 1);
     lua_pushvalue(L, idx);
     lua_rawsetp(L, -2, &proxy_key);
-    luaL_setmetatable(L, LUAJSON_PROXY_MT);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &proxy_mt_key);
+    lua_setmetatable(L, -2);
     lua_pushvalue(L, idx);
     lua_pushvalue(L, -2);
     lua_rawset(L, -4); /* cache[target] = view */
@@ -234,7 +242,7 @@ static void push_frozen(lua_State *L, int idx, int depth)
     if(depth > LUAJSON_MAX_DEPTH)
         luaL_error(L, "read-only view nested deeper than %d levels", LUAJSON_MAX_DEPTH);
     luaL_checkstack(L, 8, "read-only view");
-    lua_getfield(L, LUA_REGISTRYINDEX, LUAJSON_PROXY_CACHE);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &cache_key);
     int cache = lua_gettop(L);
     lua_pushvalue(L, idx);
     if(lua_rawget(L, cache) == LUA_TTABLE) {
@@ -264,7 +272,7 @@ static void push_frozen(lua_State *L, int idx, int depth)
     lua_createtable(L, 0, 6); /* its metatable */
     lua_pushvalue(L, members);
     lua_setfield(L, -2, "__index");
-    luaL_getmetatable(L, LUAJSON_PROXY_MT);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &proxy_mt_key);
     static const char *const shared[] = {"__newindex", "__len", "__pairs", "__metatable"};
     for(size_t i = 0; i < sizeof shared / sizeof *shared; i++) {
         lua_getfield(L, -1, shared[i]);
