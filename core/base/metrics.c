@@ -24,6 +24,8 @@ typedef struct metrics_series {
     double value;             /* counter, gauge; histogram: sum */
     unsigned long long count; /* histogram: observations */
     unsigned long long *bins; /* histogram: per bucket (not cumulative), n_buckets */
+    double (*read)(void *);   /* gauge: its value is read(read_ctx) when rendered (metrics_gauge_read) */
+    void *read_ctx;
 } metrics_series;
 
 typedef struct metrics_family {
@@ -152,7 +154,7 @@ void metrics_gauge_set(const char *family, const char *labels, double v)
     pthread_mutex_lock(&metrics_lock);
     metrics_family *f = metrics_add_family(family, METRICS_GAUGE, "", NULL, 0);
     metrics_series *s = f && f->type != METRICS_HISTOGRAM ? metrics_series_get(f, labels) : NULL;
-    if(s)
+    if(s && !s->read)
         s->value = v;
     pthread_mutex_unlock(&metrics_lock);
 }
@@ -175,6 +177,41 @@ void metrics_histogram_observe(const char *family, const char *labels, double se
     pthread_mutex_unlock(&metrics_lock);
 }
 
+void metrics_gauge_read(const char *family, const char *labels, double (*read)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&metrics_lock);
+    metrics_family *f = metrics_add_family(family, METRICS_GAUGE, "", NULL, 0);
+    metrics_series *s = f && f->type == METRICS_GAUGE ? metrics_series_get(f, labels) : NULL;
+    if(s) {
+        s->read = read;
+        s->read_ctx = ctx;
+    }
+    pthread_mutex_unlock(&metrics_lock);
+}
+
+void metrics_gauge_unread(const char *family, const char *labels, void *ctx)
+{
+    if(!labels)
+        labels = "";
+    pthread_mutex_lock(&metrics_lock);
+    metrics_family *f = metrics_find(family);
+    for(size_t i = 0; f && i < f->n_series; i++) {
+        metrics_series *s = &f->series[i];
+        if(strcmp(s->labels, labels) == 0 && s->read && s->read_ctx == ctx) {
+            s->value = s->read(ctx); /* the last value stays, as a set gauge's does */
+            s->read = NULL;
+            s->read_ctx = NULL;
+        }
+    }
+    pthread_mutex_unlock(&metrics_lock);
+}
+
+/* A counter's or gauge's value (callers hold metrics_lock). */
+static double metrics_series_value(const metrics_series *s)
+{
+    return s->read ? s->read(s->read_ctx) : s->value;
+}
+
 double metrics_value(const char *family, const char *labels)
 {
     double v = 0;
@@ -184,7 +221,7 @@ double metrics_value(const char *family, const char *labels)
     metrics_family *f = metrics_find(family);
     for(size_t i = 0; f && i < f->n_series; i++)
         if(strcmp(f->series[i].labels, labels) == 0) {
-            v = f->type == METRICS_HISTOGRAM ? (double)f->series[i].count : f->series[i].value;
+            v = f->type == METRICS_HISTOGRAM ? (double)f->series[i].count : metrics_series_value(&f->series[i]);
             break;
         }
     pthread_mutex_unlock(&metrics_lock);
@@ -286,10 +323,11 @@ char *metrics_render(void)
             const metrics_series *s = &f->series[j];
             const char *l = s->labels;
             if(f->type != METRICS_HISTOGRAM) {
+                double v = metrics_series_value(s);
                 if(*l)
-                    metrics_putf(&b, "%s{%s} %s\n", f->name, l, metrics_num(n1, s->value));
+                    metrics_putf(&b, "%s{%s} %s\n", f->name, l, metrics_num(n1, v));
                 else
-                    metrics_putf(&b, "%s %s\n", f->name, metrics_num(n1, s->value));
+                    metrics_putf(&b, "%s %s\n", f->name, metrics_num(n1, v));
                 continue;
             }
             const char *sep = *l ? "," : "";

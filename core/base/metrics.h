@@ -9,7 +9,9 @@
  * first touched; families in the order they were declared.
  *
  * Thread safety: every function may be called from any thread at any time;
- * one mutex guards the registry (updates are a lookup and an add).
+ * one mutex guards the registry (updates are a lookup and an add). A gauge
+ * that changes on every request is better read when scraped
+ * (metrics_gauge_read) than set on every change.
  *
  * Histograms are cumulative on render (`_bucket{le=...}` counts include every
  * smaller bucket, then `le="+Inf"`, `_sum`, `_count`), as the format says.
@@ -44,6 +46,18 @@ void metrics_counter_add(const char *family, const char *labels, double v);
  * above). */
 void metrics_gauge_set(const char *family, const char *labels, double v);
 
+/* Makes gauge series `labels` of `family` (declared on first use) read its
+ * value when it is rendered or asked for (metrics_value): `read(ctx)`,
+ * called with the registry's lock held, so it must be quick and must not
+ * call into metrics. For a value that changes on a hot path (a queue's
+ * length, bytes in flight): nothing to do per change, one lock fewer per
+ * change, and the value shown is never stale. metrics_gauge_set is then
+ * ignored for the series. A second call replaces the first. */
+void metrics_gauge_read(const char *family, const char *labels, double (*read)(void *ctx), void *ctx);
+/* Ends metrics_gauge_read for the series if `ctx` is the one it reads: its
+ * last value is kept, as a set gauge's is. Once this returns, `read` is not
+ * called with `ctx` again, so `ctx` may be freed. */
+void metrics_gauge_unread(const char *family, const char *labels, void *ctx);
 /* Records one observation of `seconds` in histogram series `labels` of
  * `family` (declared on first use with the default buckets). */
 void metrics_histogram_observe(const char *family, const char *labels, double seconds);

@@ -93,10 +93,26 @@ static char *wh_label(const char *name, const char *decision)
     return out;
 }
 
+/* The gauges that change on every review, read when /metrics is scraped
+ * (metrics_gauge_read): no metrics lock per review, never stale. */
+static double wh_read_conns(void *ctx) { return (double)atomic_load(&((webhook_server *)ctx)->n_conns); }
+static double wh_read_body(void *ctx) { return (double)atomic_load(&((webhook_server *)ctx)->body_in_flight); }
+static double wh_read_queued(void *ctx) { return (double)atomic_load(&((webhook_server *)ctx)->q_len); }
+static double wh_read_busy(void *ctx) { return (double)atomic_load(&((webhook_server *)ctx)->busy); }
+
+static const struct {
+    const char *family;
+    double (*read)(void *);
+} wh_gauges[] = {
+    {WH_CONNS, wh_read_conns}, {WH_BODY_BYTES, wh_read_body}, {WH_QUEUED, wh_read_queued}, {WH_BUSY, wh_read_busy},
+};
+
 static void wh_free(webhook_server *s)
 {
     if(!s)
         return;
+    for(size_t i = 0; i < sizeof wh_gauges / sizeof *wh_gauges; i++)
+        metrics_gauge_unread(wh_gauges[i].family, "", s);
     for(size_t i = 0; s->labels && i < s->n_endpoints; i++) {
         free(s->labels[i].webhook);
         free(s->labels[i].allowed);
@@ -155,6 +171,9 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
     s->idle_ms = 1000L * (o->connection_timeout_s ? o->connection_timeout_s : WH_DEFAULT_CONN_TIMEOUT_S);
     s->body_budget = o->max_body_bytes_in_flight ? o->max_body_bytes_in_flight : WH_DEFAULT_BODY_BUDGET;
     atomic_init(&s->body_in_flight, 0);
+    atomic_init(&s->n_conns, 0);
+    atomic_init(&s->q_len, 0);
+    atomic_init(&s->busy, 0);
     pthread_mutex_init(&s->conns_lock, NULL);
     pthread_mutex_init(&s->q_lock, NULL);
     pthread_cond_init(&s->q_cond, NULL);
@@ -184,6 +203,8 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
         return cozy_fail(err, COZY_ERR_IO, "webhook: TLS: %s", why);
     }
     webhook_declare_metrics();
+    for(size_t i = 0; i < sizeof wh_gauges / sizeof *wh_gauges; i++)
+        metrics_gauge_read(wh_gauges[i].family, "", wh_gauges[i].read, s);
 
     if(webhook_tls_register(s->tls) != 0) {
         wh_free(s);

@@ -84,9 +84,8 @@ void webhook_conn_notify(void *cls, struct MHD_Connection *con, void **socket_co
         if(s->conns)
             s->conns->prev = c;
         s->conns = c;
-        long n = ++s->n_conns;
+        atomic_fetch_add(&s->n_conns, 1);
         pthread_mutex_unlock(&s->conns_lock);
-        metrics_gauge_set(WH_CONNS, "", (double)n);
         *socket_context = c;
         return;
     }
@@ -100,9 +99,8 @@ void webhook_conn_notify(void *cls, struct MHD_Connection *con, void **socket_co
         s->conns = c->next;
     if(c->next)
         c->next->prev = c->prev;
-    long n = --s->n_conns;
+    atomic_fetch_sub(&s->n_conns, 1);
     pthread_mutex_unlock(&s->conns_lock);
-    metrics_gauge_set(WH_CONNS, "", (double)n);
     free(c);
     *socket_context = NULL;
 }
@@ -148,7 +146,6 @@ static int wh_body_reserve(webhook_server *s, size_t n)
         if(n > s->body_budget || cur > s->body_budget - n)
             return -1;
     } while(!atomic_compare_exchange_weak(&s->body_in_flight, &cur, cur + n));
-    metrics_gauge_set(WH_BODY_BYTES, "", (double)(cur + n));
     return 0;
 }
 
@@ -156,8 +153,7 @@ void webhook_body_release(webhook_server *s, size_t n)
 {
     if(!n)
         return;
-    size_t left = atomic_fetch_sub(&s->body_in_flight, n) - n;
-    metrics_gauge_set(WH_BODY_BYTES, "", (double)left);
+    atomic_fetch_sub(&s->body_in_flight, n);
 }
 
 /* --- requests ----------------------------------------------------------- */

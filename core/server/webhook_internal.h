@@ -70,7 +70,7 @@ struct webhook_server {
     atomic_size_t body_in_flight; /* bytes reserved from body_budget */
     pthread_mutex_t conns_lock;
     wh_conn *conns;               /* open connections */
-    long n_conns;
+    atomic_long n_conns;          /* written under conns_lock; cozygpu_webhook_connections reads it */
     pthread_t reaper;
     int reaper_started;
     atomic_int stopping;
@@ -79,9 +79,9 @@ struct webhook_server {
     pthread_mutex_t q_lock;
     pthread_cond_t q_cond;
     struct wh_req *q_head, *q_tail; /* under q_lock */
-    long q_len;                     /* under q_lock */
+    atomic_long q_len;              /* written under q_lock; the gauges read these two when scraped */
     int q_stop;                     /* under q_lock: the review threads exit once the queue is empty */
-    long busy;                      /* under q_lock: review threads running a review */
+    atomic_long busy;               /* review threads running a review */
     pthread_t *pool;
     unsigned n_pool;                /* review threads started */
 };

@@ -189,13 +189,6 @@ static void wh_review(webhook_server *s, wh_req *r)
  * to the free threads, whatever connection or I/O thread they came on
  * (decision 0017). */
 
-/* Under q_lock, so that the last value set is the current one. */
-static void wh_pool_gauges(webhook_server *s)
-{
-    metrics_gauge_set(WH_QUEUED, "", (double)s->q_len);
-    metrics_gauge_set(WH_BUSY, "", (double)s->busy);
-}
-
 /* Suspends r's connection and queues r for a review thread (I/O thread).
    Returns 0, or -1 when the pool is stopping (nothing done). */
 int webhook_pool_push(webhook_server *s, wh_req *r, struct MHD_Connection *con)
@@ -214,10 +207,11 @@ int webhook_pool_push(webhook_server *s, wh_req *r, struct MHD_Connection *con)
     else
         s->q_head = r;
     s->q_tail = r;
-    s->q_len++;
-    wh_pool_gauges(s);
-    pthread_cond_signal(&s->q_cond);
+    atomic_fetch_add(&s->q_len, 1);
     pthread_mutex_unlock(&s->q_lock);
+    /* signalled once the lock is free: the woken thread does not wake
+       only to wait for the lock (a futex round trip per review) */
+    pthread_cond_signal(&s->q_cond);
     return 0;
 }
 
@@ -236,19 +230,15 @@ void *webhook_pool_main(void *arg)
         s->q_head = r->qnext;
         if(!s->q_head)
             s->q_tail = NULL;
-        s->q_len--;
-        s->busy++;
-        wh_pool_gauges(s);
+        atomic_fetch_sub(&s->q_len, 1);
+        atomic_fetch_add(&s->busy, 1);
         int stopping = s->q_stop;
         pthread_mutex_unlock(&s->q_lock);
         if(stopping)
             wh_answer_text(r, MHD_HTTP_SERVICE_UNAVAILABLE, "cozygpu webhook %s: shutting down\n", r->ep->name);
         else
             wh_review(s, r);
-        pthread_mutex_lock(&s->q_lock);
-        s->busy--;
-        wh_pool_gauges(s);
-        pthread_mutex_unlock(&s->q_lock);
+        atomic_fetch_sub(&s->busy, 1);
         struct MHD_Connection *con = r->con;
         atomic_store(&r->state, WHR_ANSWERED); /* r belongs to the I/O thread again */
         MHD_resume_connection(con);
