@@ -17,6 +17,8 @@
  *   Engine:review_document(doc [, {user=, groups=, webhook=}]) -> AdmissionReview, outcome | nil, message
  *   Engine:fail_alloc_after(n)        test switch (engine.h)
  *   Engine:set_deadline(ms | nil)     test switch: the review deadline ms from now (engine_set_deadline), nil: none
+ *   Engine:set_slice(us | nil)        test switch: a slice of this thread's CPU time from now (engine_set_slice)
+ *   Engine:sliced() -> boolean        engine_sliced
  *   core.pattern                      {find, match, gmatch, gsub}: the engine's bounded matcher
  *                                     (pattern.h) without a meter, for the differential spec
  *   Engine:binder_choose(set, candidates) -> position (1-based) | nil (none), outcome, message
@@ -300,6 +302,18 @@ static int l_fail_alloc_after(lua_State *L)
     return 0;
 }
 
+static int l_set_slice(lua_State *L)
+{
+    engine_set_slice(check_engine(L), lua_isnoneornil(L, 2) ? 0 : (long)luaL_checkinteger(L, 2));
+    return 0;
+}
+
+static int l_sliced(lua_State *L)
+{
+    lua_pushboolean(L, engine_sliced(check_engine(L)));
+    return 1;
+}
+
 static int l_set_deadline(lua_State *L)
 {
     engine *e = check_engine(L);
@@ -445,6 +459,8 @@ int luaopen_cozygpu_core(lua_State *L)
         {"review_document", l_review_document},
         {"fail_alloc_after", l_fail_alloc_after},
         {"set_deadline", l_set_deadline},
+        {"set_slice", l_set_slice},
+        {"sliced", l_sliced},
         {"binder_choose", l_binder_choose},
         {"binder_budget", l_binder_budget},
         {"memory", l_memory},

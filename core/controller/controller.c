@@ -368,6 +368,7 @@ int controller_main(int argc, char **argv)
         .request_timeout_ms = f->request_timeout_ms,
         .max_body_bytes_in_flight = (size_t)f->max_body_in_flight,
         .probe_port = f->probe_port < 0 ? 0 : f->probe_port == 0 ? WEBHOOK_PROBE_ANY_PORT : f->probe_port,
+        .inline_max_body = CTL_INLINE_MAX_BODY,
         .review = ctl_review_on_review,
         .parse = ctl_review_on_parse,
         .ctx = ctl_proc,

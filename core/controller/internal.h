@@ -245,8 +245,12 @@ extern const webhook_endpoint ctl_review_endpoints[];
 extern const size_t ctl_review_n_endpoints;
 
 /* webhook_review_fn (server/webhook.h; ctx unused): answers one
- * AdmissionReview (admission.k8s.io/v1) on the calling webhook thread's
- * engine, rebuilt first if the bundle or the watch caches changed.
+ * AdmissionReview (admission.k8s.io/v1) on the engine of the calling
+ * thread's review slot (webhook_review_slot), rebuilt first if the bundle
+ * or the watch caches changed. With `inline_run` (the I/O thread) the
+ * policies get 2 ms of CPU time (engine_set_slice); a review that needs
+ * more returns WEBHOOK_MOVE and runs again on a review thread
+ * (decision 0052).
  * *response is set to a new AdmissionReview whose response is:
  *  - allowed=false, code 500 "cozygpu webhook NAME: not serving: WHY" when
  *    the caches have not listed yet or no bundle is loaded (fail closed,
@@ -265,11 +269,18 @@ extern const size_t ctl_review_n_endpoints;
  * WEBHOOK_DENIED, else WEBHOOK_ALLOWED.
  * Returns 0, or -1 when the engine itself failed or out of memory (the
  * server then answers its own fail-closed 500). */
+/* Reviews whose body is at most this many bytes run first on the I/O
+ * thread that read them (webhook_options.inline_max_body, decision 0052):
+ * every review the API server sends for a VM or a pod but the largest;
+ * reading a larger body would itself hold the I/O thread. */
+#define CTL_INLINE_MAX_BODY (128u * 1024u)
+
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review,
-                         const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision);
+                         const struct timespec *deadline, int inline_run, webhook_answer *answer,
+                         webhook_decision *decision);
 
 /* webhook_parse_fn (server/webhook.h; ctx and ep unused): reads the body
- * with this thread's engine (engine_decode_review: the request's Lua
+ * with the engine of this thread's review slot (engine_decode_review: the request's Lua
  * value kept in the engine, request.object and request.oldObject emptied
  * in the document) and remembers the engine for the review that follows,
  * so that a bundle reload in between cannot hand that review to an

@@ -1,5 +1,5 @@
 /* review.c — the admission side of every replica (internal.h,
- * ctl_review_): the webhook paths, one Lua engine per webhook thread kept
+ * ctl_review_): the webhook paths, one Lua engine per review slot kept
  * on the current bundle and cluster view, the review callback, and
  * readiness.
  *
@@ -45,10 +45,19 @@ typedef struct worker {
     engine *decoded_by; /* ctl_review_on_parse's engine, for the review that follows it */
 } worker;
 
-static __thread worker W;
+/* One worker per review slot of the webhook server (webhook_review_slot:
+ * a slot runs one review at a time, on an I/O thread or a review thread,
+ * so its worker needs no lock); --workers is at most 256. */
+static worker slot_workers[256];
+#define W (slot_workers[webhook_review_slot()])
 
-/* Every engine of a webhook thread, so that the exit can close them (a
- * thread-local is out of reach once its thread is gone). Guarded by
+/* CPU time a review may take on the I/O thread that read it before it is
+ * moved to a review thread (engine_set_slice, decision 0052): about ten
+ * times what the example reviews take, far below what a stuck rule would
+ * hold the I/O thread's other connections for (its deadline, 8 s). */
+#define CTL_INLINE_SLICE_US 2000L
+
+/* Every engine of a review slot, so that the exit can close them. Guarded by
  * ctl_proc->mu. */
 static engine **engines;
 static size_t n_engines, cap_engines;
@@ -88,6 +97,11 @@ void ctl_review_close_engines(void)
  * current caches. Returns the engine, or NULL with err set. */
 static engine *worker_engine(cozy_err *err)
 {
+    int slot = webhook_review_slot();
+    if(slot < 0 || (size_t)slot >= sizeof slot_workers / sizeof *slot_workers) {
+        cozy_fail(err, COZY_ERR_INTERNAL, "no review slot on this thread");
+        return NULL;
+    }
     if(!kube_watcher_synced(ctl_proc->watcher)) {
         /* /readyz says 503 meanwhile; a review that arrives anyway is
          * refused rather than judged against empty caches */
@@ -218,33 +232,40 @@ json_t *ctl_review_on_parse(void *ctx, const webhook_endpoint *ep, const char *b
     (void)ep;
     cozy_err err;
     engine *e = worker_engine(&err);
-    W.decoded_by = e;
     if(!e) /* ctl_review_on_review says why */
         return cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, error);
+    W.decoded_by = e;
     return engine_decode_review(e, body, len, error);
 }
 
 static int review_with(engine *e, const cozy_err *engine_err, const webhook_endpoint *ep, const json_t *review,
-                       const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision);
+                       const struct timespec *deadline, int inline_run, webhook_answer *answer,
+                       webhook_decision *decision);
 
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
-                         webhook_answer *answer, webhook_decision *decision)
+                         int inline_run, webhook_answer *answer, webhook_decision *decision)
 {
     (void)ctx;
     cozy_err err = {{0}};
     /* the engine that read the body, if one did: it holds the request's
        object (ctl_review_on_parse), and a bundle reload in between must
        not hand this review to another */
-    engine *e = W.decoded_by ? W.decoded_by : worker_engine(&err);
-    W.decoded_by = NULL;
-    int rc = review_with(e, &err, ep, review, deadline, answer, decision);
+    engine *e = NULL;
+    int slot = webhook_review_slot();
+    if(slot >= 0 && (size_t)slot < sizeof slot_workers / sizeof *slot_workers) {
+        e = W.decoded_by ? W.decoded_by : worker_engine(&err);
+        W.decoded_by = NULL;
+    } else
+        cozy_fail(&err, COZY_ERR_INTERNAL, "no review slot on this thread");
+    int rc = review_with(e, &err, ep, review, deadline, inline_run, answer, decision);
     if(e)
         engine_forget_decoded(e); /* a refusal before the rules left it */
     return rc;
 }
 
 static int review_with(engine *e, const cozy_err *engine_err, const webhook_endpoint *ep, const json_t *review,
-                       const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision)
+                       const struct timespec *deadline, int inline_run, webhook_answer *answer,
+                       webhook_decision *decision)
 {
     cozy_err err;
     char where[96];
@@ -289,11 +310,22 @@ static int review_with(engine *e, const cozy_err *engine_err, const webhook_endp
         resp = admission_refusal(request, 400, msg);
     } else {
         engine_set_deadline(e, deadline);
+        if(inline_run) /* on the I/O thread: a slice of CPU time, then a review thread (decision 0052) */
+            engine_set_slice(e, CTL_INLINE_SLICE_US);
         engine_verdict v;
         /* the answer written straight from the Lua response (decision 0051) */
         cozy_result rc = engine_review_text(e, request, (engine_phase)ep->phase, NULL, &v, &answer->text,
                                             &answer->len, &err);
         engine_set_deadline(e, NULL);
+        int sliced = inline_run && engine_sliced(e);
+        if(inline_run)
+            engine_set_slice(e, 0);
+        if(sliced) { /* what it answered means nothing: run it again on a review thread */
+            free(answer->text);
+            answer->text = NULL;
+            answer->len = 0;
+            return WEBHOOK_MOVE;
+        }
         if(rc != COZY_OK) {
             log_write(LOG_ERROR, "webhook", "policy engine failed", "webhook", ep->name, "error", err.msg, NULL);
             return -1;

@@ -741,3 +741,23 @@ void engine_set_deadline(engine *e, const struct timespec *deadline)
     } else
         e->has_deadline = 0;
 }
+
+void engine_set_slice(engine *e, long cpu_us)
+{
+    e->sliced = 0;
+    e->has_slice = cpu_us > 0;
+    if(!e->has_slice)
+        return;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &e->slice_end);
+    e->slice_end.tv_sec += cpu_us / 1000000;
+    e->slice_end.tv_nsec += (cpu_us % 1000000) * 1000L;
+    if(e->slice_end.tv_nsec >= 1000000000L) {
+        e->slice_end.tv_sec++;
+        e->slice_end.tv_nsec -= 1000000000L;
+    }
+}
+
+int engine_sliced(const engine *e)
+{
+    return e->sliced;
+}

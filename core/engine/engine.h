@@ -199,6 +199,23 @@ cozy_result engine_apply_patch(engine *e, const json_t *doc, const json_t *ops, 
  * 0016). */
 void engine_set_deadline(engine *e, const struct timespec *deadline);
 
+/* Gives the policy calls that follow a slice of the calling thread's CPU
+ * time (CLOCK_THREAD_CPUTIME_ID), `cpu_us` microseconds from now; 0 clears
+ * it. A policy still running when the slice is spent is stopped at its
+ * next hook check (every 1000 instructions, or the pattern matcher's), and
+ * from then on every policy call stops at once, until the slice is set or
+ * cleared again: engine_sliced() says 1, and what the review answered
+ * means nothing (it is a refusal naming the rule as late). The webhook
+ * server runs a review first on the I/O thread that read it with a slice,
+ * and again on a review thread, without one, when it was sliced, so a
+ * review that runs long holds a review thread and not an I/O thread
+ * (docs/decisions/0052). The slice is CPU time, so a thread the kernel
+ * takes off its CPU is not sliced for that. */
+void engine_set_slice(engine *e, long cpu_us);
+
+/* 1 when the slice set by engine_set_slice ran out since it was set. */
+int engine_sliced(const engine *e);
+
 /* The engine's Lua state, for callers that push arguments and read
  * results around engine_call (the agent, the specs' module). Borrowed. */
 lua_State *engine_lua(engine *e);

@@ -46,6 +46,9 @@ struct engine {
     int has_deadline;         /* engine_set_deadline was given a time */
     struct timespec deadline; /* CLOCK_MONOTONIC */
     int deadline_passed;
+    int has_slice;            /* engine_set_slice was given a slice */
+    struct timespec slice_end; /* CLOCK_THREAD_CPUTIME_ID */
+    int sliced;               /* the slice ran out: sticky until the next engine_set_slice */
     pattern_meter meter;      /* the string library's matcher charges here (pattern.h) */
     long long memory_cap;
     char *library_dir;

@@ -79,24 +79,30 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     charge(L, sandbox_engine_of(L), ENGINE_HOOK_STEP);
 }
 
+static int time_passed(clockid_t clock, const struct timespec *end)
+{
+    struct timespec now;
+    clock_gettime(clock, &now);
+    return now.tv_sec > end->tv_sec || (now.tv_sec == end->tv_sec && now.tv_nsec >= end->tv_nsec);
+}
+
 static void charge(lua_State *L, engine *e, long long steps)
 {
-    if(!e->budget_exhausted && !e->deadline_passed) {
+    if(!e->budget_exhausted && !e->deadline_passed && !e->sliced) {
         e->instr_used += steps;
-        if(e->has_deadline) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if(now.tv_sec > e->deadline.tv_sec ||
-               (now.tv_sec == e->deadline.tv_sec && now.tv_nsec >= e->deadline.tv_nsec))
-                e->deadline_passed = 1;
-        }
-        if(e->instr_used <= e->instr_budget && !e->deadline_passed)
+        if(e->has_deadline && time_passed(CLOCK_MONOTONIC, &e->deadline))
+            e->deadline_passed = 1;
+        else if(e->has_slice && time_passed(CLOCK_THREAD_CPUTIME_ID, &e->slice_end))
+            e->sliced = 1;
+        if(e->instr_used <= e->instr_budget && !e->deadline_passed && !e->sliced)
             return;
-        if(!e->deadline_passed)
+        if(!e->deadline_passed && !e->sliced)
             e->budget_exhausted = 1;
         lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
     }
-    luaL_error(L, e->deadline_passed ? "review deadline passed" : "instruction budget exhausted");
+    luaL_error(L, e->deadline_passed ? "review deadline passed"
+                  : e->sliced        ? "review slice spent (to be run again on a review thread)"
+                                     : "instruction budget exhausted");
 }
 
 /* The meter of the string library's matcher (pattern.h): a matching step
@@ -198,7 +204,8 @@ engine_outcome engine_call(engine *e, int nargs, int nres, int budgeted, cozy_er
         e->deadline_passed = 0;
         e->mem_exhausted = 0;
         e->mem_limit = e->mem_used + (size_t)e->memory_cap;
-        lua_sethook(L, count_hook, LUA_MASKCOUNT, ENGINE_HOOK_STEP);
+        /* a call after the slice ran out stops at its first instruction */
+        lua_sethook(L, count_hook, LUA_MASKCOUNT, e->sliced ? 1 : ENGINE_HOOK_STEP);
     }
     int st = lua_pcall(L, nargs, nres, base);
     int budget = 0, mem = 0, late = 0;
@@ -208,7 +215,9 @@ engine_outcome engine_call(engine *e, int nargs, int nres, int budgeted, cozy_er
         e->mem_limit = ENGINE_STATE_CEILING;
         e->fail_after = 0;
         e->fail_sticky = 0;
-        budget = e->budget_exhausted, mem = e->mem_exhausted, late = e->deadline_passed;
+        /* sliced: the answer is thrown away and the review run again
+           (engine_set_slice); reported as late meanwhile */
+        budget = e->budget_exhausted, mem = e->mem_exhausted, late = e->deadline_passed || e->sliced;
     }
     if(!budget && !mem && !late && st == LUA_OK) {
         lua_remove(L, base);

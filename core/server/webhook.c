@@ -4,8 +4,8 @@
  * threads (webhook_review.c), the connection reaper (webhook_http.c) and
  * the optional plain-HTTP probe listener; quiesces, drains and stops them.
  * The request side (the request life, the client bounds of decision 0015)
- * is in webhook_http.c, the review pool (decision 0017) in
- * webhook_review.c, the types they share in webhook_internal.h.
+ * is in webhook_http.c, the review slots and threads (decisions 0017,
+ * 0052) in webhook_review.c, the types they share in webhook_internal.h.
  *
  * Certificates: MHD hands every TLS handshake to webhook_tls_retrieve()
  * (server/tls.c), which loads, reloads and copies the pair.
@@ -72,7 +72,10 @@ void webhook_declare_metrics(void)
                     "--max-body-bytes-in-flight.");
     metrics_declare(WH_QUEUED, "gauge",
                     "Complete review requests waiting for a review thread (their connections suspended).");
-    metrics_declare(WH_BUSY, "gauge", "Review threads running a review, against --workers.");
+    metrics_declare(WH_BUSY, "gauge", "Review slots in use (a review running), against --workers.");
+    metrics_declare(WH_MOVED, "counter",
+                    "Reviews begun on the I/O thread that read them and run again on a review thread (their "
+                    "policies ran past the slice of CPU time they get there), by webhook.");
     metrics_declare(WH_REFUSALS, "counter",
                     "Requests refused for a client bound, by reason (request_timeout: the connection had no "
                     "complete request in time and was closed; body_budget: 503, bodies in flight at their budget).");
@@ -121,6 +124,7 @@ static void wh_free(webhook_server *s)
     }
     free(s->labels);
     free(s->pool);
+    free(s->free_slots);
     pthread_mutex_destroy(&s->conns_lock);
     pthread_mutex_destroy(&s->q_lock);
     pthread_cond_destroy(&s->q_cond);
@@ -214,10 +218,13 @@ cozy_result webhook_start(webhook_server **out, const webhook_options *o, cozy_e
 
     unsigned workers = o->workers ? o->workers : WH_DEFAULT_WORKERS;
     unsigned io_threads = o->io_threads ? o->io_threads : WH_DEFAULT_IO_THREADS;
-    if(!(s->pool = calloc(workers, sizeof *s->pool))) {
+    if(!(s->pool = calloc(workers, sizeof *s->pool)) || !(s->free_slots = calloc(workers, sizeof *s->free_slots))) {
         wh_free(s);
         return cozy_fail(err, COZY_ERR_INTERNAL, "webhook: out of memory");
     }
+    for(unsigned i = 0; i < workers; i++) /* slot 0 taken first */
+        s->free_slots[s->n_free++] = (int)(workers - 1 - i);
+    s->inline_max_body = o->inline_max_body;
     for(; s->n_pool < workers; s->n_pool++)
         if(pthread_create(&s->pool[s->n_pool], NULL, webhook_pool_main, s) != 0) {
             webhook_pool_stop(s);

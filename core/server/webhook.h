@@ -44,16 +44,22 @@
  *    request line received to the response queued) per review.
  *
  * Threads: `io_threads` libmicrohttpd threads (epoll) move bytes: TLS,
- * headers, bodies, answers, for many connections each. A complete review
- * request is queued (first in, first out) and its connection suspended;
- * one of `workers` review threads takes it, runs the callback and hands the
- * answer back. A review stuck until its deadline therefore holds one review
- * thread and nothing else (docs/decisions/0017). A review whose deadline
- * passed while it waited for a thread is refused (500, counted as an
- * error) without the callback. Gauges: cozygpu_webhook_reviews_queued,
- * cozygpu_webhook_review_threads_busy. The callback must be thread-safe;
- * it always runs on a review thread, so a thread-local Lua state per
- * review thread is the controller's way.
+ * headers, bodies, answers, for many connections each. Reviews run in one
+ * of `workers` review slots (the controller keeps a Lua state per slot:
+ * webhook_review_slot). A complete review request whose body is at most
+ * `inline_max_body` bytes is first run on the I/O thread that read it,
+ * when a slot is free and no review waits for one, with `inline_run` set:
+ * the callback may then give up early (WEBHOOK_MOVE; the controller does
+ * after a slice of CPU time) and the request goes on as any other. Any
+ * other is queued (first in, first out) with its connection suspended;
+ * one of `workers` review threads takes it with a free slot, runs the
+ * callback and hands the answer back. A review stuck until its deadline
+ * therefore holds one review thread and its slot, and an I/O thread for
+ * at most the slice (docs/decisions/0017, 0052). A review whose deadline
+ * passed while it waited is refused (500, counted as an error) without
+ * the callback. Gauges: cozygpu_webhook_reviews_queued,
+ * cozygpu_webhook_review_threads_busy (slots in use). The callbacks must
+ * be thread-safe.
  */
 #ifndef COZYGPU_WEBHOOK_H
 #define COZYGPU_WEBHOOK_H
@@ -98,26 +104,42 @@ typedef struct webhook_answer {
     int allowed;
 } webhook_answer;
 
-/* Called on a review thread for each valid review.
+/* What a review callback returns, when it was called with `inline_run`,
+ * to have the review run again on a review thread (its answer, if any,
+ * is dropped; the parse hook runs again there too). */
+#define WEBHOOK_MOVE 1
+
+/* Called for each valid review, in a review slot (webhook_review_slot).
  * review: the AdmissionReview as received (borrowed; apiVersion
  *   admission.k8s.io/v1, kind AdmissionReview, request an object with a
  *   non-empty string uid), as the parse hook made it, if any.
  * deadline: CLOCK_MONOTONIC time by which the answer should be ready
  *   (review_timeout_ms after the request line arrived).
+ * inline_run: 1 on the I/O thread that read the request (other
+ *   connections wait meanwhile): the callback may stop early and return
+ *   WEBHOOK_MOVE; 0 on a review thread.
  * answer: set to the answer (webhook_answer).
  * decision: set to what the review came to (the server starts it at
  *   WEBHOOK_ERROR). A response that does not allow is never counted as
  *   allowed, whatever the callback says.
- * Returns 0, or -1 on an internal error. On -1, or a missing or malformed
+ * Returns 0, WEBHOOK_MOVE (inline_run only), or -1 on an internal
+ * error. On -1 (or WEBHOOK_MOVE on a review thread), or a missing or malformed
  * response (no response object, wrong uid, no boolean allowed), the server
  * answers a fail-closed refusal: allowed=false, status.code 500, message
  * "cozygpu webhook <name>: internal error", counted as an error. */
 typedef int (*webhook_review_fn)(void *ctx, const webhook_endpoint *ep, const json_t *review,
-                                 const struct timespec *deadline, webhook_answer *answer, webhook_decision *decision);
+                                 const struct timespec *deadline, int inline_run, webhook_answer *answer,
+                                 webhook_decision *decision);
+
+/* The review slot, 0 to workers - 1, the calling thread holds while the
+ * parse hook and the review callback run on it; -1 elsewhere. One slot
+ * runs one review at a time, so state per slot (a Lua engine) needs no
+ * lock. */
+int webhook_review_slot(void);
 
 /* Reads a review's body (`len` bytes at `body`, borrowed) into the
- * document the server checks and hands to review; called on the review
- * thread that then calls review with that document, right after it, when
+ * document the server checks and hands to review; called in the review
+ * slot that then calls review with that document, right after it, when
  * the document is an AdmissionReview the server accepts (else nothing
  * follows). Must answer as cozy_json_loadb(body, len,
  * JSON_REJECT_DUPLICATES, error) does (base/jsonload.h): a new reference,
@@ -142,7 +164,7 @@ typedef struct webhook_options {
     const char *cert_file, *key_file;     /* PEM: certificate (chain) and private key */
     const webhook_endpoint *endpoints;    /* borrowed; must outlive the server */
     size_t n_endpoints;
-    unsigned workers;                     /* review threads (each runs the callback); 0: 4 */
+    unsigned workers;                     /* review threads and review slots; 0: 4 */
     unsigned io_threads;                  /* libmicrohttpd threads (TLS and HTTP); 0: 2 */
     size_t max_body_bytes;                /* 0: 3 MiB (the API server's limit) */
     long review_timeout_ms;               /* per-review deadline; <= 0: 8000 (webhook timeoutSeconds 10) */
@@ -169,6 +191,10 @@ typedef struct webhook_options {
                                              would go above it is answered 503 with
                                              Retry-After: 1, without keeping its body;
                                              0: 64 MiB */
+    size_t inline_max_body;               /* a review whose body is at most this many bytes
+                                             runs first on the I/O thread that read it
+                                             (inline_run); 0: never, every review goes
+                                             to a review thread */
     webhook_review_fn review;
     webhook_parse_fn parse;               /* NULL: cozy_json_loadb, duplicate keys refused */
     void *ctx;                            /* for review, parse and ready */

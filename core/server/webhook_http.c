@@ -5,8 +5,9 @@
  * (the request is then "in flight"), webhook_access() once the headers are in
  * (route, method, Content-Type, Content-Length checks), again per body chunk
  * (kept up to the ceiling) and once more at the end (the complete request
- * goes to the review pool, webhook_review.c, which parses, checks and reviews
- * it; its answer is queued when the pool resumes the connection), and
+ * is reviewed on this thread when it can be, else it goes to the review
+ * threads, webhook_review.c, which parse, check and review it; its answer
+ * is queued when a review thread resumes the connection), and
  * webhook_completed() when the response has been sent or the connection
  * dropped (no longer in flight).
  *
@@ -236,6 +237,16 @@ static enum MHD_Result wh_text(webhook_server *s, struct MHD_Connection *con, un
     return wh_send(s, con, status, "text/plain; charset=utf-8", msg, (size_t)n, MHD_RESPMEM_MUST_FREE, allow);
 }
 
+/* Sends the answer a review left in r (no answer: the connection closes). */
+static enum MHD_Result wh_send_answer(webhook_server *s, struct MHD_Connection *con, wh_req *r)
+{
+    char *text = r->ans_text;
+    r->ans_text = NULL;
+    if(!text)
+        return MHD_NO;
+    return wh_send(s, con, r->ans_status, r->ans_ctype, text, r->ans_len, MHD_RESPMEM_MUST_FREE, NULL);
+}
+
 static int wh_content_type_json(const char *ct)
 {
     if(!ct)
@@ -320,13 +331,8 @@ enum MHD_Result webhook_access(void *cls, struct MHD_Connection *con, const char
         clock_gettime(CLOCK_MONOTONIC, &r->start);
         *con_cls = r;
     }
-    if(atomic_load(&r->state) == WHR_ANSWERED) { /* resumed by a review thread */
-        char *text = r->ans_text;
-        r->ans_text = NULL;
-        if(!text)
-            return MHD_NO;
-        return wh_send(s, con, r->ans_status, r->ans_ctype, text, r->ans_len, MHD_RESPMEM_MUST_FREE, NULL);
-    }
+    if(atomic_load(&r->state) == WHR_ANSWERED) /* resumed by a review thread */
+        return wh_send_answer(s, con, r);
     if(!r->routed) {
         r->routed = 1;
         r->body.max = s->max_body; /* whatever the route: no body is kept past it */
@@ -392,6 +398,10 @@ enum MHD_Result webhook_access(void *cls, struct MHD_Connection *con, const char
                        "cozygpu webhook %s: body is above the limit of %zu bytes\n", r->ep->name, s->max_body);
     if(r->over_budget)
         return wh_busy(s, con, r, 0);
+    /* first on this thread, when the body is small and a slot is free
+       (decision 0052); a review the callback moves goes on below */
+    if(s->inline_max_body && r->body.len <= s->inline_max_body && webhook_review_inline(s, r) == 1)
+        return wh_send_answer(s, con, r);
     if(webhook_pool_push(s, r, con) != 0)
         return wh_text(s, con, MHD_HTTP_SERVICE_UNAVAILABLE, "1", "cozygpu webhook %s: shutting down\n", r->ep->name);
     return MHD_YES;

@@ -30,6 +30,7 @@
 #define WH_REFUSALS "cozygpu_webhook_refusals_total"
 #define WH_QUEUED "cozygpu_webhook_reviews_queued"
 #define WH_BUSY "cozygpu_webhook_review_threads_busy"
+#define WH_MOVED "cozygpu_webhook_reviews_moved_total"
 
 /* One TCP connection (MHD's socket context). */
 typedef struct wh_conn {
@@ -74,14 +75,18 @@ struct webhook_server {
     pthread_t reaper;
     int reaper_started;
     atomic_int stopping;
-    /* the review pool: complete review requests wait in a FIFO for one of
-       n_pool review threads; their connections are suspended meanwhile */
+    /* the review slots and threads: queued review requests wait in a FIFO
+       for one of n_pool review threads and a free slot; their connections
+       are suspended meanwhile */
     pthread_mutex_t q_lock;
     pthread_cond_t q_cond;
     struct wh_req *q_head, *q_tail; /* under q_lock */
     atomic_long q_len;              /* written under q_lock; the gauges read these two when scraped */
     int q_stop;                     /* under q_lock: the review threads exit once the queue is empty */
-    atomic_long busy;               /* review threads running a review */
+    atomic_long busy;               /* review slots in use */
+    int *free_slots;                /* under q_lock: the review slots no review holds, n_free of them */
+    unsigned n_free;
+    size_t inline_max_body;         /* webhook_options.inline_max_body */
     pthread_t *pool;
     unsigned n_pool;                /* review threads started */
 };
@@ -96,7 +101,7 @@ typedef struct wh_req {
     size_t reserved; /* bytes taken from the body budget for body */
     int too_large;
     int over_budget; /* a chunked body went above the budget: drained, not kept, 503 */
-    /* the review pool (see "review pool" below) */
+    /* the review threads (webhook_review.c) */
     struct MHD_Connection *con; /* suspended while queued or under review */
     struct wh_req *qnext;       /* in webhook_server.q_head, under q_lock */
     atomic_int state;           /* WHR_READING, WHR_QUEUED, WHR_ANSWERED */
@@ -105,6 +110,12 @@ typedef struct wh_req {
     char *ans_text;             /* malloc'd, handed to MHD */
     size_t ans_len;
 } wh_req;
+
+/* Runs r on the calling I/O thread in a free review slot, when one is free
+   and no review waits for one (decision 0052). Returns 1 when r holds its
+   answer (send it), 0 when it did not run, -1 when the callback moved it
+   (queue it: its body is still there). */
+int webhook_review_inline(webhook_server *s, wh_req *r);
 
 enum { WHR_READING = 0, WHR_QUEUED, WHR_ANSWERED };
 
@@ -147,21 +158,23 @@ enum MHD_Result webhook_probe_access(void *cls, struct MHD_Connection *con, cons
                                      void **con_cls);
 
 /* The TLS listener's handler (cls: the server): routes and checks the
-   request, keeps its body within max_body and the budget, queues the
-   complete request for a review thread (webhook_pool_push), and sends the
-   answer once the review thread has resumed the connection. */
+   request, keeps its body within max_body and the budget, reviews the
+   complete request on this thread (webhook_review_inline) or queues it for
+   a review thread (webhook_pool_push), and sends the answer once it has
+   one. */
 enum MHD_Result webhook_access(void *cls, struct MHD_Connection *con, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls);
 
-/* --- webhook_review.c: the review pool --------------------------------- */
+/* --- webhook_review.c: review slots and threads ------------------------- */
 
 /* Suspends r's connection and queues r for a review thread (I/O thread).
    Returns 0, or -1 when the pool is stopping (nothing done). */
 int webhook_pool_push(webhook_server *s, wh_req *r, struct MHD_Connection *con);
 
 /* A review thread (arg: the server): takes queued requests in FIFO order,
-   reviews each (or answers 503 once the pool stops), leaves the answer in
+   each with a free review slot, reviews each (or answers 503 once the pool
+   stops), leaves the answer in
    the request and resumes its connection; returns once the pool stops and
    the queue is empty. */
 void *webhook_pool_main(void *arg);

@@ -4,8 +4,8 @@
  * A review request is parsed (duplicate keys refused), checked
  * (admission.k8s.io/v1 AdmissionReview with a request.uid), reviewed by the
  * callback within its deadline, and its answer checked (fail closed: a
- * failed review or an unusable answer is a 500 refusal). libmicrohttpd's
- * threads never run a review: see "review pool" below (decision 0017).
+ * failed review or an unusable answer is a 500 refusal). Where reviews
+ * run: "review slots and threads" below (decisions 0017, 0052).
  */
 #include "server/webhook.h"
 
@@ -81,26 +81,44 @@ static void wh_answer_text(wh_req *r, unsigned status, const char *fmt, ...)
     r->ans_len = n < 0 ? 0 : (size_t)n;
 }
 
-/* Parses, checks and reviews r's body, and leaves the answer in r. Runs on
- * a review thread; touches neither the connection nor MHD. */
-static void wh_review(webhook_server *s, wh_req *r)
+/* The review slot this thread holds (webhook_review_slot). */
+static __thread int wh_slot = -1;
+
+int webhook_review_slot(void)
+{
+    return wh_slot;
+}
+
+/* Frees r's body: its bytes go back to the budget. */
+static void wh_body_free(webhook_server *s, wh_req *r)
+{
+    cozy_buf_free(&r->body);
+    r->body = (cozy_buf){ 0 };
+    webhook_body_release(s, r->reserved);
+    r->reserved = 0;
+}
+
+/* Parses, checks and reviews r's body, and leaves the answer in r; in
+ * `slot`. Touches neither the connection nor MHD. With `inline_run` (the
+ * I/O thread), returns 1 when the callback moved the review (nothing is
+ * answered and the body is kept for the review thread); else 0. */
+static int wh_review(webhook_server *s, wh_req *r, int slot, int inline_run)
 {
     const webhook_endpoint *ep = r->ep;
     const wh_endpoint_labels *lab = &s->labels[r->ep_index];
     json_error_t jerr;
+    wh_slot = slot;
     /* duplicate keys are refused, as `cozygpu review` refuses them: one
      * decoding for both */
     const char *body = r->body.p ? r->body.p : "";
     json_t *doc = s->parse ? s->parse(s->ctx, ep, body, r->body.len, &jerr)
                            : cozy_json_loadb(body, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
-    cozy_buf_free(&r->body); /* parsed: its bytes go back to the budget */
-    r->body = (cozy_buf){ 0 };
-    webhook_body_release(s, r->reserved);
-    r->reserved = 0;
+    if(!inline_run)
+        wh_body_free(s, r); /* parsed: a review thread never needs it again */
     if(!doc) {
         wh_answer_text(r, MHD_HTTP_BAD_REQUEST, "cozygpu webhook %s: the body is not JSON: %s (line %d, column %d)\n",
                        ep->name, jerr.text, jerr.line, jerr.column);
-        return;
+        goto done;
     }
     char why[256];
     const char *problem = wh_review_problem(doc, why, sizeof why);
@@ -109,7 +127,7 @@ static void wh_review(webhook_server *s, wh_req *r)
         wh_answer_text(r, MHD_HTTP_BAD_REQUEST,
                        "cozygpu webhook %s: the body is not an admission.k8s.io/v1 AdmissionReview: %s\n", ep->name,
                        problem);
-        return;
+        goto done;
     }
     const char *uid = json_string_value(json_object_get(json_object_get(doc, "request"), "uid"));
     struct timespec deadline = r->start;
@@ -129,7 +147,14 @@ static void wh_review(webhook_server *s, wh_req *r)
            given up or is about to; refuse without running it */
         bad = "its deadline passed while it waited for a review thread (every one was busy)";
     } else {
-        int rc = s->review(s->ctx, ep, doc, &deadline, &ans, &said);
+        int rc = s->review(s->ctx, ep, doc, &deadline, inline_run, &ans, &said);
+        if(rc == WEBHOOK_MOVE && inline_run) {
+            json_decref(ans.review);
+            free(ans.text);
+            json_decref(doc);
+            wh_slot = -1;
+            return 1;
+        }
         bad = rc != 0                      ? "the review callback failed"
               : ans.text && ans.review     ? "the review callback answered twice"
               : ans.text                   ? NULL
@@ -164,7 +189,7 @@ static void wh_review(webhook_server *s, wh_req *r)
     json_decref(out);
     if(!text) { /* out of memory: the API server's failurePolicy Fail refuses for us */
         wh_answer_text(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "cozygpu webhook %s: internal error\n", ep->name);
-        return;
+        goto done;
     }
     clock_gettime(CLOCK_MONOTONIC, &now);
     double took = webhook_elapsed_ns(&r->start, &now) / 1e9;
@@ -176,18 +201,62 @@ static void wh_review(webhook_server *s, wh_req *r)
     r->ans_ctype = "application/json";
     r->ans_text = text;
     r->ans_len = text_len;
+done:
+    wh_body_free(s, r);
+    wh_slot = -1;
+    return 0;
 }
 
-/* --- review pool ----------------------------------------------------------
- * libmicrohttpd's threads only move bytes: a complete review request is
- * queued (FIFO) and its connection suspended (MHD_suspend_connection); one
- * of n_pool review threads takes it, runs wh_review, leaves the answer in
+/* --- review slots and threads --------------------------------------------
+ * A review runs in one of n_pool review slots (the controller's Lua state
+ * per slot). A complete review request is first tried on the I/O thread
+ * that read it (webhook_review_inline: a free slot and nobody waiting for
+ * one); otherwise, or when the callback moved it, it is queued (FIFO) and
+ * its connection suspended (MHD_suspend_connection); one of n_pool review
+ * threads takes it with a free slot, runs wh_review, leaves the answer in
  * the request and resumes the connection (MHD_resume_connection, which
  * wakes the I/O thread through its inter-thread channel); MHD then calls
- * webhook_access again and the answer is queued there. So a review stuck until
- * its deadline holds one review thread and nothing else: other reviews go
- * to the free threads, whatever connection or I/O thread they came on
- * (decision 0017). */
+ * webhook_access again and the answer is queued there. So a review stuck
+ * until its deadline holds one review thread and one slot, and an I/O
+ * thread for at most the callback's slice: other reviews run in the free
+ * slots, whatever connection or I/O thread they came on (decisions 0017,
+ * 0052). The gauges read q_len and busy when scraped. */
+
+/* Takes a free slot (under q_lock); -1 when none is. */
+static int wh_slot_take(webhook_server *s)
+{
+    if(s->n_free == 0)
+        return -1;
+    atomic_fetch_add(&s->busy, 1);
+    return s->free_slots[--s->n_free];
+}
+
+/* Gives `slot` back; wakes a review thread when a review waits for one. */
+static void wh_slot_give(webhook_server *s, int slot)
+{
+    pthread_mutex_lock(&s->q_lock);
+    s->free_slots[s->n_free++] = slot;
+    atomic_fetch_sub(&s->busy, 1);
+    int waiting = s->q_head != NULL;
+    pthread_mutex_unlock(&s->q_lock);
+    if(waiting)
+        pthread_cond_signal(&s->q_cond);
+}
+
+int webhook_review_inline(webhook_server *s, wh_req *r)
+{
+    pthread_mutex_lock(&s->q_lock);
+    /* queued reviews go first; a stopping server queues (and refuses) */
+    int slot = s->q_stop || s->q_head ? -1 : wh_slot_take(s);
+    pthread_mutex_unlock(&s->q_lock);
+    if(slot < 0)
+        return 0;
+    int moved = wh_review(s, r, slot, 1);
+    wh_slot_give(s, slot);
+    if(moved)
+        metrics_counter_add(WH_MOVED, s->labels[r->ep_index].webhook, 1);
+    return moved ? -1 : 1;
+}
 
 /* Suspends r's connection and queues r for a review thread (I/O thread).
    Returns 0, or -1 when the pool is stopping (nothing done). */
@@ -220,7 +289,9 @@ void *webhook_pool_main(void *arg)
     webhook_server *s = arg;
     for(;;) {
         pthread_mutex_lock(&s->q_lock);
-        while(!s->q_head && !s->q_stop)
+        /* a review and a slot for it; when stopping, whatever is queued is
+           refused without a slot */
+        while(!s->q_stop && !(s->q_head && s->n_free > 0))
             pthread_cond_wait(&s->q_cond, &s->q_lock);
         wh_req *r = s->q_head;
         if(!r) { /* stopping and nothing left */
@@ -231,14 +302,18 @@ void *webhook_pool_main(void *arg)
         if(!s->q_head)
             s->q_tail = NULL;
         atomic_fetch_sub(&s->q_len, 1);
-        atomic_fetch_add(&s->busy, 1);
         int stopping = s->q_stop;
+        int slot = stopping ? -1 : wh_slot_take(s);
+        int more = s->q_head && s->n_free > 0; /* another thread can start one too */
         pthread_mutex_unlock(&s->q_lock);
+        if(more)
+            pthread_cond_signal(&s->q_cond);
         if(stopping)
             wh_answer_text(r, MHD_HTTP_SERVICE_UNAVAILABLE, "cozygpu webhook %s: shutting down\n", r->ep->name);
-        else
-            wh_review(s, r);
-        atomic_fetch_sub(&s->busy, 1);
+        else {
+            wh_review(s, r, slot, 0);
+            wh_slot_give(s, slot);
+        }
         struct MHD_Connection *con = r->con;
         atomic_store(&r->state, WHR_ANSWERED); /* r belongs to the I/O thread again */
         MHD_resume_connection(con);

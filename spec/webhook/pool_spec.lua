@@ -1,12 +1,14 @@
--- The webhook server's review threads (core/server/webhook_review.c, "review pool";
--- docs/decisions/0017): libmicrohttpd's threads only move bytes and a
--- complete review waits for a free review thread, so a review stuck until
--- its deadline holds one review thread and no connection or I/O thread
--- (decision 0017: one hostile review must not delay the others). A review that
--- waited for a thread past its deadline is refused as a failure (the API
--- server has given up on it by then: it must never be allowed late), and a
--- stop with reviews still queued answers them instead of leaving their
--- connections suspended.
+-- The webhook server's review slots and threads (core/server/webhook_review.c;
+-- docs/decisions/0017, 0052): a review runs first on the I/O thread that
+-- read it, in a free review slot, and moves to a review thread when the
+-- callback gives up there (the controller's engine does after a slice of
+-- CPU time); one that must wait, waits for a review thread with a free
+-- slot. So a review stuck until its deadline holds one review thread and
+-- its slot, and no connection or I/O thread (decision 0017: one hostile
+-- review must not delay the others). A review that waited past its
+-- deadline is refused as a failure (the API server has given up on it by
+-- then: it must never be allowed late), and a stop with reviews still
+-- queued answers them instead of leaving their connections suspended.
 local P = require "proc"
 local json = H.json
 local W = require "webhook_env"
@@ -108,5 +110,51 @@ describe("webhook review threads", function()
     assert.equals("200", P.read(stuck):match("^(%d+)"))
     assert.truthy(P.wait_exit(srv.pid, 10))
     W.stop(srv)
+  end)
+end)
+
+describe("reviews begun on the I/O thread that read them (decision 0052)", function()
+  local function moved(srv)
+    local _, text = P.http { url = srv.url .. "/metrics", cacert = srv.certs.ca }
+    return tonumber((text or ""):match('\ncozygpu_webhook_reviews_moved_total{webhook="test%-validate"} (%S+)')) or 0
+  end
+
+  --- Sends one review and waits for its answer: the AdmissionReview.
+  local function answered(srv, name, uid)
+    local out = background(srv, name, uid)
+    assert.truthy(P.wait_until(function() return P.read(out) end, 15))
+    assert.equals("200", P.read(out):match("^(%d+)"))
+    local r = json.decode(P.read(out .. ".body"))
+    assert.equals(uid, r.response.uid)
+    assert.is_true(r.response.allowed)
+    return r.response.auditAnnotations["webhook-check/ran-on"]
+  end
+
+  it("answers a review where it was read, and moves one the callback gives up on to a review thread", function()
+    local srv = W.start { args = { "--workers", "2", "--timeout-ms", "20000" } }
+    finally(function() W.stop(srv) end)
+    assert.equals("io-thread", answered(srv, "allowed-name", "uid-1"))
+    assert.equals(0, moved(srv))
+    -- the toy callback gives up on the I/O thread, as the controller's
+    -- engine does once its slice is spent; the review runs again, whole,
+    -- on a review thread, and its answer is that run's
+    assert.equals("review-thread", answered(srv, "slow-300", "uid-2"))
+    assert.equals(1, moved(srv))
+    local log = P.read(srv.log)
+    local at_move, at_sleep = log:find("slow review moved to a review thread", 1, true), log:find("slow review sleeping", 1, true)
+    assert.truthy(at_move and at_sleep and at_move < at_sleep, log)
+    assert.equals("io-thread", answered(srv, "allowed-name", "uid-3"))
+    assert.equals(1, moved(srv))
+  end)
+
+  it("sends every review to a review thread with --inline-max-body 0, and a body above it", function()
+    local srv = W.start { args = { "--workers", "2", "--inline-max-body", "0" } }
+    finally(function() W.stop(srv) end)
+    assert.equals("review-thread", answered(srv, "allowed-name", "uid-1"))
+    assert.equals("review-thread", answered(srv, "slow-100", "uid-2"))
+    assert.equals(0, moved(srv))
+    W.stop(srv)
+    srv = W.start { args = { "--workers", "2", "--inline-max-body", "64" } } -- every review body is longer
+    assert.equals("review-thread", answered(srv, "allowed-name", "uid-3"))
   end)
 end)

@@ -7,20 +7,26 @@
  *   deny...       allowed=false, status code 403, "denied by the test callback"
  *   error...      the callback fails (the server must refuse with status 500)
  *   status500...  the callback answers allowed=false with status code 500
- *   slow[-MS]...  sleeps MS milliseconds (default 1500), then allows
+ *   slow[-MS]...  sleeps MS milliseconds (default 1500), then allows; run
+ *                 inline (on the I/O thread, decision 0052) it moves to a
+ *                 review thread first, as the controller's engine does
+ *                 once its slice is spent
  *   anything else allowed=true
  * Every answer carries auditAnnotations "webhook-check/deadline-remaining-ms"
- * (milliseconds left before the deadline when the callback started) and
- * "webhook-check/phase".
+ * (milliseconds left before the deadline when the callback started),
+ * "webhook-check/phase" and "webhook-check/ran-on" ("io-thread" or
+ * "review-thread", decision 0052).
  *
  *   webhook_check --cert F --key F [--address A] [--port N] [--port-file F]
  *                 [--workers N] [--io-threads N] [--max-body BYTES] [--timeout-ms MS]
  *                 [--ready-file F] [--grace-ms MS] [--log-json] [--log-level L]
  *                 [--max-connections N] [--max-connections-per-address N]
  *                 [--request-timeout-ms MS] [--max-body-in-flight BYTES]
- *                 [--idle-timeout-s S]
+ *                 [--idle-timeout-s S] [--inline-max-body BYTES]
  *
- * --workers: review threads; --io-threads: libmicrohttpd threads.
+ * --workers: review threads and slots; --io-threads: libmicrohttpd threads.
+ * --inline-max-body: reviews with bodies up to this size run first on the
+ * I/O thread (default 131072, the controller's; 0: never).
  * --port-file: the bound port is written there (atomically) once listening.
  * --ready-file: /readyz is 200 only while this file exists.
  * The client bounds set webhook_options' max_connections,
@@ -75,7 +81,7 @@ static long ms_until(const struct timespec *deadline)
 }
 
 static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *review, const struct timespec *deadline,
-                      webhook_answer *answer, webhook_decision *decision)
+                      int inline_run, webhook_answer *answer, webhook_decision *decision)
 {
     *decision = WEBHOOK_ALLOWED;
     (void)ctx;
@@ -88,6 +94,12 @@ static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *revie
         name = "";
     if(strncmp(name, "error", 5) == 0)
         return -1;
+    if(strncmp(name, "slow", 4) == 0 && inline_run) {
+        /* as the controller's engine does once its slice is spent: run it
+           again on a review thread, where it takes its time */
+        log_write(LOG_INFO, "webhook_check", "slow review moved to a review thread", "name", name, NULL);
+        return WEBHOOK_MOVE;
+    }
     if(strncmp(name, "slow", 4) == 0) {
         long ms = name[4] == '-' ? strtol(name + 5, NULL, 10) : 1500;
         char t[24];
@@ -99,9 +111,10 @@ static int toy_review(void *ctx, const webhook_endpoint *ep, const json_t *revie
     }
     char rem[32];
     snprintf(rem, sizeof rem, "%ld", remaining);
-    json_t *resp = json_pack("{s:O,s:b,s:{s:s,s:s}}", "uid", json_object_get(req, "uid"), "allowed", 1,
+    json_t *resp = json_pack("{s:O,s:b,s:{s:s,s:s,s:s}}", "uid", json_object_get(req, "uid"), "allowed", 1,
                              "auditAnnotations", "webhook-check/deadline-remaining-ms", rem, "webhook-check/phase",
-                             ep->phase == 2 ? "mutate" : "validate");
+                             ep->phase == 2 ? "mutate" : "validate", "webhook-check/ran-on",
+                             inline_run ? "io-thread" : "review-thread");
     if(!resp)
         return -1;
     if(strncmp(name, "deny", 4) == 0) {
@@ -125,14 +138,14 @@ static void usage(void)
                     "       [--max-body BYTES] [--timeout-ms MS] [--ready-file F] [--grace-ms MS] [--log-json]\n"
                     "       [--log-level debug|info|warn|error] [--max-connections N]\n"
                     "       [--max-connections-per-address N] [--request-timeout-ms MS]\n"
-                    "       [--max-body-in-flight BYTES] [--idle-timeout-s S]\n");
+                    "       [--max-body-in-flight BYTES] [--idle-timeout-s S] [--inline-max-body BYTES]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     webhook_options o = { .address = "127.0.0.1", .endpoints = ENDPOINTS, .n_endpoints = 2, .review = toy_review,
-                          .ready = check_ready };
+                          .ready = check_ready, .inline_max_body = 128 * 1024 };
     const char *port_file = NULL;
     long grace_ms = 10000;
     int json = 0;
@@ -168,6 +181,8 @@ int main(int argc, char **argv)
             o.max_body_bytes_in_flight = strtoul(v, NULL, 10);
         else if(OPT("--idle-timeout-s"))
             o.connection_timeout_s = (unsigned)atoi(v);
+        else if(OPT("--inline-max-body"))
+            o.inline_max_body = strtoul(v, NULL, 10);
         else if(OPT("--ready-file"))
             ready_file = v;
         else if(OPT("--grace-ms"))
