@@ -93,7 +93,21 @@ void ctl_review_close_engines(void)
     n_engines = cap_engines = 0;
 }
 
-/* Makes sure this thread's engine runs the current bundle and sees the
+/* 1 when this slot's engine would have to be made or fed first (a new
+ * bundle, or caches that moved since its cluster view was built): work
+ * that grows with the cluster, which must not hold an I/O thread's other
+ * connections (decision 0052), so an inline review moves instead. */
+static int worker_stale(void)
+{
+    if(!W.e || !W.has_cluster || kube_watcher_generation(ctl_proc->watcher) != W.cluster_gen)
+        return 1;
+    ctl_bundle *b = ctl_bundle_current();
+    int stale = b != W.b;
+    ctl_bundle_unref(b);
+    return stale;
+}
+
+/* Makes sure this slot's engine runs the current bundle and sees the
  * current caches. Returns the engine, or NULL with err set. */
 static engine *worker_engine(cozy_err *err)
 {
@@ -231,7 +245,9 @@ json_t *ctl_review_on_parse(void *ctx, const webhook_endpoint *ep, const char *b
     (void)ctx;
     (void)ep;
     cozy_err err;
-    engine *e = worker_engine(&err);
+    /* on the I/O thread, an engine to rebuild first sends the review to a
+       review thread: read plainly here, and ctl_review_on_review moves it */
+    engine *e = webhook_review_slot() >= 0 && webhook_running_inline() && worker_stale() ? NULL : worker_engine(&err);
     if(!e) /* ctl_review_on_review says why */
         return cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, error);
     W.decoded_by = e;
@@ -252,6 +268,8 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
        not hand this review to another */
     engine *e = NULL;
     int slot = webhook_review_slot();
+    if(inline_run && (slot < 0 || (size_t)slot >= sizeof slot_workers / sizeof *slot_workers || !slot_workers[slot].decoded_by))
+        return WEBHOOK_MOVE; /* no engine read it here (ctl_review_on_parse): a review thread will */
     if(slot >= 0 && (size_t)slot < sizeof slot_workers / sizeof *slot_workers) {
         e = W.decoded_by ? W.decoded_by : worker_engine(&err);
         W.decoded_by = NULL;

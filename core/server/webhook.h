@@ -137,6 +137,12 @@ typedef int (*webhook_review_fn)(void *ctx, const webhook_endpoint *ep, const js
  * lock. */
 int webhook_review_slot(void);
 
+/* 1 while the parse hook and the review callback run inline, on the I/O
+ * thread that read the request (the callback also gets it as
+ * `inline_run`): the parse hook can then leave work that grows with the
+ * cluster to the review thread the callback moves the review to. */
+int webhook_running_inline(void);
+
 /* Reads a review's body (`len` bytes at `body`, borrowed) into the
  * document the server checks and hands to review; called in the review
  * slot that then calls review with that document, right after it, when

@@ -81,12 +81,19 @@ static void wh_answer_text(wh_req *r, unsigned status, const char *fmt, ...)
     r->ans_len = n < 0 ? 0 : (size_t)n;
 }
 
-/* The review slot this thread holds (webhook_review_slot). */
+/* The review slot this thread holds (webhook_review_slot), and whether it
+   runs the review inline (webhook_running_inline). */
 static __thread int wh_slot = -1;
+static __thread int wh_inline;
 
 int webhook_review_slot(void)
 {
     return wh_slot;
+}
+
+int webhook_running_inline(void)
+{
+    return wh_inline;
 }
 
 /* Frees r's body: its bytes go back to the budget. */
@@ -108,6 +115,7 @@ static int wh_review(webhook_server *s, wh_req *r, int slot, int inline_run)
     const wh_endpoint_labels *lab = &s->labels[r->ep_index];
     json_error_t jerr;
     wh_slot = slot;
+    wh_inline = inline_run;
     /* duplicate keys are refused, as `cozygpu review` refuses them: one
      * decoding for both */
     const char *body = r->body.p ? r->body.p : "";
@@ -153,6 +161,7 @@ static int wh_review(webhook_server *s, wh_req *r, int slot, int inline_run)
             free(ans.text);
             json_decref(doc);
             wh_slot = -1;
+            wh_inline = 0;
             return 1;
         }
         bad = rc != 0                      ? "the review callback failed"
@@ -204,6 +213,7 @@ static int wh_review(webhook_server *s, wh_req *r, int slot, int inline_run)
 done:
     wh_body_free(s, r);
     wh_slot = -1;
+    wh_inline = 0;
     return 0;
 }
 
