@@ -97,6 +97,41 @@ describe("cozygpu controller on kube-apiserver: policy bundle and Lease", functi
 
   teardown(session.teardown)
 
+  it("reviews on the I/O thread once its engine is fed, and moves a review whose engine must first be fed the moved caches (decision 0052)", function()
+    local c = start { identity = "inline" }
+    assert.truthy(E.wait_ready(c))
+    local review = reviews()[1].review
+    local function moved()
+      return (E.metrics(c) or {})['cozygpu_webhook_reviews_moved_total{webhook="vmi-validate"}'] or 0
+    end
+    local function answered()
+      local st, r = E.review(c, "/validate/vmi", review)
+      assert.equal(200, st)
+      assert.equal(review.request.uid, r.response.uid)
+      return r
+    end
+    -- the first reviews build the engines (on a review thread, never on
+    -- the I/O thread); then one runs where it was read: nothing moves
+    local first = answered()
+    for _ = 1, 3 do answered() end
+    local before = moved()
+    assert.is_true(before >= 1, "the first review was not moved: its engine had no cluster view yet")
+    assert.same(first.response, answered().response)
+    assert.equal(before, moved())
+    -- the caches move (a Namespace is created): the next review moves, and
+    -- the one after it runs where it was read again, with the same answer
+    local _, st = send("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace", metadata = { name = "inline-moves" } })
+    assert.equal(201, st)
+    finally(function() send("DELETE", "/api/v1/namespaces/inline-moves") end)
+    assert.truthy(P.wait_until(function()
+      answered()
+      return moved() > before
+    end, 10), "no review moved after the caches moved")
+    local after = moved()
+    assert.same(first.response, answered().response)
+    assert.equal(after, moved())
+  end)
+
   it("does not serve a bundle that fails on a GPU VMI review, and counts and logs policy errors per rule", function()
     local c = start { identity = "gate" }
     assert.truthy(E.wait_ready(c))
