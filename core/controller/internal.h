@@ -244,6 +244,13 @@ void ctl_bundle_free_all(void);
 extern const webhook_endpoint ctl_review_endpoints[];
 extern const size_t ctl_review_n_endpoints;
 
+/* Reviews whose body is at most this many bytes run first on the I/O
+ * thread that read them (webhook_options.inline_max_body, decision 0052):
+ * VMs and pods are a few KiB; reading 64 KiB into Lua takes about as
+ * long as the 2 ms slice, and a larger body would hold the I/O thread
+ * longer. */
+#define CTL_INLINE_MAX_BODY (64u * 1024u)
+
 /* webhook_review_fn (server/webhook.h; ctx unused): answers one
  * AdmissionReview (admission.k8s.io/v1) on the engine of the calling
  * thread's review slot (webhook_review_slot), rebuilt first if the bundle
@@ -269,12 +276,6 @@ extern const size_t ctl_review_n_endpoints;
  * WEBHOOK_DENIED, else WEBHOOK_ALLOWED.
  * Returns 0, or -1 when the engine itself failed or out of memory (the
  * server then answers its own fail-closed 500). */
-/* Reviews whose body is at most this many bytes run first on the I/O
- * thread that read them (webhook_options.inline_max_body, decision 0052):
- * every review the API server sends for a VM or a pod but the largest;
- * reading a larger body would itself hold the I/O thread. */
-#define CTL_INLINE_MAX_BODY (128u * 1024u)
-
 int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *review,
                          const struct timespec *deadline, int inline_run, webhook_answer *answer,
                          webhook_decision *decision);

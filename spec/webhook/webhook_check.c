@@ -26,7 +26,7 @@
  *
  * --workers: review threads and slots; --io-threads: libmicrohttpd threads.
  * --inline-max-body: reviews with bodies up to this size run first on the
- * I/O thread (default 131072, the controller's; 0: never).
+ * I/O thread (default 65536, the controller's; 0: never).
  * --port-file: the bound port is written there (atomically) once listening.
  * --ready-file: /readyz is 200 only while this file exists.
  * The client bounds set webhook_options' max_connections,
@@ -145,7 +145,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     webhook_options o = { .address = "127.0.0.1", .endpoints = ENDPOINTS, .n_endpoints = 2, .review = toy_review,
-                          .ready = check_ready, .inline_max_body = 128 * 1024 };
+                          .ready = check_ready, .inline_max_body = 64 * 1024 };
     const char *port_file = NULL;
     long grace_ms = 10000;
     int json = 0;
