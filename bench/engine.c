@@ -86,7 +86,7 @@ static size_t engine_path(engine *e, const char *body, size_t len, int hash)
         json_decref(refusal);
     } else {
         engine_verdict v;
-        if(engine_review_text(e, req, server_phase(req), NULL, &v, &text, &n, &err) != COZY_OK) {
+        if(engine_review_text(e, req, server_phase(req), &v, &text, &n, &err) != COZY_OK) {
             json_decref(doc);
             return 0;
         }

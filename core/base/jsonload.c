@@ -14,9 +14,6 @@
 
 #include "base/utf8.h"
 
-/* Deeper than this the text goes to json_loadb, whose limit
- * (JSON_PARSER_MAX_DEPTH, 2048 in jansson 2.14) then decides. */
-
 typedef cozy_json_builder builder;
 typedef cozy_json_frame frame;
 
@@ -99,21 +96,19 @@ int cozy_json_builder_key(cozy_json_builder *b, const char *s, size_t len)
     return 1;
 }
 
-static int put(builder *b, json_t *v) { return cozy_json_builder_put(b, v); }
-static int close_container(void *ud) { return cozy_json_builder_close(ud); }
-static int open_container(builder *b, json_t *c) { return cozy_json_builder_open(b, c); }
-static int on_null(void *ud) { return put(ud, json_null()); }
-static int on_boolean(void *ud, int v) { return put(ud, json_boolean(v)); }
-static int on_integer(void *ud, long long v) { return put(ud, json_integer((json_int_t)v)); }
-static int on_double(void *ud, double v) { return put(ud, json_real(v)); }
+static int on_null(void *ud) { return cozy_json_builder_put(ud, json_null()); }
+static int on_boolean(void *ud, int v) { return cozy_json_builder_put(ud, json_boolean(v)); }
+static int on_integer(void *ud, long long v) { return cozy_json_builder_put(ud, json_integer((json_int_t)v)); }
+static int on_double(void *ud, double v) { return cozy_json_builder_put(ud, json_real(v)); }
 
 static int on_string(void *ud, const unsigned char *s, size_t len)
 {
-    return put(ud, json_stringn_nocheck((const char *)s, len));
+    return cozy_json_builder_put(ud, json_stringn_nocheck((const char *)s, len));
 }
 
-static int on_start_map(void *ud) { return open_container(ud, json_object()); }
-static int on_start_array(void *ud) { return open_container(ud, json_array()); }
+static int on_start_map(void *ud) { return cozy_json_builder_open(ud, json_object()); }
+static int on_start_array(void *ud) { return cozy_json_builder_open(ud, json_array()); }
+static int on_end(void *ud) { return cozy_json_builder_close(ud); }
 
 static int on_map_key(void *ud, const unsigned char *s, size_t len)
 {
@@ -122,7 +117,7 @@ static int on_map_key(void *ud, const unsigned char *s, size_t len)
 
 static const yajl_callbacks callbacks = {
     on_null, on_boolean, on_integer, on_double, NULL, on_string,
-    on_start_map, on_map_key, close_container, on_start_array, close_container,
+    on_start_map, on_map_key, on_end, on_start_array, on_end,
 };
 
 /* 1 when the text has a "\u" escape of U+0000 or of a surrogate (or what
@@ -174,7 +169,6 @@ void cozy_json_builder_free(cozy_json_builder *b)
     b->depth = b->cap = 0;
 }
 
-static void free_builder(builder *b) { cozy_json_builder_free(b); }
 
 int cozy_json_yajl_reads_as_jansson(const char *buf, size_t len, size_t flags)
 {
@@ -208,12 +202,12 @@ json_t *cozy_json_loadb(const char *buf, size_t len, size_t flags, json_error_t 
              ((flags & JSON_DECODE_ANY) || json_is_object(b.root) || json_is_array(b.root));
     yajl_free(h);
     if(!ok) {
-        free_builder(&b);
+        cozy_json_builder_free(&b);
         return json_loadb(buf, len, flags, error);
     }
     json_t *root = b.root;
     b.root = NULL;
-    free_builder(&b);
+    cozy_json_builder_free(&b);
     cozy_json_loaded(error, len);
     return root;
 }

@@ -42,7 +42,12 @@ typedef struct worker {
     ctl_bundle *b;
     unsigned long cluster_gen;
     int has_cluster;
-    engine *decoded_by; /* ctl_review_on_parse's engine, for the review that follows it */
+    /* what ctl_review_on_parse left for the review that follows it */
+    int parsed;         /* it ran */
+    engine *decoded_by; /* the engine that read the body, or NULL: */
+    int parse_failed;   /* ... because there was none (parse_err says why), else because the
+                           review is to move (on the I/O thread, the engine was stale) */
+    cozy_err parse_err;
 } worker;
 
 /* One worker per review slot of the webhook server (webhook_review_slot:
@@ -244,12 +249,21 @@ json_t *ctl_review_on_parse(void *ctx, const webhook_endpoint *ep, const char *b
 {
     (void)ctx;
     (void)ep;
-    cozy_err err;
+    int slot = webhook_review_slot();
+    if(slot < 0 || (size_t)slot >= sizeof slot_workers / sizeof *slot_workers) /* the review says so */
+        return cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, error);
+    W.parsed = 1;
+    W.parse_failed = 0;
+    W.decoded_by = NULL;
     /* on the I/O thread, an engine to rebuild first sends the review to a
        review thread: read plainly here, and ctl_review_on_review moves it */
-    engine *e = webhook_review_slot() >= 0 && webhook_running_inline() && worker_stale() ? NULL : worker_engine(&err);
-    if(!e) /* ctl_review_on_review says why */
+    if(webhook_running_inline() && worker_stale())
         return cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, error);
+    engine *e = worker_engine(&W.parse_err);
+    if(!e) { /* ctl_review_on_review refuses, saying why */
+        W.parse_failed = 1;
+        return cozy_json_loadb(body, len, JSON_REJECT_DUPLICATES, error);
+    }
     W.decoded_by = e;
     return engine_decode_review(e, body, len, error);
 }
@@ -268,13 +282,21 @@ int ctl_review_on_review(void *ctx, const webhook_endpoint *ep, const json_t *re
        not hand this review to another */
     engine *e = NULL;
     int slot = webhook_review_slot();
-    if(inline_run && (slot < 0 || (size_t)slot >= sizeof slot_workers / sizeof *slot_workers || !slot_workers[slot].decoded_by))
-        return WEBHOOK_MOVE; /* no engine read it here (ctl_review_on_parse): a review thread will */
-    if(slot >= 0 && (size_t)slot < sizeof slot_workers / sizeof *slot_workers) {
-        e = W.decoded_by ? W.decoded_by : worker_engine(&err);
-        W.decoded_by = NULL;
-    } else
+    if(slot < 0 || (size_t)slot >= sizeof slot_workers / sizeof *slot_workers)
         cozy_fail(&err, COZY_ERR_INTERNAL, "no review slot on this thread");
+    else if(W.parsed) { /* the parse hook's engine, or why it had none (once: not tried again) */
+        e = W.decoded_by;
+        int failed = W.parse_failed;
+        W.parsed = 0;
+        W.decoded_by = NULL;
+        if(!e && failed)
+            err = W.parse_err;
+        else if(!e && inline_run)
+            return WEBHOOK_MOVE; /* its engine was stale: a review thread makes it ready */
+        else if(!e)
+            e = worker_engine(&err);
+    } else
+        e = worker_engine(&err);
     int rc = review_with(e, &err, ep, review, deadline, inline_run, answer, decision);
     if(e)
         engine_forget_decoded(e); /* a refusal before the rules left it */
@@ -332,7 +354,7 @@ static int review_with(engine *e, const cozy_err *engine_err, const webhook_endp
             engine_set_slice(e, CTL_INLINE_SLICE_US);
         engine_verdict v;
         /* the answer written straight from the Lua response (decision 0051) */
-        cozy_result rc = engine_review_text(e, request, (engine_phase)ep->phase, NULL, &v, &answer->text,
+        cozy_result rc = engine_review_text(e, request, (engine_phase)ep->phase, &v, &answer->text,
                                             &answer->len, &err);
         engine_set_deadline(e, NULL);
         int sliced = inline_run && engine_sliced(e);

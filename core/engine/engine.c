@@ -283,6 +283,7 @@ void engine_close(engine *e)
 {
     if(!e)
         return;
+    json_decref(e->decoded_for); /* a decoded request never reviewed */
     if(e->L)
         lua_close(e->L);
     for(size_t i = 0; i < e->n_sources; i++) {
@@ -506,9 +507,19 @@ static cozy_result review_run(engine *e, const json_t *request, engine_phase pha
     return COZY_OK;
 }
 
+/* A response's patch as the API server reads it: the base64 of the
+   operations' compact text with sorted keys (malloc'd; NULL when out of
+   memory or `ops` is not an array). */
+static char *patch_b64(const json_t *ops)
+{
+    char *text = json_is_array(ops) ? json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *b64 = text ? cozy_base64_encode(text, strlen(text)) : NULL;
+    free(text);
+    return b64;
+}
+
 /* The response at idx as JSON, its patch (a list of operations) replaced
-   by the base64 of its compact text with sorted keys and patchType
-   "JSONPatch" added. */
+   by patch_b64 of it and patchType "JSONPatch" added. */
 static cozy_result response_json(engine *e, int idx, json_t **out, cozy_err *err)
 {
     json_t *resp = NULL;
@@ -517,9 +528,7 @@ static cozy_result response_json(engine *e, int idx, json_t **out, cozy_err *err
         return rc;
     json_t *ops = json_object_get(resp, "patch");
     if(ops && json_is_array(ops)) {
-        char *text = json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS);
-        char *b64 = text ? cozy_base64_encode(text, strlen(text)) : NULL;
-        free(text);
+        char *b64 = patch_b64(ops);
         if(!b64) {
             json_decref(resp);
             return cozy_fail(err, COZY_ERR_INTERNAL, "out of memory encoding the patch");
@@ -583,12 +592,10 @@ static int write_response(engine *e, int r, cozy_buf *b)
         if(!bad && klen == 5 && memcmp(key, "patch", 5) == 0 && lua_type(L, -1) == LUA_TTABLE) {
             cozy_err err;
             json_t *ops = luajson_to_json(L, -1, &err);
-            char *text = json_is_array(ops) ? json_dumps(ops, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-            char *b64 = text ? cozy_base64_encode(text, strlen(text)) : NULL;
+            char *b64 = patch_b64(ops);
             bad = !b64 || cozy_buf_printf(b, "\"patch\":\"%s\"", b64);
             patched = 1;
             free(b64);
-            free(text);
             json_decref(ops);
         } else if(!bad) {
             lua_pushvalue(L, -2);
@@ -607,8 +614,8 @@ static int write_response(engine *e, int r, cozy_buf *b)
     return cozy_buf_add(b, "}", 1) ? -1 : 0;
 }
 
-cozy_result engine_review_text(engine *e, const json_t *request, engine_phase phases, const char *api_version,
-                               engine_verdict *out, char **text, size_t *len, cozy_err *err)
+cozy_result engine_review_text(engine *e, const json_t *request, engine_phase phases, engine_verdict *out,
+                               char **text, size_t *len, cozy_err *err)
 {
     lua_State *L = e->L;
     int top = lua_gettop(L);
@@ -650,11 +657,7 @@ cozy_result engine_review_text(engine *e, const json_t *request, engine_phase ph
     lua_pop(L, 1);
     out->message = e->last_message;
     cozy_buf b = {0};
-    const char *av = api_version ? api_version : "admission.k8s.io/v1";
-    lua_pushstring(L, av);
-    int bad = ADD_LITERAL(&b, "{\"apiVersion\":") || luajson_write(L, -1, &b) ||
-              ADD_LITERAL(&b, ",\"kind\":\"AdmissionReview\",\"response\":");
-    lua_pop(L, 1);
+    int bad = ADD_LITERAL(&b, "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"response\":");
     if(!bad && write_response(e, r, &b) == 0 && cozy_buf_add(&b, "}", 1) == 0) {
         lua_settop(L, top);
         *text = b.p;
@@ -671,7 +674,8 @@ cozy_result engine_review_text(engine *e, const json_t *request, engine_phase ph
         e->n_last_rules = 0;
         return rc;
     }
-    json_t *env = json_pack("{s:s, s:s, s:o}", "apiVersion", av, "kind", "AdmissionReview", "response", resp);
+    json_t *env = json_pack("{s:s, s:s, s:o}", "apiVersion", "admission.k8s.io/v1", "kind", "AdmissionReview",
+                            "response", resp);
     char *t = env ? json_dumps(env, JSON_COMPACT) : NULL;
     json_decref(env);
     if(!t)

@@ -146,8 +146,9 @@ typedef enum engine_phase {
 cozy_result engine_review(engine *e, const json_t *request, engine_phase phases, engine_verdict *out, cozy_err *err);
 
 /* As engine_review, but the answer comes as the text of the whole
- * AdmissionReview, {"apiVersion":<api_version, NULL: admission.k8s.io/v1>,
- * "kind":"AdmissionReview","response":{...}}, written compact straight
+ * AdmissionReview, {"apiVersion":"admission.k8s.io/v1",
+ * "kind":"AdmissionReview","response":{...}} (the only version the
+ * webhooks accept, webhook.h), written compact straight
  * from the Lua response (luajson_write; decision 0051): the bytes
  * json_dumps(envelope, JSON_COMPACT) gives for engine_review's response
  * in the same envelope. *text is malloc'd, NUL-terminated (caller frees),
@@ -156,8 +157,8 @@ cozy_result engine_review(engine *e, const json_t *request, engine_phase phases,
  * A response the writer leaves alone takes engine_review's path and is
  * dumped. COZY_ERR_INTERNAL also when the runtime's answer does not echo
  * request.uid or has no boolean allowed (the webhook relies on both). */
-cozy_result engine_review_text(engine *e, const json_t *request, engine_phase phases, const char *api_version,
-                               engine_verdict *out, char **text, size_t *len, cozy_err *err);
+cozy_result engine_review_text(engine *e, const json_t *request, engine_phase phases, engine_verdict *out,
+                               char **text, size_t *len, cozy_err *err);
 
 /* Reads an AdmissionReview's text (`buf`, `len` bytes) as
  * cozy_json_loadb(buf, len, JSON_REJECT_DUPLICATES, error) does, returning
@@ -177,10 +178,11 @@ cozy_result engine_review_text(engine *e, const json_t *request, engine_phase ph
  * raises; runs the decode inside the engine's memory limit. */
 json_t *engine_decode_review(engine *e, const char *buf, size_t len, json_error_t *error);
 
-/* Drops the Lua request engine_decode_review kept, if any. Call it when
- * the review will not run (a refusal before the rules), before the
- * document is freed: engine_review must never take a later request at the
- * same address for it. */
+/* Drops the Lua request engine_decode_review kept, if any, and the
+ * reference it holds on that document's "request" (so no later request
+ * can have its address while the value is kept). Call it when the review
+ * will not run (a refusal before the rules) to free that memory at once;
+ * otherwise the next decode or engine_close drops it. */
 void engine_forget_decoded(engine *e);
 
 /* Applies JSONPatch `ops` (array) to `doc` (both borrowed) with the

@@ -59,7 +59,7 @@ struct engine {
     int admission_ref;
     int bundle_ref;
     int decoded_ref;          /* engine_decode_review: the request's Lua value, LUA_NOREF: none */
-    const json_t *decoded_for; /* ... for this "request" member of the document it returned */
+    json_t *decoded_for;      /* ... for this "request" member of the document it returned (a reference held) */
     int runtime_ref;          /* engine_open_runtime: the module */
     int rule_count;
     engine_rule_result *last_rules; /* engine_last_rules */

@@ -278,6 +278,7 @@ void engine_forget_decoded(engine *e)
     if(e->decoded_ref != LUA_NOREF)
         luaL_unref(e->L, LUA_REGISTRYINDEX, e->decoded_ref);
     e->decoded_ref = LUA_NOREF;
+    json_decref(e->decoded_for);
     e->decoded_for = NULL;
 }
 
@@ -310,7 +311,10 @@ json_t *engine_decode_review(engine *e, const char *buf, size_t len, json_error_
     json_t *request = json_object_get(doc, "request");
     if(request && !lua_isnil(L, -1)) {
         e->decoded_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-        e->decoded_for = request;
+        /* held, so that its address cannot come back as another request's
+           while the Lua value is kept (a review refused before the engine
+           ran leaves it until the next decode) */
+        e->decoded_for = json_incref(request);
     }
     lua_settop(L, top);
     cozy_json_loaded(error, len);

@@ -259,17 +259,9 @@ static void push_frozen(lua_State *L, int idx, int depth)
     lua_rawset(L, cache); /* cache[target] = view */
     lua_newtable(L); /* the members, read through __index */
     int members = lua_gettop(L);
-    lua_pushnil(L);
-    while(lua_next(L, idx)) {
-        if(lua_type(L, -1) == LUA_TTABLE && !is_proxy(L, -1)) {
-            push_frozen(L, lua_gettop(L), depth + 1);
-            lua_replace(L, -2);
-        }
-        lua_pushvalue(L, -2);
-        lua_insert(L, -2);
-        lua_rawset(L, members);
-    }
-    lua_createtable(L, 0, 6); /* its metatable */
+    /* the metatable first: a view found in the cache is read-only even if
+       a nested push below raises (memory) before its members are all in */
+    lua_createtable(L, 0, 6);
     lua_pushvalue(L, members);
     lua_setfield(L, -2, "__index");
     lua_rawgetp(L, LUA_REGISTRYINDEX, &proxy_mt_key);
@@ -280,6 +272,16 @@ static void push_frozen(lua_State *L, int idx, int depth)
     }
     lua_pop(L, 1);
     lua_setmetatable(L, view);
+    lua_pushnil(L);
+    while(lua_next(L, idx)) {
+        if(lua_type(L, -1) == LUA_TTABLE && !is_proxy(L, -1)) {
+            push_frozen(L, lua_gettop(L), depth + 1);
+            lua_replace(L, -2);
+        }
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, members);
+    }
     lua_settop(L, view);
     lua_remove(L, cache);
 }

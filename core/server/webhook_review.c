@@ -116,11 +116,24 @@ static int wh_review(webhook_server *s, wh_req *r, int slot, int inline_run)
     json_error_t jerr;
     wh_slot = slot;
     wh_inline = inline_run;
+    struct timespec deadline = r->start;
+    deadline.tv_sec += s->timeout_ms / 1000;
+    deadline.tv_nsec += (s->timeout_ms % 1000) * 1000000L;
+    if(deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    /* a review past its deadline is refused below without the callback:
+       its body is read plainly, for the uid, and not by the parse hook
+       (which may make an engine ready for a review that will not run) */
+    int late = webhook_elapsed_ns(&deadline, &now) >= 0;
     /* duplicate keys are refused, as `cozygpu review` refuses them: one
      * decoding for both */
     const char *body = r->body.p ? r->body.p : "";
-    json_t *doc = s->parse ? s->parse(s->ctx, ep, body, r->body.len, &jerr)
-                           : cozy_json_loadb(body, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *doc = s->parse && !late ? s->parse(s->ctx, ep, body, r->body.len, &jerr)
+                                    : cozy_json_loadb(body, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
     if(!inline_run)
         wh_body_free(s, r); /* parsed: a review thread never needs it again */
     if(!doc) {
@@ -138,19 +151,10 @@ static int wh_review(webhook_server *s, wh_req *r, int slot, int inline_run)
         goto done;
     }
     const char *uid = json_string_value(json_object_get(json_object_get(doc, "request"), "uid"));
-    struct timespec deadline = r->start;
-    deadline.tv_sec += s->timeout_ms / 1000;
-    deadline.tv_nsec += (s->timeout_ms % 1000) * 1000000L;
-    if(deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
     webhook_answer ans = {0};
     webhook_decision said = WEBHOOK_ERROR;
     const char *bad;
-    if(webhook_elapsed_ns(&deadline, &now) >= 0) {
+    if(late) {
         /* waited for a review thread past its deadline: the API server has
            given up or is about to; refuse without running it */
         bad = "its deadline passed while it waited for a review thread (every one was busy)";

@@ -149,7 +149,7 @@ static void same_answer(engine *e, const char *what, const char *buf, size_t n, 
     engine_verdict vc = {0};
     char *text = NULL;
     size_t len = 0;
-    int rc = c ? (int)engine_review_text(e, json_object_get(c, "request"), phase, NULL, &vc, &text, &len, &err)
+    int rc = c ? (int)engine_review_text(e, json_object_get(c, "request"), phase, &vc, &text, &len, &err)
                : -1;
     json_t *env = vb.response ? json_pack("{s:s, s:s, s:O}", "apiVersion", "admission.k8s.io/v1", "kind",
                                           "AdmissionReview", "response", vb.response)
