@@ -4,22 +4,10 @@
 -- a review thread, without a slice); a review within its slice answers
 -- exactly as without one.
 local core = H.core
-local json = H.json
 
-local function bundle(files)
-  local dir = H.tmpdir()
-  for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
-  return dir
-end
-
-local function pod_request()
-  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" },
-    spec = { containers = json.array {} } })
-end
-
-local function pod_rule(name, body)
-  return ("return rule %q { match = { kind = 'Pod' }, validate = function(req, cluster) %s end }"):format(name, body)
-end
+local bundle = H.bundle
+local pod_request = H.pod_request
+local pod_rule = H.pod_rule
 
 -- about three million instructions: tens of milliseconds, far past 1 ms
 local LONG = "local x = 0 for i = 1, 1000000 do x = x + i end return deny('finished ' .. x)"

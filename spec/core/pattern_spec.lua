@@ -209,21 +209,10 @@ end)
 
 -- ---- the hostile case of decision 0016 -----------------------------------
 
-local json = H.json
 
-local function bundle(files)
-  local dir = H.tmpdir()
-  for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
-  return dir
-end
-
-local function pod_request()
-  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" }, spec = { containers = json.array{} } })
-end
-
-local function pod_rule(name, body)
-  return ("return rule %q { match = { kind = 'Pod' }, validate = function(req, cluster) %s end }"):format(name, body)
-end
+local bundle = H.bundle
+local pod_request = H.pod_request
+local pod_rule = H.pod_rule
 
 local hostile = [[
   local s = ("ab"):rep(2500)

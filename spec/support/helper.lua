@@ -73,6 +73,27 @@ function H.tmpdir()
   return p
 end
 
+--- A policy bundle directory holding `files` ({name = text}), for
+--- core.engine { policies = ... }.
+function H.bundle(files)
+  local dir = H.tmpdir()
+  for name, text in pairs(files) do H.write(dir .. "/" .. name, text) end
+  return dir
+end
+
+--- An AdmissionReview request for a Pod `p` in tenant-a with no
+--- containers, and a rule named `name` on Pods whose validate body is the
+--- Lua text `body` (req and cluster in scope): the smallest review and
+--- hoster rule for engine specs.
+function H.pod_request()
+  return H.request({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "tenant-a" },
+    spec = { containers = H.json.array {} } })
+end
+
+function H.pod_rule(name, body)
+  return ("return rule %q { match = { kind = 'Pod' }, validate = function(req, cluster) %s end }"):format(name, body)
+end
+
 --- `s` with Lua pattern characters escaped, to match it literally inside a
 --- pattern (paths carry '-' and '.').
 function H.pat(s) return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")) end
